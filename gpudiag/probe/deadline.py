@@ -1,0 +1,106 @@
+"""Bounding vendor calls in time.
+
+A call into a vendor library can hang inside the kernel driver (a GPU falling off the bus, a wedged GSP) and no
+Python code can interrupt it. So each unit of work runs on a *daemon* thread and the caller waits for it only until
+its deadline; a thread that misses it is abandoned (it may finish later or never), and being a daemon it cannot
+keep the process alive. `ThreadPoolExecutor` is not used on purpose: its workers are joined at interpreter exit,
+so one hung call would hang `gpudiag check` on the way out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+T = TypeVar("T")
+
+# Threads that missed their deadline and may still be inside a vendor library. Backends consult it before
+# shutting a library down: shutting NVML down under a thread hung inside it can hang too.
+_abandoned_lock = threading.Lock()
+_abandoned: set[threading.Thread] = set()
+
+
+def abandoned_calls() -> int:
+    with _abandoned_lock:
+        for thread in [t for t in _abandoned if not t.is_alive()]:
+            _abandoned.discard(thread)
+        return len(_abandoned)
+
+
+@dataclass
+class CallTracker:
+    """Names the vendor call a worker is in, so that a timeout can say which call hung."""
+
+    current: Optional[str] = None
+    completed: int = 0
+
+    def enter(self, name: str) -> None:
+        self.current = name
+
+    def leave(self) -> None:
+        self.current = None
+        self.completed += 1
+
+
+@dataclass
+class Outcome(Generic[T]):
+    done: bool  # False: the deadline passed first
+    value: Optional[T] = None
+    error: Optional[BaseException] = None
+    elapsed_seconds: float = 0.0
+    tracker: CallTracker = field(default_factory=CallTracker)
+
+
+class _Job(Generic[T]):
+    def __init__(self, name: str, fn: Callable[[CallTracker], T]):
+        self.tracker = CallTracker()
+        self.outcome: Outcome[T] = Outcome(done=False, tracker=self.tracker)
+        self._fn = fn
+        self._finished = threading.Event()
+        self._started = time.monotonic()
+        self.thread = threading.Thread(target=self._run, name=f"gpudiag-{name}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.outcome.value = self._fn(self.tracker)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller, never lost
+            self.outcome.error = exc
+        finally:
+            self.outcome.elapsed_seconds = time.monotonic() - self._started
+            self.outcome.done = True
+            self._finished.set()
+
+    def wait(self, until: float) -> bool:
+        return self._finished.wait(max(0.0, until - time.monotonic()))
+
+
+def run_all(jobs: dict[Any, Callable[[CallTracker], T]], timeout_seconds: float) -> dict[Any, Outcome[T]]:
+    """Run every job concurrently; return when all are done or the shared deadline passes.
+
+    Each job receives a CallTracker to name the call it is in. A job still running at the deadline comes back
+    with `done=False`; its thread is abandoned. A finished job's exception is returned in `error`, never raised.
+    """
+    started = {key: _Job(str(key), fn) for key, fn in jobs.items()}
+    deadline = time.monotonic() + timeout_seconds
+    for job in started.values():
+        job.thread.start()
+    results: dict[Any, Outcome[T]] = {}
+    for key, job in started.items():
+        if not job.wait(deadline):
+            with _abandoned_lock:
+                _abandoned.add(job.thread)
+            # A snapshot of the outcome: the abandoned thread may still write to its own copy later.
+            results[key] = Outcome(
+                done=False,
+                elapsed_seconds=time.monotonic() - job._started,
+                tracker=CallTracker(job.tracker.current, job.tracker.completed),
+            )
+        else:
+            results[key] = job.outcome
+    return results
+
+
+def run_one(fn: Callable[[CallTracker], T], timeout_seconds: float, name: str = "call") -> Outcome[T]:
+    return run_all({name: fn}, timeout_seconds)[name]
