@@ -380,6 +380,16 @@ class KernelLogInfo:
 
 
 @dataclass
+class CollectorRun:
+    """How one part of the collection went: the exporter's self-health comes from these."""
+
+    name: str  # "host" | "kernel_log" | "nvml" | "amdsmi" | "amdgpu-sysfs" | "peers"
+    success: bool
+    duration_seconds: float
+    error: Optional[str] = None
+
+
+@dataclass
 class NodeSnapshot:
     schema_version: int = SNAPSHOT_SCHEMA_VERSION
     hostname: Optional[str] = None
@@ -393,6 +403,7 @@ class NodeSnapshot:
     host: HostInfo = field(default_factory=HostInfo)
     kernel_log: KernelLogInfo = field(default_factory=KernelLogInfo)
     errors: list[ProbeError] = field(default_factory=list)  # node-level probe errors
+    collectors: list[CollectorRun] = field(default_factory=list)
 
     def backend(self, name: str) -> Optional[BackendInfo]:
         return next((b for b in self.backends if b.name == name), None)
