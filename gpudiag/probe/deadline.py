@@ -35,6 +35,9 @@ class CallTracker:
 
     current: Optional[str] = None
     completed: int = 0
+    # A backend sets this to the DeviceSnapshot it is filling, as soon as it exists, so that a device whose probe
+    # misses the deadline is still reported with whatever identity was read before the hang.
+    partial: Any = None
 
     def enter(self, name: str) -> None:
         self.current = name
@@ -51,16 +54,23 @@ class Outcome(Generic[T]):
     error: Optional[BaseException] = None
     elapsed_seconds: float = 0.0
     tracker: CallTracker = field(default_factory=CallTracker)
+    # The worker thread: a caller that runs jobs repeatedly (the exporter) must not start a second job for a
+    # device whose previous call is still hung.
+    thread: Optional[threading.Thread] = field(default=None, repr=False, compare=False)
+
+    @property
+    def still_running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
 
 
 class _Job(Generic[T]):
     def __init__(self, name: str, fn: Callable[[CallTracker], T]):
         self.tracker = CallTracker()
-        self.outcome: Outcome[T] = Outcome(done=False, tracker=self.tracker)
         self._fn = fn
         self._finished = threading.Event()
         self._started = time.monotonic()
         self.thread = threading.Thread(target=self._run, name=f"gpudiag-{name}", daemon=True)
+        self.outcome: Outcome[T] = Outcome(done=False, tracker=self.tracker, thread=self.thread)
 
     def _run(self) -> None:
         try:
@@ -95,7 +105,8 @@ def run_all(jobs: dict[Any, Callable[[CallTracker], T]], timeout_seconds: float)
             results[key] = Outcome(
                 done=False,
                 elapsed_seconds=time.monotonic() - job._started,
-                tracker=CallTracker(job.tracker.current, job.tracker.completed),
+                tracker=CallTracker(job.tracker.current, job.tracker.completed, job.tracker.partial),
+                thread=job.thread,
             )
         else:
             results[key] = job.outcome
