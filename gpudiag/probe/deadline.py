@@ -68,7 +68,7 @@ class _Job(Generic[T]):
         self.tracker = CallTracker()
         self._fn = fn
         self._finished = threading.Event()
-        self._started = time.monotonic()
+        self.started = time.monotonic()
         self.thread = threading.Thread(target=self._run, name=f"gpudiag-{name}", daemon=True)
         self.outcome: Outcome[T] = Outcome(done=False, tracker=self.tracker, thread=self.thread)
 
@@ -78,12 +78,34 @@ class _Job(Generic[T]):
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller, never lost
             self.outcome.error = exc
         finally:
-            self.outcome.elapsed_seconds = time.monotonic() - self._started
+            self.outcome.elapsed_seconds = time.monotonic() - self.started
             self.outcome.done = True
             self._finished.set()
 
     def wait(self, until: float) -> bool:
         return self._finished.wait(max(0.0, until - time.monotonic()))
+
+
+def start(fn: Callable[[CallTracker], T], name: str = "call") -> Callable[[float], Outcome[T]]:
+    """Start one job now; the returned `wait(until)` gives its outcome, waiting at most until the monotonic time
+    `until`. A job still running then is abandoned and comes back with `done=False`."""
+    job = _Job(name, fn)
+    job.thread.start()
+
+    def wait(until: float) -> Outcome[T]:
+        if job.wait(until):
+            return job.outcome
+        with _abandoned_lock:
+            _abandoned.add(job.thread)
+        # A copy: the abandoned thread may still write to its own outcome later.
+        return Outcome(
+            done=False,
+            elapsed_seconds=time.monotonic() - job.started,
+            tracker=CallTracker(job.tracker.current, job.tracker.completed, job.tracker.partial),
+            thread=job.thread,
+        )
+
+    return wait
 
 
 def run_all(jobs: dict[Any, Callable[[CallTracker], T]], timeout_seconds: float) -> dict[Any, Outcome[T]]:
@@ -92,26 +114,10 @@ def run_all(jobs: dict[Any, Callable[[CallTracker], T]], timeout_seconds: float)
     Each job receives a CallTracker to name the call it is in. A job still running at the deadline comes back
     with `done=False`; its thread is abandoned. A finished job's exception is returned in `error`, never raised.
     """
-    started = {key: _Job(str(key), fn) for key, fn in jobs.items()}
-    deadline = time.monotonic() + timeout_seconds
-    for job in started.values():
-        job.thread.start()
-    results: dict[Any, Outcome[T]] = {}
-    for key, job in started.items():
-        if not job.wait(deadline):
-            with _abandoned_lock:
-                _abandoned.add(job.thread)
-            # A snapshot of the outcome: the abandoned thread may still write to its own copy later.
-            results[key] = Outcome(
-                done=False,
-                elapsed_seconds=time.monotonic() - job._started,
-                tracker=CallTracker(job.tracker.current, job.tracker.completed, job.tracker.partial),
-                thread=job.thread,
-            )
-        else:
-            results[key] = job.outcome
-    return results
+    until = time.monotonic() + timeout_seconds
+    waiters = {key: start(fn, str(key)) for key, fn in jobs.items()}
+    return {key: wait(until) for key, wait in waiters.items()}
 
 
 def run_one(fn: Callable[[CallTracker], T], timeout_seconds: float, name: str = "call") -> Outcome[T]:
-    return run_all({name: fn}, timeout_seconds)[name]
+    return start(fn, name)(time.monotonic() + timeout_seconds)

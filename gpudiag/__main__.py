@@ -1,0 +1,3 @@
+from gpudiag.cli import run
+
+run()

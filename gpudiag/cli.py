@@ -1,0 +1,209 @@
+"""The `gpudiag` command. The only place that exits; exit codes are part of the contract (DESIGN.md):
+
+0 no check failed (warnings allowed) · 1 at least one check failed · 2 usage or configuration error ·
+3 nothing could be probed (no usable backend and no GPU on the PCI bus) · 4 internal error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import typer
+
+try:  # typer 0.2x ships its own copy of click; older typer uses click itself
+    from typer import _click as click
+except ImportError:  # pragma: no cover - depends on the installed typer
+    import click
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_PROBED, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    help="GPU node health and diagnostics for AMD and NVIDIA nodes.",
+)
+log = logging.getLogger("gpudiag")
+
+
+class UsageProblem(Exception):
+    """Bad input from the user (a flag, a file): one line on stderr, exit 2."""
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    junit = "junit"
+
+
+# -- shared options ---------------------------------------------------------------------------------------------
+
+RootOption = typer.Option(Path("/"), "--root", help="Read ROOT/sys, ROOT/proc and ROOT/dev/kmsg (a test seam).")
+KernelLogOption = typer.Option(
+    None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
+)
+TimeoutOption = typer.Option(10.0, "--timeout", min=0.1, help="Deadline in seconds for probing the whole node.")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While vendor libraries run, point file descriptor 1 at stderr: whatever they print (amdsmi prints to stdout
+    when libamd_smi.so is missing; C libraries may too) must not corrupt the JSON or JUnit on stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _split_ids(values: Optional[List[str]]) -> list[str]:
+    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+
+
+def _collect(root: Path, kernel_log: Optional[Path], timeout: float):
+    from gpudiag.probe import CollectOptions, collect
+
+    if not (root / "sys").is_dir() and root != Path("/"):
+        raise UsageProblem(f"--root {root}: no sys/ directory under it")
+    if kernel_log is not None and not kernel_log.is_file():
+        raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
+    with stdout_to_stderr():
+        return collect(CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout))
+
+
+def _load_replay(path: Path):
+    from gpudiag.recording import RecordingError, load_snapshot
+
+    try:
+        return load_snapshot(path)
+    except RecordingError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
+def nothing_probed(snapshot) -> bool:
+    return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
+
+
+# -- commands ---------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def check(
+    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="Output format."),
+    as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only these check IDs or families (repeat or comma-separate)."),
+    skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these check IDs or families."),
+    timeout: float = TimeoutOption,
+    root: Path = RootOption,
+    kernel_log: Optional[Path] = KernelLogOption,
+    replay: Optional[Path] = typer.Option(None, "--replay", help="Judge a recorded snapshot instead of this node."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List passing checks one by one."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the checklist (default: when a terminal)."),
+) -> None:
+    """Run every check and print the troubleshooting checklist."""
+    from gpudiag.checks import resolve_selection, run_checks
+    from gpudiag.report import render, summarize
+
+    only_ids, skip_ids = _split_ids(only), _split_ids(skip)
+    try:
+        resolve_selection(only_ids, skip_ids)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+
+    snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout)
+    results = run_checks(snapshot, None, only=only_ids, skip=skip_ids)
+
+    output_format = "json" if as_json else fmt.value
+    use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
+    sys.stdout.write(render(output_format, snapshot, results, verbose=verbose, color=use_color))
+    sys.stdout.flush()
+
+    if nothing_probed(snapshot):
+        log.error("nothing could be probed: no usable GPU library and no GPU on the PCI bus")
+        raise typer.Exit(EXIT_NOTHING_PROBED)
+    raise typer.Exit(EXIT_FAILED if summarize(results).failed else EXIT_OK)
+
+
+@app.command()
+def snapshot(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the snapshot to this file (atomically) instead of stdout."),
+    timeout: float = TimeoutOption,
+    root: Path = RootOption,
+    kernel_log: Optional[Path] = KernelLogOption,
+) -> None:
+    """Print everything the probes read, as JSON: what a bug report needs, and a recording `check --replay` reads."""
+    from gpudiag.recording import save_snapshot, snapshot_json
+
+    node = _collect(root, kernel_log, timeout)
+    if output is None:
+        sys.stdout.write(snapshot_json(node))
+    else:
+        try:
+            save_snapshot(node, output)
+        except OSError as exc:
+            raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+        log.info("snapshot written to %s", output)
+    raise typer.Exit(EXIT_NOTHING_PROBED if nothing_probed(node) else EXIT_OK)
+
+
+@app.command()
+def version() -> None:
+    """Print gpudiag's version."""
+    from gpudiag import __version__
+
+    print(__version__)
+
+
+# -- entry point ------------------------------------------------------------------------------------------------
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    debug = bool(os.environ.get("GPUDIAG_DEBUG"))
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        stream=sys.stderr,
+        format="gpudiag: %(levelname)s: %(message)s",
+    )
+    try:
+        # With standalone_mode=False click returns the code of a typer.Exit instead of exiting.
+        return app(args=argv, prog_name="gpudiag", standalone_mode=False) or EXIT_OK
+    except typer.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpudiag`: the help is the message
+            print(exc.format_message(), file=sys.stderr)
+        else:
+            print(f"gpudiag: error: {exc.format_message()}", file=sys.stderr)
+        return EXIT_USAGE
+    except typer.Abort:
+        print("gpudiag: aborted", file=sys.stderr)
+        return 130
+    except UsageProblem as exc:
+        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
+        if debug:
+            raise
+        print(f"gpudiag: internal error: {type(exc).__name__}: {exc} (set GPUDIAG_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,343 @@
+"""The probe layer's front door: one call collects a whole NodeSnapshot within a deadline.
+
+Order of work, each part bounded by what is left of `timeout_seconds`:
+1. the host (sysfs/procfs): which GPUs are on the PCI bus decides which vendor libraries are worth opening;
+2. the kernel log, concurrently with the vendor libraries being opened;
+3. every device of every open backend, each on its own thread: one hung GPU leaves that GPU unreachable and
+   named, the others are reported in full;
+4. GPU pairs (topology, P2P), then the processes on the GPUs described through psutil.
+
+`Collector` keeps the vendor libraries open between collections (the exporter); `collect()` is the one-shot form
+(`gpudiag check`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from gpudiag import __version__
+from gpudiag.model import (
+    BackendInfo,
+    CollectorRun,
+    DeviceSnapshot,
+    ErrorKind,
+    NodeSnapshot,
+    ProbeError,
+    Vendor,
+)
+from gpudiag.probe import deadline
+from gpudiag.probe.base import Backend, DeviceLost
+
+log = logging.getLogger(__name__)
+
+# A backend that could not be opened is retried no sooner than this, doubling up to the maximum (a driver that is
+# loaded after the exporter started is picked up; a missing one is not hammered every scrape).
+REOPEN_BACKOFF_SECONDS = 15.0
+REOPEN_BACKOFF_MAX_SECONDS = 300.0
+
+
+@dataclass
+class CollectOptions:
+    root: Path = Path("/")
+    kernel_log_file: Optional[Path] = None
+    timeout_seconds: float = 10.0
+    read_kernel_log: bool = True
+
+
+def _nvidia_backends(options: CollectOptions) -> list[Backend]:
+    from gpudiag.probe.nvml import NvmlBackend
+
+    return [NvmlBackend()]
+
+
+def _amd_backends(options: CollectOptions) -> list[Backend]:
+    """amdsmi first; the amdgpu sysfs reader stands in when amdsmi cannot be used."""
+    from gpudiag.probe.amdgpu_sysfs import AmdgpuSysfsBackend
+    from gpudiag.probe.amdsmi_backend import AmdsmiBackend
+
+    return [AmdsmiBackend(), AmdgpuSysfsBackend(options.root)]
+
+
+_VENDOR_BACKENDS: dict[Vendor, Callable[[CollectOptions], list[Backend]]] = {
+    Vendor.NVIDIA: _nvidia_backends,
+    Vendor.AMD: _amd_backends,
+}
+_VENDOR_PYTHON_MODULE = {Vendor.NVIDIA: "pynvml", Vendor.AMD: "amdsmi"}
+
+
+class _BackendSlot:
+    """One vendor's chain of backends (amdsmi → sysfs) and its reopen schedule."""
+
+    def __init__(self, vendor: Vendor, backends: list[Backend]):
+        self.vendor = vendor
+        self.chain = backends
+        self.active: Optional[Backend] = None
+        self.infos: list[BackendInfo] = []
+        self.next_attempt = 0.0
+        self.backoff = REOPEN_BACKOFF_SECONDS
+        # Device probes still hung from an earlier collection, by device index: never start a second one.
+        self.hung: dict[int, deadline.Outcome] = {}
+
+    def due(self, now: float) -> bool:
+        return self.active is None and now >= self.next_attempt
+
+    def failed_open(self, now: float) -> None:
+        self.next_attempt = now + self.backoff
+        self.backoff = min(self.backoff * 2, REOPEN_BACKOFF_MAX_SECONDS)
+
+
+class Collector:
+    def __init__(self, options: Optional[CollectOptions] = None):
+        self.options = options or CollectOptions()
+        self._slots: dict[Vendor, _BackendSlot] = {}
+
+    # -- public -----------------------------------------------------------------------------------------------
+
+    def collect(self) -> NodeSnapshot:
+        started = time.monotonic()
+        until = started + self.options.timeout_seconds
+        snapshot = NodeSnapshot(
+            hostname=socket.gethostname(),
+            collected_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            gpudiag_version=__version__,
+        )
+        from gpudiag.probe import host
+
+        cpu = host.CpuSampler()
+        cpu.start()
+
+        self._collect_host(snapshot, until)
+        kernel_log_job = self._start_kernel_log()
+        self._open_backends(snapshot, until)
+        self._collect_devices(snapshot, until)
+        self._collect_peers(snapshot, until)
+        self._finish_kernel_log(snapshot, kernel_log_job, until)
+
+        snapshot.host.cpu_percent, snapshot.host.per_cpu_percent = cpu.finish()
+        self._describe_processes(snapshot)
+        if snapshot.host.hostname:
+            snapshot.hostname = snapshot.host.hostname
+        snapshot.duration_seconds = round(time.monotonic() - started, 4)
+        return snapshot
+
+    def close(self) -> None:
+        for slot in self._slots.values():
+            if slot.active is not None:
+                try:
+                    slot.active.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    log.debug("closing %s failed", slot.active.name, exc_info=True)
+                slot.active = None
+
+    def __enter__(self) -> "Collector":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- parts ------------------------------------------------------------------------------------------------
+
+    def _collect_host(self, snapshot: NodeSnapshot, until: float) -> None:
+        from gpudiag.probe import host
+
+        def work(tracker: deadline.CallTracker) -> None:
+            tracker.enter("sysfs")
+            snapshot.host, host_errors = host.probe_host(self.options.root)
+            snapshot.pci_gpus, pci_errors = host.probe_pci_gpus(self.options.root)
+            snapshot.errors.extend(host_errors + pci_errors)
+            tracker.leave()
+
+        outcome = deadline.run_one(work, _remaining(until), "host")
+        self._record_run(snapshot, "host", outcome)
+
+    def _start_kernel_log(self) -> Optional[Callable[[float], deadline.Outcome]]:
+        if not self.options.read_kernel_log and self.options.kernel_log_file is None:
+            return None
+        from gpudiag.probe import kernel_log
+
+        def work(tracker: deadline.CallTracker):
+            return kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file)
+
+        return deadline.start(work, "kernel_log")
+
+    def _finish_kernel_log(self, snapshot: NodeSnapshot, job, until: float) -> None:
+        if job is None:
+            return
+        outcome = job(until)
+        self._record_run(snapshot, "kernel_log", outcome)
+        if outcome.done and outcome.error is None:
+            snapshot.kernel_log = outcome.value
+        else:
+            snapshot.kernel_log.error = _outcome_error("kernel_log", outcome)
+
+    def _open_backends(self, snapshot: NodeSnapshot, until: float) -> None:
+        """Open each relevant vendor's backend chain (or reuse the open one), recording what every link said."""
+        vendors_on_bus = {gpu.vendor for gpu in snapshot.pci_gpus}
+        now = time.monotonic()
+        for vendor, make in _VENDOR_BACKENDS.items():
+            if not self._relevant(vendor, vendors_on_bus):
+                continue
+            slot = self._slots.get(vendor)
+            if slot is None:
+                slot = self._slots[vendor] = _BackendSlot(vendor, make(self.options))
+            if slot.due(now):
+                slot.infos = []
+                for backend in slot.chain:
+                    outcome = deadline.run_one(backend.open, _remaining(until), f"open-{backend.name}")
+                    self._record_run(snapshot, f"open:{backend.name}", outcome)
+                    info = outcome.value if outcome.done and outcome.error is None else BackendInfo(
+                        name=backend.name, vendor=vendor, error=_outcome_error(f"{backend.name}.open", outcome)
+                    )
+                    slot.infos.append(info)
+                    if info.available:
+                        slot.active = backend
+                        slot.backoff = REOPEN_BACKOFF_SECONDS
+                        break
+                else:
+                    slot.failed_open(now)
+            snapshot.backends.extend(slot.infos)
+
+    def _relevant(self, vendor: Vendor, vendors_on_bus: set[Vendor]) -> bool:
+        """A vendor's libraries are opened when its GPUs are on the PCI bus, when they were opened before, or —
+        where the PCI bus cannot be seen at all (some containers) — when its Python binding is installed."""
+        if vendor in vendors_on_bus or vendor in self._slots:
+            return True
+        if vendors_on_bus:
+            return False
+        return importlib.util.find_spec(_VENDOR_PYTHON_MODULE[vendor]) is not None
+
+    def _collect_devices(self, snapshot: NodeSnapshot, until: float) -> None:
+        jobs: dict[tuple[Vendor, int], Callable] = {}
+        stuck: list[DeviceSnapshot] = []
+        for vendor, slot in self._slots.items():
+            if slot.active is None:
+                continue
+            backend = slot.active
+            count_outcome = deadline.run_one(lambda t, b=backend: b.device_count(), _remaining(until), "count")
+            if not count_outcome.done or count_outcome.error is not None:
+                snapshot.errors.append(_outcome_error(f"{backend.name}.device_count", count_outcome))
+                continue
+            for index in range(count_outcome.value):
+                previous = slot.hung.get(index)
+                if previous is not None and previous.still_running:
+                    stuck.append(_unreachable(vendor, backend.name, index, previous, still_hung=True))
+                    continue
+                slot.hung.pop(index, None)
+                jobs[(vendor, index)] = lambda t, b=backend, i=index: b.probe_device(i, t)
+
+        started = time.monotonic()
+        outcomes = deadline.run_all(jobs, _remaining(until))
+        devices: list[DeviceSnapshot] = []
+        for (vendor, index), outcome in outcomes.items():
+            backend = self._slots[vendor].active
+            if outcome.done and outcome.error is None:
+                devices.append(outcome.value)
+            elif outcome.done and isinstance(outcome.error, DeviceLost):
+                devices.append(_lost(vendor, backend.name, index, outcome))
+            elif outcome.done:
+                log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error)
+                devices.append(_unreachable(vendor, backend.name, index, outcome))
+            else:
+                self._slots[vendor].hung[index] = outcome
+                devices.append(_unreachable(vendor, backend.name, index, outcome))
+        devices.extend(stuck)
+        snapshot.devices = sorted(devices, key=lambda d: (d.vendor.value, d.index))
+        for vendor, slot in self._slots.items():
+            if slot.active is None:
+                continue
+            mine = [d for d in snapshot.devices if d.vendor == vendor]
+            snapshot.collectors.append(
+                CollectorRun(
+                    name=slot.active.name,
+                    success=all(d.reachable for d in mine),
+                    duration_seconds=round(time.monotonic() - started, 4),
+                    error=next((e.message for d in mine for e in d.errors if not d.reachable), None),
+                )
+            )
+
+    def _collect_peers(self, snapshot: NodeSnapshot, until: float) -> None:
+        for vendor, slot in self._slots.items():
+            reachable = [d for d in snapshot.devices if d.vendor == vendor and d.reachable]
+            if slot.active is None or len(reachable) < 2:
+                continue
+            backend = slot.active
+            outcome = deadline.run_one(lambda t: backend.probe_peers(reachable, t), _remaining(until), "peers")
+            self._record_run(snapshot, f"peers:{backend.name}", outcome)
+            if outcome.done and outcome.error is None:
+                snapshot.peers.extend(outcome.value)
+            else:
+                snapshot.errors.append(_outcome_error(f"{backend.name}.peers", outcome))
+
+    def _describe_processes(self, snapshot: NodeSnapshot) -> None:
+        from gpudiag.probe import host
+
+        processes = [p for d in snapshot.devices for p in (d.processes or [])]
+        if processes:
+            host.describe_processes(processes)
+
+    @staticmethod
+    def _record_run(snapshot: NodeSnapshot, name: str, outcome: deadline.Outcome) -> None:
+        error = None
+        if not outcome.done or outcome.error is not None:
+            error = _outcome_error(name, outcome).message
+        snapshot.collectors.append(
+            CollectorRun(name=name, success=error is None, duration_seconds=round(outcome.elapsed_seconds, 4), error=error)
+        )
+
+
+def collect(options: Optional[CollectOptions] = None) -> NodeSnapshot:
+    """One-shot collection (`gpudiag check`): open, collect, close."""
+    with Collector(options) as collector:
+        return collector.collect()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _remaining(until: float) -> float:
+    return max(0.0, until - time.monotonic())
+
+
+def _outcome_error(source: str, outcome: deadline.Outcome) -> ProbeError:
+    if not outcome.done:
+        hung_in = outcome.tracker.current or "the backend"
+        return ProbeError(
+            source=source,
+            kind=ErrorKind.TIMEOUT,
+            message=f"no answer within the deadline (hung in {hung_in} after {outcome.elapsed_seconds:.1f}s)",
+        )
+    error = outcome.error
+    kind = ErrorKind.NO_PERMISSION if isinstance(error, PermissionError) else ErrorKind.ERROR
+    return ProbeError(source=source, kind=kind, message=f"{type(error).__name__}: {error}")
+
+
+def _identity_of(index: int, vendor: Vendor, source: str, outcome: deadline.Outcome) -> DeviceSnapshot:
+    """A stand-in for a device that could not be probed, keeping whatever identity was read before it stopped."""
+    device = DeviceSnapshot(index=index, vendor=vendor, source=source, reachable=False)
+    partial = outcome.tracker.partial
+    if isinstance(partial, DeviceSnapshot):
+        for name in ("pci_bus_id", "uuid", "name", "serial"):
+            setattr(device, name, getattr(partial, name))
+    return device
+
+
+def _unreachable(vendor: Vendor, source: str, index: int, outcome: deadline.Outcome, still_hung: bool = False):
+    device = _identity_of(index, vendor, source, outcome)
+    error = _outcome_error(f"{source}.device", outcome)
+    if still_hung:
+        error.message = f"a call from an earlier collection is still hung ({outcome.tracker.current or 'unknown call'})"
+    device.errors.append(error)
+    return device
+
+
+def _lost(vendor: Vendor, source: str, index: int, outcome: deadline.Outcome) -> DeviceSnapshot:
+    device = _identity_of(index, vendor, source, outcome)
+    device.errors.append(ProbeError(source=f"{source}.device", kind=ErrorKind.GPU_LOST, message=str(outcome.error)))
+    return device

@@ -1,0 +1,38 @@
+"""The versioned JSON report (DESIGN.md "Outward contract")."""
+
+from __future__ import annotations
+
+import json
+
+from gpudiag.model import REPORT_SCHEMA_VERSION, CheckResult, NodeSnapshot, to_dict
+from gpudiag.report import summarize
+
+
+def report_dict(snapshot: NodeSnapshot, results: list[CheckResult]) -> dict:
+    summary = summarize(results)
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "hostname": snapshot.hostname or "",
+        "status": summary.status.value,
+        "collected_at": snapshot.collected_at,
+        "gpudiag_version": snapshot.gpudiag_version,
+        "summary": {status.value: count for status, count in sorted(summary.counts.items(), key=lambda i: i[0].value)},
+        "results": [result_dict(result) for result in results],
+    }
+
+
+def result_dict(result: CheckResult) -> dict:
+    """One result, keys in the documented order."""
+    return {
+        "check": result.check,
+        "status": result.status.value,
+        "device": to_dict(result.device),
+        "observed": to_dict(result.observed),
+        "expected": to_dict(result.expected),
+        "message": result.message,
+        "remediation": result.remediation,
+    }
+
+
+def render_json(snapshot: NodeSnapshot, results: list[CheckResult]) -> str:
+    return json.dumps(report_dict(snapshot, results), indent=2, sort_keys=False, default=str) + "\n"

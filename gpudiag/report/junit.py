@@ -1,0 +1,70 @@
+"""JUnit XML for CI systems: one testsuite per check family, one testcase per result.
+
+fail → <failure>, unknown → <error> (the check could not decide: a CI must not read it as a pass), skip →
+<skipped>; a warning passes, with its message in <system-out> so it is visible without failing the job.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+from gpudiag.model import CheckResult, NodeSnapshot, Status
+from gpudiag.report import family_of
+
+
+def _case_name(result: CheckResult) -> str:
+    if result.device is None:
+        return result.check
+    return f"{result.check}[gpu{result.device.index} {result.device.pci_bus_id or ''}]".replace(" ]", "]")
+
+
+def _details(result: CheckResult) -> str:
+    parts = [result.message]
+    if result.observed is not None:
+        parts.append(f"observed: {result.observed}")
+    if result.expected is not None:
+        parts.append(f"expected: {result.expected}")
+    if result.remediation:
+        parts.append(f"remediation: {result.remediation}")
+    return "\n".join(parts)
+
+
+def render_junit(snapshot: NodeSnapshot, results: list[CheckResult]) -> str:
+    families: dict[str, list[CheckResult]] = defaultdict(list)
+    for result in results:
+        families[family_of(result.check)].append(result)
+
+    root = ET.Element("testsuites", name="gpudiag")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for family, members in families.items():
+        counts = {
+            "tests": len(members),
+            "failures": sum(r.status is Status.FAIL for r in members),
+            "errors": sum(r.status is Status.UNKNOWN for r in members),
+            "skipped": sum(r.status is Status.SKIP for r in members),
+        }
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"gpudiag.{family}",
+            hostname=snapshot.hostname or "unknown",
+            timestamp=(snapshot.collected_at or "")[:19],
+            time="0",
+            **{k: str(v) for k, v in counts.items()},
+        )
+        for result in members:
+            case = ET.SubElement(suite, "testcase", classname=f"gpudiag.{family}", name=_case_name(result), time="0")
+            if result.status is Status.FAIL:
+                ET.SubElement(case, "failure", message=result.message, type="fail").text = _details(result)
+            elif result.status is Status.UNKNOWN:
+                ET.SubElement(case, "error", message=result.message, type="unknown").text = _details(result)
+            elif result.status is Status.SKIP:
+                ET.SubElement(case, "skipped", message=result.message)
+            elif result.status is Status.WARN:
+                ET.SubElement(case, "system-out").text = "WARN: " + _details(result)
+        for key in totals:
+            totals[key] += counts[key]
+    root.attrib.update({k: str(v) for k, v in totals.items()})
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

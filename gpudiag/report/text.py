@@ -1,0 +1,134 @@
+"""The troubleshooting checklist for a terminal.
+
+Built for a tired operator: the verdict first, then what failed (with what was seen, what was expected and what to
+do), then warnings and unknowns; the passing checks fold into one line per family unless `verbose`.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import Counter, defaultdict
+from typing import Any
+
+from gpudiag.model import CheckResult, NodeSnapshot, Status
+from gpudiag.report import family_of, summarize, worst_first
+
+WIDTH = 100
+_INDENT = " " * 6
+_COLORS = {Status.FAIL: "31", Status.WARN: "33", Status.UNKNOWN: "35", Status.PASS: "32", Status.SKIP: "2"}
+_TAGS = {Status.FAIL: "FAIL", Status.WARN: "WARN", Status.UNKNOWN: "UNKN", Status.PASS: "PASS", Status.SKIP: "SKIP"}
+
+
+def render_text(snapshot: NodeSnapshot, results: list[CheckResult], verbose: bool = False, color: bool = False) -> str:
+    paint = _painter(color)
+    lines = _header(snapshot, results, paint)
+    attention = [r for r in worst_first(results) if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
+    for result in attention:
+        lines.append("")
+        lines.extend(_detailed(result, paint))
+    lines.append("")
+    lines.extend(_passed_block(results, verbose, paint))
+    return "\n".join(lines) + "\n"
+
+
+def _painter(color: bool):
+    def paint(status: Status, text: str) -> str:
+        return f"\x1b[{_COLORS[status]}m{text}\x1b[0m" if color else text
+
+    return paint
+
+
+def _header(snapshot: NodeSnapshot, results: list[CheckResult], paint) -> list[str]:
+    summary = summarize(results)
+    head = f"gpudiag {snapshot.gpudiag_version or ''} · {snapshot.hostname or 'unknown host'}"
+    if snapshot.collected_at:
+        head += f" · {snapshot.collected_at}"
+    if snapshot.duration_seconds is not None:
+        head += f" · probed in {snapshot.duration_seconds:.2f} s"
+    lines = [head.replace("  ", " ")]
+    lines.append(f"GPUs: {_inventory_line(snapshot)}")
+    counts = ", ".join(
+        f"{summary.counts[s]} {label}"
+        for s, label in (
+            (Status.FAIL, "failed"),
+            (Status.UNKNOWN, "unknown"),
+            (Status.WARN, "warnings" if summary.counts.get(Status.WARN, 0) != 1 else "warning"),
+            (Status.PASS, "passed"),
+            (Status.SKIP, "skipped"),
+        )
+        if summary.counts.get(s)
+    )
+    lines.append(f"Verdict: {paint(summary.status, summary.status.value.upper())} — {counts or 'no checks ran'}")
+    return lines
+
+
+def _inventory_line(snapshot: NodeSnapshot) -> str:
+    models = Counter(d.name or "unknown model" for d in snapshot.devices if not d.is_logical_partition)
+    gpus = ", ".join(f"{n} × {m}" for m, n in models.items()) or "none seen by a vendor library"
+    if len(snapshot.pci_gpus) != sum(models.values()):
+        gpus += f" ({len(snapshot.pci_gpus)} on the PCI bus)"
+    stacks = []
+    for backend in snapshot.backends:
+        if backend.available:
+            parts = [f"driver {backend.driver_version}" if backend.driver_version else None]
+            if backend.runtime_version:
+                parts.append(("CUDA " if backend.vendor.value == "nvidia" else "ROCm ") + backend.runtime_version)
+            stacks.append(f"{backend.name}: " + ", ".join(p for p in parts if p))
+    return gpus + (f" — {'; '.join(stacks)}" if stacks else "")
+
+
+def _where(result: CheckResult) -> str:
+    if result.device is None:
+        return "node"
+    device = result.device
+    return f"GPU {device.index} {device.pci_bus_id or ''}".rstrip()
+
+
+def _detailed(result: CheckResult, paint) -> list[str]:
+    lines = [f"{paint(result.status, _TAGS[result.status])}  {result.check}  {_where(result)}"]
+    lines.extend(textwrap.wrap(result.message, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT) or [])
+    seen = []
+    if result.observed is not None:
+        seen.append(f"observed: {_compact(result.observed)}")
+    if result.expected is not None:
+        seen.append(f"expected: {_compact(result.expected)}")
+    if seen:
+        lines.extend(textwrap.wrap("   ".join(seen), WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT))
+    if result.remediation:
+        lines.extend(
+            textwrap.wrap(result.remediation, WIDTH, initial_indent=_INDENT + "→ ", subsequent_indent=_INDENT + "  ")
+        )
+    return lines
+
+
+def _compact(value: Any, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _passed_block(results: list[CheckResult], verbose: bool, paint) -> list[str]:
+    by_family: dict[str, Counter] = defaultdict(Counter)
+    for result in results:
+        by_family[family_of(result.check)][result.status] += 1
+    lines = ["Checks by family:"]
+    width = max((len(f) for f in by_family), default=0)
+    for family, counts in by_family.items():
+        parts = [
+            paint(status, f"{counts[status]} {label}")
+            for status, label in (
+                (Status.PASS, "passed"),
+                (Status.FAIL, "failed"),
+                (Status.UNKNOWN, "unknown"),
+                (Status.WARN, "warn"),
+                (Status.SKIP, "skipped"),
+            )
+            if counts[status]
+        ]
+        lines.append(f"  {family.ljust(width)}  " + ", ".join(parts))
+    if verbose:
+        lines.append("")
+        for result in results:
+            if result.status in (Status.PASS, Status.SKIP):
+                lines.append(f"{paint(result.status, _TAGS[result.status])}  {result.check}  {_where(result)}: {result.message}")
+    return lines
