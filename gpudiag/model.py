@@ -254,6 +254,8 @@ class DeviceSnapshot:
     physical_pci_bus_id: Optional[str] = None
 
     links: list[GpuLink] = field(default_factory=list)
+    # AMD: the device's XGMI error status, "no_errors" | "error" | "multiple_errors" (amdsmi_gpu_xgmi_error_status).
+    xgmi_error_status: Optional[str] = None
     numa_node: Optional[int] = None
     cpu_affinity: Optional[list[int]] = None
     processes: Optional[list[GpuProcess]] = None
