@@ -1,0 +1,223 @@
+"""The amdsmi backend: AMD Instinct GPUs through the `amdsmi` Python wrapper over ROCm's libamd_smi.so.
+
+(Named amdsmi_backend, not amdsmi, so that nothing here can be mistaken for the vendor package.)
+
+Partitions. In CPX mode an MI300X is 8 logical GPUs, each its own processor handle (8 GPUs → 64 handles). Per
+AMD SMI's partitioning guide (ROCm/amdsmi docs, "GPU partitioning", "Device enumeration"): all partitions of a
+physical GPU share its PCIe domain:bus:device, the function field of the BDF that amdsmi reports carries the
+partition number (0000:0c:00.0 … 0000:0c:00.7), `amdsmi_get_gpu_kfd_info()["current_partition_id"]` gives the
+partition ID, and partition 0 (the primary) is the only one backed by the PCI device: device-wide data (power,
+gpu_metrics, serials, partition modes) answer NOT_SUPPORTED on the others. So logical GPUs are grouped by
+domain:bus:device and `physical_pci_bus_id` is the BDF of the group's partition 0. Assumed, not seen on hardware:
+that 7.0.2's amdsmi_get_gpu_device_bdf() already returns the partition in the function field (the guide says the
+CLI shows it so); if a driver reported one BDF for all partitions they would still be grouped, but would share
+`pci_bus_id`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Optional
+
+from gpudiag.model import BackendInfo, DeviceSnapshot, ErrorKind, PeerLink, ProbeError, Vendor, normalize_pci_bus_id
+from gpudiag.probe.amdsmi_calls import AmdsmiCaller, describe, field, integer, text
+from gpudiag.probe.amdsmi_device import fill_device
+from gpudiag.probe.amdsmi_peers import probe_pair
+from gpudiag.probe.base import DeviceLost
+from gpudiag.probe.deadline import CallTracker, abandoned_calls
+from gpudiag.probe.stdout_capture import capture_stdout
+
+log = logging.getLogger(__name__)
+
+SOURCE = "amdsmi"
+
+
+@dataclass
+class Processor:
+    """One amdsmi processor handle (a GPU, or one partition of a partitioned GPU) and where it belongs."""
+
+    handle: Any  # ctypes.c_void_p
+    pci_bus_id: Optional[str] = None
+    partition_id: Optional[int] = None
+    physical_pci_bus_id: Optional[str] = None
+    primary: Optional["Processor"] = None  # partition 0 of the same physical GPU
+
+
+def import_amdsmi() -> tuple[Optional[ModuleType], Optional[ProbeError]]:
+    """`import amdsmi` with its stdout chatter captured. Without libamd_smi.so the wrapper prints two lines and
+    raises KeyError (not ImportError; vendor-api.md §0)."""
+    with capture_stdout() as captured:
+        try:
+            module = importlib.import_module("amdsmi")
+        except ImportError as exc:
+            error = ProbeError("amdsmi.import", ErrorKind.NOT_FOUND, f"amdsmi Python package not importable: {exc}")
+        except (KeyError, OSError) as exc:
+            error = ProbeError("amdsmi.import", ErrorKind.NOT_FOUND, f"libamd_smi.so could not be loaded ({exc!r})")
+        else:
+            error = None
+    noise = captured.text.strip()
+    if noise:
+        log.debug("import amdsmi printed: %s", noise)
+        if error is not None:
+            error.message += ": " + " / ".join(line.strip() for line in noise.splitlines() if line.strip())
+    return (None, error) if error is not None else (module, None)
+
+
+class AmdsmiBackend:
+    name = "amdsmi"
+    vendor = Vendor.AMD
+
+    def __init__(self) -> None:
+        self._smi: Optional[ModuleType] = None
+        self._initialised = False
+        self._processors: list[Processor] = []
+
+    def open(self, tracker: CallTracker) -> BackendInfo:
+        info = BackendInfo(name=self.name, vendor=self.vendor)
+        smi, info.error = import_amdsmi()
+        if smi is None:
+            return info
+        self._smi = smi
+        tracker.enter("amdsmi.amdsmi_init")
+        try:
+            smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)  # the flag must be the enum member (§0)
+        except Exception as exc:  # noqa: BLE001 - any failure here means "amdsmi unusable", reported
+            info.error = ProbeError("amdsmi.amdsmi_init", *describe(smi, exc))
+            return info
+        finally:
+            tracker.leave()
+        self._initialised = True
+        errors: list[ProbeError] = []
+        call = AmdsmiCaller(smi, tracker, errors)
+        handles = call("amdsmi_get_processor_handles")
+        if handles is None:
+            info.error = errors[0] if errors else ProbeError(
+                "amdsmi.amdsmi_get_processor_handles", ErrorKind.ERROR, "no processor handles"
+            )
+            return info
+        info.available = True
+        info.library_version = _library_version(call("amdsmi_get_lib_version"))
+        rocm = call("amdsmi_get_rocm_version")  # (found, "7.0.2") or (False, reason)
+        info.runtime_version = rocm[1] if isinstance(rocm, tuple) and rocm[0] else None
+        self._processors = self._enumerate(call, handles)
+        info.device_count = len(self._processors)
+        if self._processors:
+            driver = self._quietly(call, "amdsmi_get_gpu_driver_info", self._processors[0].handle)
+            info.driver_version = text(field(driver, "driver_version"))
+        return info
+
+    def _enumerate(self, call: AmdsmiCaller, handles: list[Any]) -> list[Processor]:
+        processors = []
+        for handle in handles:
+            bdf = text(self._quietly(call, "amdsmi_get_gpu_device_bdf", handle))
+            kfd = self._quietly(call, "amdsmi_get_gpu_kfd_info", handle)
+            processors.append(
+                Processor(
+                    handle=handle,
+                    pci_bus_id=normalize_pci_bus_id(bdf) if bdf else None,
+                    partition_id=integer(field(kfd, "current_partition_id")),
+                )
+            )
+        _group_partitions(processors)
+        return processors
+
+    @staticmethod
+    def _quietly(call: AmdsmiCaller, name: str, *args: Any) -> Any:
+        """A call during enumeration: a lost device must not stop the others from being listed."""
+        try:
+            return call(name, *args)
+        except DeviceLost:
+            return None
+
+    def device_count(self) -> int:
+        return len(self._processors)
+
+    def probe_device(self, index: int, tracker: CallTracker) -> DeviceSnapshot:
+        processor = self._processors[index]
+        device = DeviceSnapshot(
+            index=index,
+            vendor=self.vendor,
+            source=SOURCE,
+            pci_bus_id=processor.pci_bus_id,
+            partition_id=processor.partition_id,
+            physical_pci_bus_id=processor.physical_pci_bus_id,
+        )
+        call = AmdsmiCaller(self._smi, tracker, device.errors)
+        try:
+            fill_device(device, call, processor.handle)
+            self._inherit_partition_modes(device, call, processor)
+        except DeviceLost as exc:
+            device.reachable = False
+            source, _, message = str(exc).partition(": ")
+            device.errors.append(ProbeError(source, ErrorKind.GPU_LOST, message))
+        return device
+
+    @staticmethod
+    def _inherit_partition_modes(device: DeviceSnapshot, call: AmdsmiCaller, processor: Processor) -> None:
+        """Secondary partitions do not report the partition modes; they are those of partition 0 (the
+        partitioning guide: "read it from the partition with ID 0 in the same socket")."""
+        primary = processor.primary
+        if primary is None or primary is processor:
+            return
+        if device.compute_partition is None:
+            device.compute_partition = text(call("amdsmi_get_gpu_compute_partition", primary.handle))
+        if device.memory_partition is None:
+            device.memory_partition = text(call("amdsmi_get_gpu_memory_partition", primary.handle))
+
+    def probe_peers(self, devices: list[DeviceSnapshot], tracker: CallTracker) -> list[PeerLink]:
+        """XGMI/PCIe link and P2P access between physical GPUs. Logical partitions share their physical GPU's
+        links, so 64 CPX partitions are not paired 2016 times."""
+        physical = [d for d in devices if d.reachable and not d.is_logical_partition and d.index < len(self._processors)]
+        errors: list[ProbeError] = []
+        call = AmdsmiCaller(self._smi, tracker, errors)
+        peers = []
+        for position, first in enumerate(physical):
+            for second in physical[position + 1 :]:
+                try:
+                    peers.append(probe_pair(call, first, second, self._handle(first), self._handle(second)))
+                except DeviceLost as exc:
+                    log.warning("amdsmi peers %s-%s: %s", first.index, second.index, exc)
+        for error in errors:
+            log.warning("amdsmi peers: %s: %s", error.source, error.message)
+        return peers
+
+    def _handle(self, device: DeviceSnapshot) -> Any:
+        return self._processors[device.index].handle
+
+    def close(self) -> None:
+        # Shutting the library down under a thread still hung inside it can hang too (deadline.py).
+        if self._smi is None or not self._initialised or abandoned_calls():
+            return
+        try:
+            self._smi.amdsmi_shut_down()  # with an underscore; there is no amdsmi_shutdown (§0)
+        except Exception as exc:  # noqa: BLE001 - nothing to do about it at exit but say so
+            log.warning("amdsmi_shut_down failed: %s", exc)
+        self._initialised = False
+
+
+def _library_version(version: Any) -> Optional[str]:
+    parts = [field(version, key) for key in ("major", "minor", "release")]
+    return ".".join(str(p) for p in parts) if all(isinstance(p, int) for p in parts) else None
+
+
+def _group_partitions(processors: list[Processor]) -> None:
+    """Group handles by PCIe domain:bus:device (one physical GPU) and point each at its partition 0."""
+    groups: dict[str, list[Processor]] = {}
+    for processor in processors:
+        if processor.pci_bus_id is not None:
+            groups.setdefault(processor.pci_bus_id.rsplit(".", 1)[0], []).append(processor)
+    for physical_device, members in groups.items():
+        if len(members) > 1:
+            for member in members:
+                if member.partition_id is None:  # the guide's fallback: the function field carries it
+                    member.partition_id = int(member.pci_bus_id.rsplit(".", 1)[1])
+        primary = next((m for m in members if m.partition_id in (0, None)), None)
+        # Partition 0 sits at function 0 (the BDF layout above), so that is the physical BDF even when the
+        # primary's own handle could not be read.
+        physical_bus_id = primary.pci_bus_id if primary is not None else f"{physical_device}.0"
+        for member in members:
+            member.physical_pci_bus_id = physical_bus_id
+            member.primary = primary

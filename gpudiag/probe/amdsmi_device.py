@@ -1,0 +1,225 @@
+"""One amdsmi processor handle → the DeviceSnapshot sections. Units are converted here, once.
+
+Shapes, units and quirks are those of the amdsmi 7.0.2 Python wrapper (vendor-api.md §1-§10). On a secondary
+partition of a partitioned GPU (CPX partition 1…7) the device-wide calls answer NOT_SUPPORTED, so those sections
+stay None there: they belong to the physical GPU, reported by its partition 0.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from gpudiag.model import DeviceSnapshot, GpuLink, TemperatureSensor
+from gpudiag.probe.amdsmi_calls import AmdsmiCaller, field, integer, number, text
+from gpudiag.probe.pcie_generation import generation_from_mts
+
+MIB = 1024 * 1024
+_UINT32_MAX = 0xFFFFFFFF
+_UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+
+# Sensor names shared with the amdgpu sysfs backend, so that the thermal checks see one vocabulary.
+_TEMPERATURE_SENSORS = (
+    ("edge", "EDGE"),
+    ("hotspot", "HOTSPOT"),  # AmdSmiTemperatureType.JUNCTION is an alias of HOTSPOT
+    ("vram", "VRAM"),
+    ("hbm0", "HBM_0"),
+    ("hbm1", "HBM_1"),
+    ("hbm2", "HBM_2"),
+    ("hbm3", "HBM_3"),
+)
+
+# amdsmi_get_violation_status() "active_*" flags → model.THROTTLE_REASONS names. PVIOL is the package power
+# tracking (PPT) limit, TVIOL the socket thermal limit (comments in amdsmi_interface.py).
+_VIOLATION_REASONS = {
+    "active_ppt_pwr": "ppt_power",
+    "active_socket_thrm": "socket_thermal",
+    "active_prochot_thrm": "prochot",
+    "active_vr_thrm": "vr_thermal",
+    "active_hbm_thrm": "hbm_thermal",
+}
+
+_PCIE_ERROR_COUNTERS = {
+    "nak_sent": "pcie_nak_sent_count",
+    "nak_received": "pcie_nak_received_count",
+    "l0_to_recovery": "pcie_l0_to_recovery_count",
+    "other_end_recovery": "pcie_lc_perf_other_end_recovery_count",
+}
+
+_XGMI_LINK_UP = {"U": True, "D": False}  # "X" = disabled by configuration, "N/A" = unknown: not listed
+_XGMI_ERROR_STATUS = {0: "no_errors", 1: "error", 2: "multiple_errors"}
+
+
+def fill_device(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    """Every section, identity first: a lost GPU shows up there (DeviceLost) before the long tail of calls."""
+    smi = call.smi
+    _identity(device, call, handle)
+    _firmware(device, call, handle)
+    _pcie(device, call, handle)
+    _ecc(device, call, handle, smi)
+    _bad_pages(device, call, handle, smi)
+    _temperatures(device, call, handle, smi)
+    _power(device, call, handle)
+    _throttle(device, call, handle)
+    _memory_and_activity(device, call, handle)
+    _xgmi(device, call, handle)
+    _placement(device, call, handle)
+
+
+def _identity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    device.uuid = text(call("amdsmi_get_gpu_device_uuid", handle))
+    asic = call("amdsmi_get_gpu_asic_info", handle)
+    device.name = text(field(asic, "market_name"))
+    device.architecture = text(field(asic, "target_graphics_version"))
+    board = call("amdsmi_get_gpu_board_info", handle)
+    # The FRU's product serial is what is printed on the board; the ASIC serial (unique_id) is the fallback.
+    device.serial = text(field(board, "product_serial")) or text(field(asic, "asic_serial"))
+    device.board_part_number = text(field(board, "model_number"))
+    device.vbios_version = text(field(call("amdsmi_get_gpu_vbios_info", handle), "version"))
+
+
+def _firmware(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    for entry in field(call("amdsmi_get_fw_info", handle), "fw_list") or []:
+        block = entry.get("fw_name")  # an AmdSmiFwBlock member, e.g. AMDSMI_FW_ID_PSP_SOSDRV
+        version = text(entry.get("fw_version"))
+        if block is not None and version is not None:
+            device.firmware_versions[block.name.removeprefix("AMDSMI_FW_ID_")] = version
+
+
+def _pcie(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    info = call("amdsmi_get_pcie_info", handle)
+    static, metric = field(info, "pcie_static"), field(info, "pcie_metric")
+    pcie = device.pcie
+    # max_pcie_speed/max_pcie_width come from the GPU's own sysfs max_link_* (its capability), so they are the
+    # device maximum; what the slot allows is not in amdsmi (the host probe reads the upstream port).
+    pcie.device_max_generation = generation_from_mts(field(static, "max_pcie_speed")) or integer(
+        field(static, "pcie_interface_version")
+    )
+    pcie.device_max_width = integer(field(static, "max_pcie_width"))
+    pcie.current_generation = generation_from_mts(field(metric, "pcie_speed"))  # MT/s, from gpu_metrics
+    pcie.current_width = integer(field(metric, "pcie_width"))
+    pcie.replay_count = integer(field(metric, "pcie_replay_count"))
+    pcie.replay_rollover_count = integer(field(metric, "pcie_replay_roll_over_count"))
+    for name, key in _PCIE_ERROR_COUNTERS.items():
+        value = integer(field(metric, key))
+        if value is not None:
+            pcie.error_counters[name] = value
+
+
+def _ecc(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any, smi: ModuleType) -> None:
+    enabled_blocks = integer(call("amdsmi_get_gpu_ecc_enabled", handle))  # bitmask of AmdSmiGpuBlock values
+    ecc = device.ecc
+    if enabled_blocks is not None:
+        ecc.enabled = bool(enabled_blocks & smi.AmdSmiGpuBlock.UMC)  # UMC = the HBM memory controllers
+    total = call("amdsmi_get_gpu_total_ecc_count", handle)
+    # amdgpu counts since the driver loaded: the volatile counters in NVML's terms.
+    ecc.volatile_corrected = integer(field(total, "correctable_count"))
+    ecc.volatile_uncorrected = integer(field(total, "uncorrectable_count"))
+    ecc.deferred = integer(field(total, "deferred_count"))
+    for block in smi.AmdSmiGpuBlock:
+        if block in (smi.AmdSmiGpuBlock.INVALID, smi.AmdSmiGpuBlock.RESERVED) or not (enabled_blocks or 0) & block:
+            continue
+        counts = call("amdsmi_get_gpu_ecc_count", handle, block)
+        values = {
+            "corrected": integer(field(counts, "correctable_count")),
+            "uncorrected": integer(field(counts, "uncorrectable_count")),
+            "deferred": integer(field(counts, "deferred_count")),
+        }
+        if any(v is not None for v in values.values()):
+            ecc.by_block[block.name.lower()] = {k: v for k, v in values.items() if v is not None}
+
+
+def _bad_pages(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any, smi: ModuleType) -> None:
+    pages = call("amdsmi_get_gpu_bad_page_info", handle)
+    health = device.memory_health
+    if isinstance(pages, list):
+        statuses = [page.get("status") for page in pages]
+        status = smi.AmdSmiMemoryPageStatus
+        health.bad_pages_reserved = statuses.count(status.RESERVED)
+        health.bad_pages_pending = statuses.count(status.PENDING)
+        health.bad_pages_unreservable = statuses.count(status.UNRESERVABLE)
+    health.bad_page_threshold = integer(call("amdsmi_get_gpu_bad_page_threshold", handle))
+
+
+def _temperatures(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any, smi: ModuleType) -> None:
+    sensor_types, metric = smi.AmdSmiTemperatureType, smi.AmdSmiTemperatureMetric
+    for name, member in _TEMPERATURE_SENSORS:
+        sensor = sensor_types[member]
+        current = number(call("amdsmi_get_temp_metric", handle, sensor, metric.CURRENT))
+        if current is None:  # no such sensor on this ASIC (MI300X has no edge sensor, for one)
+            continue
+        device.temperatures[name] = TemperatureSensor(
+            current_celsius=float(current),
+            # The amd-smi CLI treats CRITICAL as the slowdown limit and EMERGENCY as the shutdown limit (§7).
+            slowdown_celsius=_celsius(call("amdsmi_get_temp_metric", handle, sensor, metric.CRITICAL)),
+            shutdown_celsius=_celsius(call("amdsmi_get_temp_metric", handle, sensor, metric.EMERGENCY)),
+        )
+
+
+def _celsius(value: Any) -> float | None:
+    found = number(value)
+    return float(found) if found is not None else None
+
+
+def _power(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    info = call("amdsmi_get_power_info", handle)
+    # current_socket_power on MI300 and later, average_socket_power on MI200 and older (§6). The wrapper maps
+    # only 0xFFFF to "N/A"; UINT32_MAX is also an unsupported marker in the C header.
+    for key in ("current_socket_power", "average_socket_power"):
+        watts = number(field(info, key))
+        if watts is not None and watts != _UINT32_MAX:
+            device.power.draw_watts = float(watts)
+            break
+    caps = call("amdsmi_get_power_cap_info", handle)  # µW
+    # A cap of 0 cannot be in force: for the cap and its default, 0 means the library has no value.
+    device.power.limit_watts = _watts_from_microwatts(field(caps, "power_cap"), zero_is_unknown=True)
+    device.power.default_limit_watts = _watts_from_microwatts(field(caps, "default_power_cap"), zero_is_unknown=True)
+    device.power.min_limit_watts = _watts_from_microwatts(field(caps, "min_power_cap"))
+    device.power.max_limit_watts = _watts_from_microwatts(field(caps, "max_power_cap"))
+    energy = call("amdsmi_get_energy_count", handle)
+    accumulator, resolution = number(field(energy, "energy_accumulator")), number(field(energy, "counter_resolution"))
+    if accumulator is not None and resolution is not None:
+        device.power.energy_joules = accumulator * resolution / 1e6  # µJ → J
+
+
+def _watts_from_microwatts(value: Any, zero_is_unknown: bool = False) -> float | None:
+    microwatts = number(value)
+    if microwatts is None or microwatts == _UINT64_MAX or (zero_is_unknown and microwatts == 0):
+        return None  # UINT64_MAX: the C layer's unsupported marker
+    return microwatts / 1e6
+
+
+def _throttle(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    # gpu_metrics' throttle_status is only a bool (and absent from metrics v1.7+), so the named reasons come from
+    # the violation status (MI300 and later, §8).
+    status = call("amdsmi_get_violation_status", handle)
+    flags = {name: field(status, key) for key, name in _VIOLATION_REASONS.items()}
+    readable = {name: flag for name, flag in flags.items() if isinstance(flag, bool)}
+    if readable:
+        device.clocks.throttle_reasons = [name for name, active in readable.items() if active]
+
+
+def _memory_and_activity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    usage = call("amdsmi_get_gpu_vram_usage", handle)  # MiB: the C code divides bytes by 1024²
+    total, used = integer(field(usage, "vram_total")), integer(field(usage, "vram_used"))
+    device.memory.total_bytes = total * MIB if total is not None else None
+    device.memory.used_bytes = used * MIB if used is not None else None
+    activity = call("amdsmi_get_gpu_activity", handle)
+    device.utilization.gpu_percent = integer(field(activity, "gfx_activity"))
+    device.utilization.memory_percent = integer(field(activity, "umc_activity"))
+
+
+def _xgmi(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    status = field(call("amdsmi_get_gpu_xgmi_link_status", handle), "status") or []
+    for index, state in enumerate(status):
+        if state in _XGMI_LINK_UP:
+            device.links.append(GpuLink(index=index, kind="xgmi", up=_XGMI_LINK_UP[state]))
+    error_status = integer(call("amdsmi_gpu_xgmi_error_status", handle))  # the enum's .value, not the member
+    device.xgmi_error_status = _XGMI_ERROR_STATUS.get(error_status) if error_status is not None else None
+
+
+def _placement(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    numa = integer(call("amdsmi_get_gpu_topo_numa_affinity", handle))
+    device.numa_node = numa if numa is not None and numa >= 0 else None  # -1: no NUMA affinity
+    device.compute_partition = text(call("amdsmi_get_gpu_compute_partition", handle))
+    device.memory_partition = text(call("amdsmi_get_gpu_memory_partition", handle))
