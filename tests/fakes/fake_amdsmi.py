@@ -1,0 +1,397 @@
+"""A fake libamd_smi.so under the real amdsmi 7.0.2 Python wrapper.
+
+`ctypes.CDLL` is patched so that `import amdsmi` loads `FakeLibAmdSmi` instead of ROCm's library (vendor-api.md
+§13). The wrapper binds every C symbol at import and sets `restype`/`argtypes` on it; then, on each call, it hands
+our functions the same ctypes objects it would hand C (`c_void_p` handles, `byref()` structs, string buffers,
+IntEnum arguments) and decodes what we write into them. So the wrapper's own behaviour is exercised: "N/A" for
+sentinel values, enum members, exceptions from status codes.
+
+The node is described by `amd_node.FakeAmdNode`. Partitioned GPUs (CPX) show one processor handle per partition,
+with the BDF function = partition number, and answer NOT_SUPPORTED on secondary partitions for the device-wide
+calls, as AMD SMI's partitioning guide describes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import sys
+from typing import Any, Callable, Iterator
+
+from tests.fakes.amd_node import FakeAmdGpu, FakeAmdNode
+
+SUCCESS, NOT_SUPPORTED, INVAL, NOT_FOUND, AMDGPU_RESTART_ERR = 0, 2, 1, 31, 54
+UINT16_NA, UINT32_NA = 0xFFFF, 0xFFFFFFFF
+
+# amdsmi_fw_block_t, amdsmi_temperature_type_t and amdsmi_temperature_metric_t values of the C header.
+FW_ID = {"SMU": 1, "CP_MEC1": 7, "PSP_SOSDRV": 30, "PM": 77}
+SENSOR = {0: "edge", 1: "hotspot", 2: "vram"}
+METRIC_CURRENT, METRIC_CRITICAL, METRIC_EMERGENCY = 0, 5, 7
+LINK_TYPE_INTERNAL, LINK_TYPE_XGMI = 0, 2
+
+# Answered only by partition 0 of a partitioned GPU: the device-wide data (partitioning guide, "Primary and
+# secondary partitions").
+PRIMARY_ONLY = {
+    "amdsmi_get_gpu_board_info", "amdsmi_get_gpu_vbios_info", "amdsmi_get_fw_info", "amdsmi_get_pcie_info",
+    "amdsmi_get_gpu_ecc_enabled", "amdsmi_get_gpu_total_ecc_count", "amdsmi_get_gpu_ecc_count",
+    "amdsmi_get_gpu_bad_page_info", "amdsmi_get_gpu_bad_page_threshold", "amdsmi_get_temp_metric",
+    "amdsmi_get_power_info", "amdsmi_get_power_cap_info", "amdsmi_get_energy_count",
+    "amdsmi_get_gpu_xgmi_link_status", "amdsmi_gpu_xgmi_error_status", "amdsmi_get_gpu_compute_partition",
+    "amdsmi_get_gpu_memory_partition",
+}
+# Still answered for a lost GPU: cached by the library at discovery.
+CACHED_AT_DISCOVERY = {"amdsmi_get_gpu_device_bdf", "amdsmi_get_gpu_kfd_info"}
+
+
+def _target(argument: Any) -> Any:
+    """The ctypes object behind `ctypes.byref(obj)`, or the object itself (arrays, buffers)."""
+    return getattr(argument, "_obj", argument)
+
+
+class Processor:
+    def __init__(self, gpu: FakeAmdGpu, partition: int, handle: int):
+        self.gpu, self.partition, self.handle = gpu, partition, handle
+
+    @property
+    def secondary(self) -> bool:
+        return self.partition > 0
+
+
+class _CFunction:
+    """One C symbol: the wrapper sets restype/argtypes on it and calls it."""
+
+    def __init__(self, name: str, implementation: Callable[..., int]):
+        self.__name__ = name
+        self.implementation = implementation
+        self.restype = self.argtypes = None
+
+    def __call__(self, *args: Any) -> int:
+        return self.implementation(*args)
+
+
+class FakeLibAmdSmi:
+    def __init__(self, node: FakeAmdNode):
+        self.node = node
+        self.calls: list[str] = []
+        self.unmodelled: set[str] = set()  # symbols called that this fake does not model (answered NOT_SUPPORTED)
+        self.processors: dict[int, Processor] = {}
+        self.sockets: dict[int, list[Processor]] = {}
+        self._keep_alive: list[Any] = []
+
+    def __getattr__(self, name: str) -> _CFunction:
+        if not name.startswith("amdsmi_"):
+            raise AttributeError(name)
+        implementation = getattr(type(self), "c_" + name, None)
+        function = _CFunction(name, self._guarded(name, implementation))
+        setattr(self, name, function)  # bound once, like a real symbol
+        return function
+
+    def _guarded(self, name: str, implementation: Any) -> Callable[..., int]:
+        def call(*args: Any) -> int:
+            self.calls.append(name)
+            failure = self.node.failing_calls.get(name)
+            if isinstance(failure, list) and failure:
+                return failure.pop(0)
+            if isinstance(failure, int):
+                return failure
+            if implementation is None:
+                self.unmodelled.add(name)
+                return NOT_SUPPORTED
+            processors = [self.processors.get(a.value) for a in args if isinstance(a, ctypes.c_void_p)]
+            if any(p is None for p in processors) and name not in ("amdsmi_get_processor_handles",):
+                return NOT_FOUND
+            if processors and name not in ("amdsmi_get_processor_handles",):
+                if any(p.gpu.lost for p in processors) and name not in CACHED_AT_DISCOVERY:
+                    return AMDGPU_RESTART_ERR
+                if processors[0].secondary and name in PRIMARY_ONLY:
+                    return NOT_SUPPORTED
+                return implementation(self, *processors, *args[len(processors) :])
+            return implementation(self, *args)
+
+        return call
+
+    # -- discovery -------------------------------------------------------------------------------------------
+
+    def c_amdsmi_init(self, flags: int) -> int:
+        if self.node.init_status == SUCCESS:
+            handle = 0x1000
+            for socket, gpu in enumerate(self.node.gpus):
+                members = []
+                for partition in range(gpu.partitions):
+                    members.append(Processor(gpu, partition, handle))
+                    self.processors[handle] = members[-1]
+                    handle += 1
+                self.sockets[0x100 + socket] = members
+        return self.node.init_status
+
+    def c_amdsmi_shut_down(self) -> int:
+        return SUCCESS
+
+    def c_amdsmi_get_lib_version(self, version: Any) -> int:
+        v = _target(version)
+        v.major, v.minor, v.release = self.node.lib_version
+        build = ctypes.create_string_buffer(b"0")
+        self._keep_alive.append(build)
+        v.build = ctypes.cast(build, ctypes.POINTER(ctypes.c_char))
+        return SUCCESS
+
+    def c_amdsmi_get_socket_handles(self, count: Any, handles: Any) -> int:
+        _target(count).value = len(self.sockets)
+        if isinstance(handles, ctypes.Array):
+            for i, socket in enumerate(self.sockets):
+                handles[i] = socket
+        return SUCCESS
+
+    def c_amdsmi_get_processor_handles(self, socket: Any, count: Any, handles: Any) -> int:
+        members = self.sockets.get(socket.value)
+        if members is None:
+            return INVAL
+        _target(count).value = len(members)
+        if isinstance(handles, ctypes.Array):
+            for i, processor in enumerate(members):
+                handles[i] = processor.handle
+        return SUCCESS
+
+    # -- identity ----------------------------------------------------------------------------------------------
+
+    def c_amdsmi_get_gpu_device_bdf(self, p: Processor, bdf: Any) -> int:
+        fields = _target(bdf).struct_amdsmi_bdf_t
+        fields.domain_number, fields.bus_number, fields.device_number = 0, p.gpu.bus, 0
+        fields.function_number = p.partition  # the partition number, in CPX
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_device_uuid(self, p: Processor, length: Any, buffer: Any) -> int:
+        uuid = f"{p.partition:02x}ff74a1-0000-1000-80{p.gpu.index:02x}-{p.gpu.unique_id & 0xFFFFFFFFFFFF:012x}"
+        ctypes.memmove(buffer, uuid.encode() + b"\0", len(uuid) + 1)
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_kfd_info(self, p: Processor, info: Any) -> int:
+        kfd = _target(info)
+        kfd.kfd_id, kfd.node_id, kfd.current_partition_id = 0xBEEF00 + p.handle, p.handle - 0x1000 + 1, p.partition
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_asic_info(self, p: Processor, info: Any) -> int:
+        asic = _target(info)
+        asic.market_name = p.gpu.market_name.encode()
+        asic.vendor_id, asic.vendor_name = 0x1002, b"Advanced Micro Devices Inc. [AMD/ATI]"
+        asic.subvendor_id, asic.device_id, asic.rev_id = 0x1002, p.gpu.device_id, 0
+        # Only the primary partition reports the ASIC serial; an empty one becomes "N/A" in the wrapper.
+        asic.asic_serial = b"" if p.secondary else f"0x{p.gpu.unique_id:016X}".encode()
+        asic.oam_id, asic.num_of_compute_units = p.gpu.index, p.gpu.compute_units // p.gpu.partitions
+        asic.target_graphics_version, asic.subsystem_id = p.gpu.gfx_target, 0x74A1
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_board_info(self, p: Processor, info: Any) -> int:
+        board = _target(info)
+        board.model_number, board.product_serial = p.gpu.board_part_number.encode(), p.gpu.serial.encode()
+        board.product_name, board.manufacturer_name = b"AMD Instinct MI300X OAM", b"AMD"
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_vbios_info(self, p: Processor, info: Any) -> int:
+        vbios = _target(info)
+        vbios.name, vbios.build_date = b"AMD MI300X_HW_SRIOV_CVS_1VF", b"2024/05/28 10:57"
+        vbios.part_number, vbios.version = p.gpu.vbios_version.encode(), p.gpu.vbios_version.encode()
+        return SUCCESS
+
+    def c_amdsmi_get_fw_info(self, p: Processor, info: Any) -> int:
+        fw = _target(info)
+        fw.num_fw_info = len(p.gpu.firmware)
+        for i, (name, version) in enumerate(p.gpu.firmware.items()):
+            fw.fw_info_list[i].fw_id, fw.fw_info_list[i].fw_version = FW_ID[name], version
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_driver_info(self, p: Processor, info: Any) -> int:
+        driver = _target(info)
+        driver.driver_name, driver.driver_version = b"amdgpu", p.gpu.driver_version.encode()
+        driver.driver_date = b"2015/01/01 00:00"
+        return SUCCESS
+
+    # -- PCIe, RAS -------------------------------------------------------------------------------------------
+
+    def c_amdsmi_get_pcie_info(self, p: Processor, info: Any) -> int:
+        pcie = _target(info)
+        static, metric = pcie.pcie_static, pcie.pcie_metric
+        static.max_pcie_width, static.max_pcie_speed = p.gpu.pcie_max_width, p.gpu.pcie_max_mts
+        static.pcie_interface_version, static.slot_type = 5, 1  # OAM
+        metric.pcie_width, metric.pcie_speed = p.gpu.pcie_width, p.gpu.pcie_mts
+        metric.pcie_bandwidth = UINT32_NA
+        metric.pcie_replay_count, metric.pcie_replay_roll_over_count = p.gpu.pcie_replay_count, 0
+        metric.pcie_l0_to_recovery_count, metric.pcie_nak_sent_count, metric.pcie_nak_received_count = 0, 0, 0
+        metric.pcie_lc_perf_other_end_recovery_count = UINT32_NA  # not in this firmware's gpu_metrics
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_ecc_enabled(self, p: Processor, blocks: Any) -> int:
+        _target(blocks).value = sum(p.gpu.ras_blocks)
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_total_ecc_count(self, p: Processor, counts: Any) -> int:
+        return self._fill_counts(_target(counts), [p.gpu.ecc(block) for block in p.gpu.ras_blocks])
+
+    def c_amdsmi_get_gpu_ecc_count(self, p: Processor, block: int, counts: Any) -> int:
+        if int(block) not in p.gpu.ras_blocks:
+            return NOT_SUPPORTED
+        return self._fill_counts(_target(counts), [p.gpu.ecc(int(block))])
+
+    @staticmethod
+    def _fill_counts(counts: Any, per_block: list[tuple[int, int, int]]) -> int:
+        counts.correctable_count = sum(c for c, _, _ in per_block)
+        counts.uncorrectable_count = sum(u for _, u, _ in per_block)
+        counts.deferred_count = sum(d for _, _, d in per_block)
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_bad_page_info(self, p: Processor, count: Any, records: Any) -> int:
+        _target(count).value = len(p.gpu.bad_pages)
+        if isinstance(records, ctypes.Array):
+            for record, (address, status) in zip(records, p.gpu.bad_pages):
+                record.page_address, record.page_size, record.status = address << 12, 4096, status
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_bad_page_threshold(self, p: Processor, threshold: Any) -> int:
+        _target(threshold).value = p.gpu.bad_page_threshold
+        return SUCCESS
+
+    # -- thermal, power, throttling -------------------------------------------------------------------------
+
+    def c_amdsmi_get_temp_metric(self, p: Processor, sensor: int, metric: int, value: Any) -> int:
+        reading = p.gpu.temperatures.get(SENSOR.get(int(sensor), ""))
+        chosen = {
+            METRIC_CURRENT: reading and reading.current,
+            METRIC_CRITICAL: reading and reading.critical,
+            METRIC_EMERGENCY: reading and reading.emergency,
+        }.get(int(metric))
+        if chosen is None:
+            return NOT_SUPPORTED
+        _target(value).value = chosen
+        return SUCCESS
+
+    def c_amdsmi_get_power_info(self, p: Processor, info: Any) -> int:
+        power = _target(info)
+        power.socket_power = p.gpu.power_watts
+        # MI300 reports the current socket power, MI200 and older the average; the other reads 0xFFFF.
+        average = p.gpu.reports_average_power
+        power.current_socket_power = UINT16_NA if average else p.gpu.power_watts
+        power.average_socket_power = p.gpu.power_watts if average else UINT16_NA
+        power.gfx_voltage, power.soc_voltage, power.mem_voltage = UINT16_NA, UINT16_NA, UINT16_NA
+        power.power_limit = p.gpu.power_cap_watts
+        return SUCCESS
+
+    def c_amdsmi_get_power_cap_info(self, p: Processor, sensor: Any, info: Any) -> int:
+        caps = _target(info)
+        caps.power_cap = caps.default_power_cap = caps.max_power_cap = p.gpu.power_cap_watts * 1_000_000
+        caps.min_power_cap, caps.dpm_cap = 400_000_000, 2100
+        return SUCCESS
+
+    def c_amdsmi_get_energy_count(self, p: Processor, accumulator: Any, resolution: Any, timestamp: Any) -> int:
+        # The counter ticks in 15.259 µJ (gpu_metrics energy_accumulator units).
+        _target(accumulator).value = round(p.gpu.energy_microjoules / 15.259)
+        _target(resolution).value = 15.259
+        _target(timestamp).value = 1_700_000_000_000
+        return SUCCESS
+
+    def c_amdsmi_get_violation_status(self, p: Processor, info: Any) -> int:
+        status = _target(info)
+        for flag in ("active_prochot_thrm", "active_ppt_pwr", "active_socket_thrm", "active_vr_thrm",
+                     "active_hbm_thrm"):
+            setattr(status, flag, 1 if flag in p.gpu.violations else 0)
+        status.active_gfx_clk_below_host_limit = 0xFF  # UINT8 max: "N/A" in the wrapper
+        return SUCCESS
+
+    # -- memory, XGMI, placement -----------------------------------------------------------------------------
+
+    def c_amdsmi_get_gpu_vram_usage(self, p: Processor, usage: Any) -> int:
+        vram = _target(usage)
+        vram.vram_total = p.gpu.vram_total_mib // p.gpu.partitions
+        vram.vram_used = p.gpu.vram_used_mib // p.gpu.partitions
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_activity(self, p: Processor, usage: Any) -> int:
+        activity = _target(usage)
+        activity.gfx_activity, activity.umc_activity, activity.mm_activity = 0, 0, UINT16_NA
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_xgmi_link_status(self, p: Processor, info: Any) -> int:
+        status = _target(info)
+        status.total_links = len(p.gpu.xgmi_links)
+        for i, state in enumerate(p.gpu.xgmi_links):
+            status.status[i] = state
+        return SUCCESS
+
+    def c_amdsmi_gpu_xgmi_error_status(self, p: Processor, status: Any) -> int:
+        _target(status).value = p.gpu.xgmi_error_status
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_topo_numa_affinity(self, p: Processor, numa: Any) -> int:
+        _target(numa).value = p.gpu.numa_node
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_compute_partition(self, p: Processor, buffer: Any, length: Any) -> int:
+        buffer.value = p.gpu.compute_partition.encode()
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_memory_partition(self, p: Processor, buffer: Any, length: Any) -> int:
+        buffer.value = p.gpu.memory_partition.encode()
+        return SUCCESS
+
+    # -- topology between two processors --------------------------------------------------------------------
+
+    def c_amdsmi_topo_get_link_type(self, a: Processor, b: Processor, hops: Any, link_type: Any) -> int:
+        same_gpu = a.gpu is b.gpu
+        _target(hops).value = 0 if same_gpu else 1
+        _target(link_type).value = LINK_TYPE_INTERNAL if same_gpu else LINK_TYPE_XGMI
+        return SUCCESS
+
+    def c_amdsmi_is_P2P_accessible(self, a: Processor, b: Processor, accessible: Any) -> int:
+        _target(accessible).value = True
+        return SUCCESS
+
+    def c_amdsmi_topo_get_p2p_status(self, a: Processor, b: Processor, link_type: Any, capability: Any) -> int:
+        _target(link_type).value = LINK_TYPE_XGMI
+        cap = _target(capability)
+        cap.is_iolink_coherent = cap.is_iolink_atomics_32bit = cap.is_iolink_atomics_64bit = 1
+        cap.is_iolink_dma = cap.is_iolink_bi_directional = 1
+        return SUCCESS
+
+
+class FakeLibRocmCore:
+    """librocm-core.so, which amdsmi_get_rocm_version() loads on its own."""
+
+    def __init__(self, version: tuple[int, int, int]):
+        self.getROCmVersion = _CFunction("getROCmVersion", self._version)
+        self.version = version
+
+    def _version(self, major: Any, minor: Any, patch: Any) -> int:
+        _target(major).value, _target(minor).value, _target(patch).value = self.version
+        return 0
+
+
+def forget_amdsmi() -> None:
+    """`import amdsmi` caches the loaded library in module state: every test starts from a fresh import."""
+    for name in [n for n in sys.modules if n == "amdsmi" or n.startswith("amdsmi.")]:
+        del sys.modules[name]
+
+
+@contextlib.contextmanager
+def installed(node: FakeAmdNode) -> Iterator[FakeLibAmdSmi]:
+    """Patch ctypes.CDLL so that libamd_smi.so (and librocm-core.so) resolve to fakes of `node`."""
+    library = FakeLibAmdSmi(node)
+    real_cdll = ctypes.CDLL
+
+    def fake_cdll(name: Any, *args: Any, **kwargs: Any) -> Any:
+        path = str(name)
+        if "amd_smi" in path:
+            if not node.library_present:
+                raise OSError(f"{path}: cannot open shared object file: No such file or directory")
+            return library
+        if "rocm-core" in path:
+            if node.rocm_version is None:
+                raise OSError(f"{path}: cannot open shared object file: No such file or directory")
+            return FakeLibRocmCore(node.rocm_version)
+        return real_cdll(name, *args, **kwargs)
+
+    forget_amdsmi()
+    ctypes.CDLL = fake_cdll
+    try:
+        yield library
+    finally:
+        ctypes.CDLL = real_cdll
+        forget_amdsmi()
