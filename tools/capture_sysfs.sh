@@ -19,7 +19,13 @@ for dev in /sys/bus/pci/devices/*; do
 done > "$list"
 for f in /proc/cmdline /proc/version /proc/driver/nvidia/version /sys/module/nvidia/version /proc/modules \
          /proc/sys/kernel/osrelease /etc/os-release; do [ -r "$f" ] && echo "$f"; done >> "$list"
-tar -czhf "$out" -T "$list" 2>/dev/null
+# Copy by reading, not with tar: sysfs files claim 4096 bytes and procfs files 0, so tar pads or empties them.
+stage=$(mktemp -d)
+while read -r f; do
+  mkdir -p "$stage$(dirname "$f")"
+  cat "$f" 2>/dev/null | tr -d '\000' > "$stage$f"
+done < "$list"
+tar -czf "$out" -C "$stage" .
 # symlinks that matter (driver, iommu_group) do not survive -h: write them down
 for dev in /sys/bus/pci/devices/*; do
   echo "$(basename "$dev") -> $(readlink -f "$dev") driver=$(basename "$(readlink -f "$dev/driver" 2>/dev/null)") group=$(basename "$(readlink "$dev/iommu_group" 2>/dev/null)")"
