@@ -1,0 +1,195 @@
+"""Every metric gpudiag exports: its name, type, help and labels, in one place.
+
+Naming (DESIGN.md, and Prometheus's naming guide): prefix `gpudiag_`, base units in the name (`_celsius`, `_watts`,
+`_joules`, `_hertz`, `_bytes`, `_seconds`, `_ratio`), counters end in `_total`. Identity labels (model, serial,
+VBIOS, driver) sit only on `gpudiag_gpu_info`; every per-GPU series carries `gpu` (index), `uuid` and `pci_bus_id`
+so that it can be joined to the info series. The dashboard and alert-rule tests check their expressions against
+this catalog, so a renamed metric breaks them rather than silently emptying a panel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # the sample name as exposed (counters include `_total`)
+    kind: str  # "gauge" | "counter"
+    help: str
+    labels: tuple[str, ...]
+
+
+GPU_LABELS = ("gpu", "uuid", "pci_bus_id")
+
+_ALL: dict[str, MetricSpec] = {}
+
+
+def _define(name: str, kind: str, help_text: str, labels: tuple[str, ...] = ()) -> MetricSpec:
+    assert name.startswith("gpudiag_") and (kind == "counter") == name.endswith("_total"), name
+    spec = MetricSpec(name, kind, help_text, labels)
+    _ALL[name] = spec
+    return spec
+
+
+def _gpu(name: str, kind: str, help_text: str, extra: tuple[str, ...] = ()) -> MetricSpec:
+    return _define(name, kind, help_text, GPU_LABELS + extra)
+
+
+# -- self-health and node ---------------------------------------------------------------------------------------
+
+BUILD_INFO = _define("gpudiag_build_info", "gauge", "gpudiag build; always 1.", ("version", "python_version"))
+BACKEND_UP = _define(
+    "gpudiag_backend_up", "gauge", "1 when the vendor library loaded and initialised, else 0.", ("backend", "vendor")
+)
+BACKEND_INFO = _define(
+    "gpudiag_backend_info",
+    "gauge",
+    "Driver stack versions a loaded vendor library reports; always 1.",
+    ("backend", "vendor", "driver_version", "library_version", "runtime_version"),
+)
+COLLECTOR_SUCCESS = _define(
+    "gpudiag_collector_success",
+    "gauge",
+    "1 when this part of the last collection finished within its deadline without error, else 0.",
+    ("collector",),
+)
+COLLECTOR_DURATION = _define(
+    "gpudiag_collector_duration_seconds", "gauge", "How long this part of the last collection took.", ("collector",)
+)
+COLLECTIONS = _define(
+    "gpudiag_collections_total",
+    "counter",
+    "Collection cycles by outcome: complete, overrun (missed its deadline), error.",
+    ("outcome",),
+)
+LAST_COLLECTION = _define(
+    "gpudiag_last_collection_timestamp_seconds",
+    "gauge",
+    "Unix time at which the last complete collection finished.",
+)
+PROBE_ERRORS = _define(
+    "gpudiag_probe_errors",
+    "gauge",
+    "Probe errors in the last collection by kind; node-level errors have empty gpu labels.",
+    GPU_LABELS + ("kind",),
+)
+KERNEL_LOG_READABLE = _define(
+    "gpudiag_kernel_log_readable", "gauge", "1 when the kernel log could be read in the last collection, else 0."
+)
+DEVICE_UP = _gpu(
+    "gpudiag_device_up",
+    "gauge",
+    "1 when the GPU answered its probe in the last collection; 0 when it was lost, hung past the deadline, or is on "
+    "the PCI bus but no vendor library enumerates it.",
+)
+CHECK_OK = _define(
+    "gpudiag_check_ok",
+    "gauge",
+    "1 when the check passed, warned or was skipped; 0 when it failed or could not decide (unknown).",
+    ("check", "gpu"),
+)
+XID_ERRORS = _gpu(
+    "gpudiag_gpu_xid_errors_total",
+    "counter",
+    "NVIDIA Xid errors seen since the exporter started (NVML events, or the kernel log where events are unavailable).",
+    ("code",),
+)
+KERNEL_LOG_EVENTS = _gpu(
+    "gpudiag_gpu_kernel_log_events_total",
+    "counter",
+    "GPU error lines in the kernel log other than Xids (ring timeouts, resets, RAS errors) since the exporter started.",
+    ("kind",),
+)
+
+# -- per GPU ----------------------------------------------------------------------------------------------------
+
+GPU_INFO = _gpu(
+    "gpudiag_gpu_info",
+    "gauge",
+    "GPU identity; always 1.",
+    ("vendor", "model", "serial", "vbios_version", "driver_version"),
+)
+TEMPERATURE = _gpu("gpudiag_gpu_temperature_celsius", "gauge", "Temperature by sensor.", ("sensor",))
+TEMPERATURE_THRESHOLD = _gpu(
+    "gpudiag_gpu_temperature_threshold_celsius",
+    "gauge",
+    "Temperature at which the GPU slows down, shuts down, or exceeds its maximum operating temperature.",
+    ("sensor", "threshold"),
+)
+POWER = _gpu("gpudiag_gpu_power_watts", "gauge", "Power draw.")
+POWER_LIMIT = _gpu("gpudiag_gpu_power_limit_watts", "gauge", "Power limit in force.")
+POWER_DEFAULT_LIMIT = _gpu("gpudiag_gpu_power_default_limit_watts", "gauge", "Default power limit of the board.")
+ENERGY = _gpu(
+    "gpudiag_gpu_energy_joules_total", "counter", "Energy consumed since the driver loaded or the accumulator started."
+)
+CLOCK = _gpu("gpudiag_gpu_clock_hertz", "gauge", "Current clock frequency.", ("clock",))
+CLOCK_MAX = _gpu("gpudiag_gpu_clock_max_hertz", "gauge", "Maximum clock frequency.", ("clock",))
+UTILIZATION = _gpu(
+    "gpudiag_gpu_utilization_ratio", "gauge", "Fraction of the last sample period the engine was busy.", ("engine",)
+)
+MEMORY_TOTAL = _gpu("gpudiag_gpu_memory_total_bytes", "gauge", "Device memory size.")
+MEMORY_USED = _gpu("gpudiag_gpu_memory_used_bytes", "gauge", "Device memory in use.")
+PCIE_GENERATION = _gpu(
+    "gpudiag_gpu_pcie_link_generation",
+    "gauge",
+    "PCIe link generation: current, max (what this slot allows) and device_max (what the GPU supports).",
+    ("kind",),
+)
+PCIE_WIDTH = _gpu("gpudiag_gpu_pcie_link_width_lanes", "gauge", "PCIe link width, by the same kinds.", ("kind",))
+PCIE_REPLAYS = _gpu("gpudiag_gpu_pcie_replays_total", "counter", "PCIe replays (link-level retransmissions).")
+PCIE_REPLAY_ROLLOVERS = _gpu("gpudiag_gpu_pcie_replay_rollovers_total", "counter", "PCIe replay-number rollovers.")
+PCIE_LINK_ERRORS = _gpu(
+    "gpudiag_gpu_pcie_link_errors_total", "counter", "PCIe link error counters the vendor library reports.", ("counter",)
+)
+PCIE_AER_ERRORS = _gpu(
+    "gpudiag_gpu_pcie_aer_errors_total",
+    "counter",
+    "PCIe AER errors the kernel counted on the GPU's function, by severity and error type.",
+    ("severity", "error"),
+)
+ECC_ENABLED = _gpu(
+    "gpudiag_gpu_ecc_enabled", "gauge", "1 when ECC is enabled: now (current) or after the next reset (pending).", ("mode",)
+)
+ECC_ERRORS = _gpu(
+    "gpudiag_gpu_ecc_errors_total",
+    "counter",
+    "Memory ECC errors: corrected/uncorrected, since driver load (volatile) or over the lifetime (aggregate).",
+    ("severity", "scope"),
+)
+ECC_DEFERRED = _gpu(
+    "gpudiag_gpu_ecc_deferred_errors_total", "counter", "Deferred (poisoned, consumed later) ECC errors (AMD)."
+)
+ECC_BLOCK_ERRORS = _gpu(
+    "gpudiag_gpu_ecc_block_errors_total", "counter", "ECC errors by hardware block.", ("block", "severity")
+)
+REMAPPED_ROWS = _gpu(
+    "gpudiag_gpu_remapped_rows", "gauge", "Memory rows remapped, by the error that caused it.", ("cause",)
+)
+ROW_REMAP_PENDING = _gpu("gpudiag_gpu_row_remap_pending", "gauge", "1 when a row remap waits for a GPU reset.")
+ROW_REMAP_FAILED = _gpu("gpudiag_gpu_row_remap_failed", "gauge", "1 when a row remap failed (no spare row left).")
+ROW_REMAP_BANKS = _gpu(
+    "gpudiag_gpu_row_remap_banks",
+    "gauge",
+    "Memory banks by how many spare rows they have left (max, high, partial, low, none).",
+    ("availability",),
+)
+RETIRED_PAGES = _gpu("gpudiag_gpu_retired_pages", "gauge", "Retired memory pages by cause.", ("cause",))
+RETIRED_PAGES_PENDING = _gpu(
+    "gpudiag_gpu_retired_pages_pending", "gauge", "1 when a page retirement waits for a GPU reset."
+)
+BAD_PAGES = _gpu("gpudiag_gpu_bad_pages", "gauge", "Bad memory pages by state (AMD).", ("state",))
+BAD_PAGES_THRESHOLD = _gpu(
+    "gpudiag_gpu_bad_pages_threshold", "gauge", "Bad pages after which the GPU is to be replaced (AMD)."
+)
+THROTTLE = _gpu(
+    "gpudiag_gpu_throttle_reason_active", "gauge", "1 while this reason holds the clocks down, else 0.", ("reason",)
+)
+LINK_UP = _gpu("gpudiag_gpu_link_up", "gauge", "1 when the NVLink/XGMI link is up, else 0.", ("link", "kind"))
+LINK_ERRORS = _gpu(
+    "gpudiag_gpu_link_errors_total", "counter", "NVLink/XGMI link error counters.", ("link", "kind", "counter")
+)
+
+
+def all_metrics() -> dict[str, MetricSpec]:
+    return dict(_ALL)

@@ -1,0 +1,98 @@
+"""GPU error events as monotonic counters: Xids (from NVML events or the kernel log) and other kernel-log events.
+
+Counters start at 0 when the exporter starts and count only what happens after: Prometheus's `increase()` is what
+turns them into alerts, and an event already in the log at start-up was there before (the checklist reports those).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Iterable, Optional
+
+from gpudiag.exporter import catalog as m
+from gpudiag.exporter.families import FamilySet
+from gpudiag.model import KernelEvent
+
+XID = "xid"
+
+
+class EventTally:
+    """Thread-safe counts by (PCI bus ID, kind, Xid code or ""), fed by the Xid watcher thread and the collector."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str, str]] = Counter()
+        self.version = 0  # bumped on every change, so that a cached /metrics body can tell it is out of date
+
+    def add(self, pci_bus_id: Optional[str], kind: str, code: Optional[int] = None) -> None:
+        key = (pci_bus_id or "", kind, "" if code is None else str(code))
+        with self._lock:
+            self._counts[key] += 1
+            self.version += 1
+
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def add_to(self, fs: FamilySet, identities: dict[str, tuple[str, str]]) -> None:
+        """Label each count with the GPU index and UUID last seen at its bus ID (kept after the GPU is gone: a count
+        of events that did happen is never stale)."""
+        for (bus_id, kind, code), count in sorted(self.counts().items()):
+            gpu, uuid = identities.get(bus_id, ("", ""))
+            if kind == XID:
+                fs.add(m.XID_ERRORS, (gpu, uuid, bus_id, code or "unknown"), count)
+            else:
+                fs.add(m.KERNEL_LOG_EVENTS, (gpu, uuid, bus_id, kind), count)
+
+
+class KernelLogFollower:
+    """Turns successive whole reads of the kernel log (the ring buffer, or a file) into the events that are new.
+
+    The first read is the baseline. After it, an event is new when its timestamp is later than the latest one seen
+    before; at exactly that timestamp, only occurrences beyond those already seen count. Lines without timestamps
+    (a plain saved dmesg) are compared as a multiset against the previous read. Were the latest timestamp to go
+    backwards (the log replaced), the follower takes a new baseline rather than count anything twice.
+    """
+
+    def __init__(self) -> None:
+        self._started = False
+        self._latest: Optional[float] = None
+        self._at_latest: Counter[str] = Counter()
+        self._untimed: Counter[str] = Counter()
+
+    def new_events(self, events: Iterable[KernelEvent]) -> list[KernelEvent]:
+        events = list(events)
+        timed = [e for e in events if e.timestamp_seconds is not None]
+        untimed = Counter(e.message for e in events if e.timestamp_seconds is None)
+        latest = max((e.timestamp_seconds for e in timed), default=self._latest)
+        fresh: list[KernelEvent] = []
+        if self._started and not (latest is not None and self._latest is not None and latest < self._latest):
+            fresh = self._after_latest(timed) + self._beyond(events, untimed)
+        self._started = True
+        if timed:
+            self._latest = latest
+            self._at_latest = Counter(e.message for e in timed if e.timestamp_seconds == latest)
+        self._untimed = untimed
+        return fresh
+
+    def _after_latest(self, timed: list[KernelEvent]) -> list[KernelEvent]:
+        if self._latest is None:
+            return timed
+        fresh = [e for e in timed if e.timestamp_seconds > self._latest]
+        seen = Counter(self._at_latest)
+        for event in (e for e in timed if e.timestamp_seconds == self._latest):
+            if seen[event.message] > 0:
+                seen[event.message] -= 1
+            else:
+                fresh.append(event)
+        return fresh
+
+    def _beyond(self, events: list[KernelEvent], untimed: Counter[str]) -> list[KernelEvent]:
+        extra = untimed - self._untimed
+        fresh = []
+        for event in events:
+            if event.timestamp_seconds is None and extra[event.message] > 0:
+                extra[event.message] -= 1
+                fresh.append(event)
+        return fresh

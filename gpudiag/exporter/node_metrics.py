@@ -1,0 +1,83 @@
+"""Series for a whole collection: devices, GPUs seen only on the PCI bus, backends, check results, self-health."""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter
+from typing import Iterable
+
+from gpudiag import __version__
+from gpudiag.exporter import catalog as m
+from gpudiag.exporter.device_metrics import add_aer, add_device
+from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
+from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, NodeSnapshot, Status
+
+# gpudiag_check_ok: what an operator can rely on. Unknown is not ok: a check that could not decide has not shown
+# the GPU healthy (DESIGN.md).
+_OK_STATUSES = {Status.PASS, Status.WARN, Status.SKIP}
+
+
+def add_build_info(fs: FamilySet) -> None:
+    fs.add(m.BUILD_INFO, (__version__, platform.python_version()), 1)
+
+
+def add_snapshot(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+    drivers = {b.name: b.driver_version for b in snapshot.backends}
+    for device in snapshot.devices:
+        fs.add(m.DEVICE_UP, gpu_labels(device), int(device.reachable))
+        add_device(fs, device, drivers.get(device.source))
+    _add_pci_functions(fs, snapshot)
+    for backend in snapshot.backends:
+        fs.add(m.BACKEND_UP, (backend.name, backend.vendor.value), int(backend.available))
+        if backend.available:
+            versions = (backend.driver_version, backend.library_version, backend.runtime_version)
+            fs.add(m.BACKEND_INFO, (backend.name, backend.vendor.value) + tuple(v or "" for v in versions), 1)
+    add_collector_runs(fs, snapshot.collectors)
+    _add_probe_errors(fs, snapshot)
+    log = snapshot.kernel_log
+    if log.source is not None or log.error is not None:
+        fs.add(m.KERNEL_LOG_READABLE, (), int(log.readable))
+
+
+def add_collector_runs(fs: FamilySet, runs: Iterable[CollectorRun]) -> None:
+    latest = {run.name: run for run in runs}  # one series per collector, even if a part ran twice
+    for name, run in latest.items():
+        fs.add(m.COLLECTOR_SUCCESS, (name,), int(run.success))
+        fs.add(m.COLLECTOR_DURATION, (name,), run.duration_seconds)
+
+
+def add_checks(fs: FamilySet, results: Iterable[CheckResult]) -> None:
+    """One series per (check, gpu): a check that reports several findings on one GPU (one per link, say) shows the
+    worst of them, since Prometheus rejects duplicate series."""
+    worst: dict[tuple[str, str], Status] = {}
+    for result in results:
+        key = (result.check, "" if result.device is None else str(result.device.index))
+        previous = worst.get(key)
+        if previous is None or STATUS_SEVERITY[result.status] > STATUS_SEVERITY[previous]:
+            worst[key] = result.status
+    for key, status in worst.items():
+        fs.add(m.CHECK_OK, key, int(status in _OK_STATUSES))
+
+
+def _add_pci_functions(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+    """AER counters for every GPU function on the bus, and `device_up 0` for a GPU that is on the bus but that no
+    vendor library enumerates (driver not loaded, or the device dropped out of the library's list)."""
+    by_bus_id = {d.pci_bus_id: d for d in snapshot.devices if d.pci_bus_id}
+    covered = set(by_bus_id) | {d.physical_pci_bus_id for d in snapshot.devices if d.physical_pci_bus_id}
+    for pci in snapshot.pci_gpus:
+        device = by_bus_id.get(pci.pci_bus_id)
+        ids = gpu_labels(device) if device is not None else ("", "", pci.pci_bus_id)
+        if pci.pci_bus_id not in covered:
+            fs.add(m.DEVICE_UP, ids, 0)
+        add_aer(fs, ids, pci)
+
+
+def _add_probe_errors(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+    counts: Counter[tuple[str, ...]] = Counter()
+    for device in snapshot.devices:
+        for error in device.errors:
+            counts[gpu_labels(device) + (error.kind.value,)] += 1
+    for error in snapshot.errors:
+        counts[NO_GPU + (error.kind.value,)] += 1
+    for labels, count in counts.items():
+        fs.add(m.PROBE_ERRORS, labels, count)

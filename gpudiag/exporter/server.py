@@ -1,0 +1,157 @@
+"""`gpudiag serve`: the exporter assembled (collector → poller → state → HTTP) and run until SIGTERM.
+
+Default listen address `:9858`, every interface, IPv4 and IPv6. Prometheus scrapes node exporters from another
+host, so a loopback default would only make every deployment override it; the port keeps clear of the GPU
+exporters a node may already run during a migration (DCGM exporter 9400, nvidia_gpu_exporter 9835). The metrics
+describe hardware health and inventory (UUIDs, serials, driver versions), nothing that grants access; where they
+must not leave a trusted network, use `--web-config` (TLS, basic auth) or `--listen 127.0.0.1:9858`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Callable, Optional
+
+from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
+from gpudiag.exporter.poller import Poller, collect_and_judge
+from gpudiag.exporter.state import ExporterState, WatcherFactory
+from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_config
+from gpudiag.model import CheckResult, NodeSnapshot
+from gpudiag.probe import deadline
+from gpudiag.probe.nvml_events import XidWatcher
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = ":9858"
+DEFAULT_INTERVAL_SECONDS = 15.0
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[IPV6]:PORT` or `:PORT` (every interface)."""
+    host, sep, port_text = listen.strip().rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, [IPV6]:PORT or :PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_text)
+
+
+def _bind(host: str, port: int, make: Callable[[socket.AddressFamily, tuple], ExporterHTTPServer]) -> ExporterHTTPServer:
+    if host in ("", "*"):
+        if socket.has_ipv6:
+            try:
+                return make(socket.AF_INET6, ("::", port))
+            except OSError as exc:  # IPv6 disabled on this host: IPv4 alone
+                log.debug("dual-stack bind failed (%s); binding IPv4 only", exc)
+        return make(socket.AF_INET, ("0.0.0.0", port))
+    family, _, _, _, address = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0,
+                                                  socket.AI_PASSIVE)[0]
+    return make(family, address)
+
+
+def _default_judge(snapshot: NodeSnapshot) -> list[CheckResult]:
+    from gpudiag.checks import run_checks
+
+    return run_checks(snapshot)
+
+
+class Exporter:
+    """Everything `gpudiag serve` runs, startable and stoppable in-process (tests and benchmarks use it so)."""
+
+    def __init__(
+        self,
+        listen: str,
+        web: WebConfig,
+        collect: Callable[[], NodeSnapshot],
+        interval_seconds: float,
+        collect_timeout_seconds: float,
+        judge: Callable[[NodeSnapshot], list[CheckResult]] = _default_judge,
+        watcher_factory: Optional[WatcherFactory] = XidWatcher,
+        max_connections: int = 16,
+        request_timeout_seconds: float = 10.0,
+    ):
+        # The Collector bounds itself to collect_timeout_seconds; the margin covers the checks and bookkeeping.
+        cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)
+        self.state = ExporterState(stale_after_seconds=2 * interval_seconds + cycle_deadline,
+                                   watcher_factory=watcher_factory)
+        self.poller = Poller(lambda: collect_and_judge(collect, judge), self.state.on_cycle, interval_seconds,
+                             cycle_deadline)
+        host, port = parse_listen(listen)
+        routes = Routes(self.state.render, self._health)
+        self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
+            family, address, routes, web, max_connections=max_connections,
+            request_timeout_seconds=request_timeout_seconds))
+        self.scheme = "https" if web.tls is not None else "http"
+        self._http_thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.2},
+                                             name="gpudiag-http", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.http.server_address[0], self.http.server_address[1]
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        host = f"[{host}]" if ":" in host else host
+        return f"{self.scheme}://{host}:{port}"
+
+    def start(self) -> "Exporter":
+        self.poller.start()
+        self._http_thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Prompt, whatever is hung: nothing here waits on a vendor call."""
+        self.http.stopping = True
+        self.poller.stop()
+        if self.state.watcher is not None:
+            self.state.watcher.stop(timeout_seconds=1.0)
+        if self._http_thread.is_alive():
+            self.http.shutdown()  # returns within one poll interval
+        self.http.server_close()
+
+    def _health(self) -> tuple[bool, str]:
+        if not self.poller.alive:
+            return False, "the collection loop is not running"
+        return self.state.health()
+
+
+def serve(listen: str, web_config: Optional[Path], options, interval_seconds: float) -> int:
+    """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address or web config."""
+    from gpudiag.probe import Collector
+
+    try:
+        web = load_web_config(web_config) if web_config is not None else WebConfig()
+    except WebConfigError as exc:
+        print(f"gpudiag: error: --web-config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    collector = Collector(options)
+    try:
+        exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds)
+    except (ValueError, OSError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        print(f"gpudiag: error: cannot listen on {listen}: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    exporter.start()
+    print(f"gpudiag: serving {exporter.url}/metrics (collecting every {interval_seconds:g}s)", file=sys.stderr,
+          flush=True)
+    while not stop.wait(1.0):
+        pass
+    exporter.stop()
+    # Closing the vendor libraries is bounded too: a library with a hung call may hang its shutdown.
+    closed = deadline.run_one(lambda tracker: collector.close(), 2.0, "close")
+    if not closed.done:
+        log.warning("closing the vendor libraries did not finish; exiting anyway")
+    print("gpudiag: stopped", file=sys.stderr, flush=True)
+    return EXIT_OK
