@@ -71,15 +71,22 @@ def _split_ids(values: Optional[List[str]]) -> list[str]:
     return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
 
 
-def _collect(root: Path, kernel_log: Optional[Path], timeout: float):
-    from gpudiag.probe import CollectOptions, collect
+def _collect_options(root: Path, kernel_log: Optional[Path], timeout: float):
+    from gpudiag.probe import CollectOptions
 
     if not (root / "sys").is_dir() and root != Path("/"):
         raise UsageProblem(f"--root {root}: no sys/ directory under it")
     if kernel_log is not None and not kernel_log.is_file():
         raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
+    return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout)
+
+
+def _collect(root: Path, kernel_log: Optional[Path], timeout: float):
+    from gpudiag.probe import collect
+
+    options = _collect_options(root, kernel_log, timeout)
     with stdout_to_stderr():
-        return collect(CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout))
+        return collect(options)
 
 
 def _load_replay(path: Path):
@@ -154,6 +161,44 @@ def snapshot(
         except OSError as exc:
             raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
         log.info("snapshot written to %s", output)
+    raise typer.Exit(EXIT_NOTHING_PROBED if nothing_probed(node) else EXIT_OK)
+
+
+@app.command()
+def serve(
+    # The default is gpudiag.exporter.server.DEFAULT_LISTEN, spelled out so that the CLI does not import the
+    # exporter (and prometheus_client) for every command; a test keeps the two equal.
+    listen: str = typer.Option(":9858", "--listen", help="HOST:PORT to serve /metrics and /healthz on; :PORT is every interface."),
+    web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth (exporter-toolkit web-config YAML)."),
+    interval: float = typer.Option(15.0, "--interval", min=0.5, help="Seconds between collections."),
+    timeout: float = TimeoutOption,
+    root: Path = RootOption,
+    kernel_log: Optional[Path] = KernelLogOption,
+) -> None:
+    """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
+    from gpudiag.exporter import serve as run_exporter
+
+    raise typer.Exit(run_exporter(listen, web_config, _collect_options(root, kernel_log, timeout), interval))
+
+
+@app.command()
+def textfile(
+    output: Path = typer.Option(..., "--output", "-o", help="The .prom file to replace atomically, in node_exporter's textfile directory."),
+    timeout: float = TimeoutOption,
+    root: Path = RootOption,
+    kernel_log: Optional[Path] = KernelLogOption,
+) -> None:
+    """Write the metrics and check results once, for node_exporter's textfile collector (gpudiag-check.timer)."""
+    from gpudiag.checks import run_checks
+    from gpudiag.exporter.textfile import write_textfile
+
+    if output.suffix != ".prom":
+        log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
+    node = _collect(root, kernel_log, timeout)
+    try:
+        write_textfile(output, node, run_checks(node))
+    except OSError as exc:
+        raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
     raise typer.Exit(EXIT_NOTHING_PROBED if nothing_probed(node) else EXIT_OK)
 
 
