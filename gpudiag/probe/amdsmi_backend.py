@@ -170,7 +170,8 @@ class AmdsmiBackend:
     def probe_peers(self, devices: list[DeviceSnapshot], tracker: CallTracker) -> list[PeerLink]:
         """XGMI/PCIe link and P2P access between physical GPUs. Logical partitions share their physical GPU's
         links, so 64 CPX partitions are not paired 2016 times."""
-        physical = [d for d in devices if d.reachable and not d.is_logical_partition and d.index < len(self._processors)]
+        known = len(self._processors)
+        physical = [d for d in devices if d.reachable and not d.is_logical_partition and d.index < known]
         errors: list[ProbeError] = []
         call = AmdsmiCaller(self._smi, tracker, errors)
         peers = []

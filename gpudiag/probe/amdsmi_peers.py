@@ -7,8 +7,9 @@ from typing import Any, Optional
 from gpudiag.model import DeviceSnapshot, PeerLink
 from gpudiag.probe.amdsmi_calls import AmdsmiCaller, field, integer
 
-# amdsmi_link_type_t in 7.0.2: INTERNAL=0, PCIE=1, XGMI=2 (the values moved between 6.2 and 6.4; §12).
-LINK_TYPE_INTERNAL = 0
+# amdsmi_topo_get_link_type()["type"] is a raw int: PCIe=1, XGMI=2 in every wrapper since 6.2, whichever enum
+# (io-link type before 7.0, amdsmi_link_type_t in 7.0) it comes from; the AmdSmiLinkType members themselves moved
+# between versions, so they are not used here (vendor-api.md §12).
 LINK_TYPE_PCIE = 1
 LINK_TYPE_XGMI = 2
 
@@ -34,8 +35,6 @@ def probe_pair(
 def _path(link_type: Optional[int], first: DeviceSnapshot, second: DeviceSnapshot) -> Optional[str]:
     if link_type == LINK_TYPE_XGMI:
         return "xgmi"
-    if link_type == LINK_TYPE_INTERNAL:
-        return "internal"
     if link_type == LINK_TYPE_PCIE and first.numa_node is not None and second.numa_node is not None:
         # amdsmi gives hops, not the bridge layout; the NUMA nodes tell NVML's "node" from "sys" apart.
         return "node" if first.numa_node == second.numa_node else "sys"
