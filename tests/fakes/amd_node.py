@@ -57,7 +57,9 @@ class FakeAmdGpu:
     vbios_version: str = "113-M3000100-102"
     board_part_number: str = "102-G30211-0C"
     driver_version: str = "6.12.12"
-    firmware: dict[str, int] = field(default_factory=lambda: {"PM": 0x00556A00, "PSP_SOSDRV": 0x00270082, "CP_MEC1": 178})
+    firmware: dict[str, int] = field(
+        default_factory=lambda: {"PM": 0x00556A00, "PSP_SOSDRV": 0x00270082, "CP_MEC1": 178}
+    )
     pcie_max_mts: int = 32000
     pcie_max_width: int = 16
     pcie_mts: int = 32000
