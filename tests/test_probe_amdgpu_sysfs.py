@@ -188,8 +188,9 @@ def test_each_file_is_named_to_the_tracker(tmp_path):
             super().enter(name)
 
     tracker = Recording()
-    backend.probe_device(0, tracker)
+    device = backend.probe_device(0, tracker)
     assert "sysfs:/sys/class/drm/card0/device/ras/umc_err_count" in names
+    assert tracker.partial is device  # what a deadline miss would still report
     assert tracker.current is None and tracker.completed == len(names)
 
 

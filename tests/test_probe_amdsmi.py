@@ -9,7 +9,7 @@ import pytest
 
 from gpudiag.model import THROTTLE_REASONS, BackendInfo, DeviceSnapshot, ErrorKind, PeerLink
 from gpudiag.probe.amdsmi_backend import AmdsmiBackend
-from gpudiag.probe.deadline import CallTracker
+from gpudiag.probe.deadline import CallTracker, run_all
 from tests.fakes import amd_node
 from tests.fakes.amd_node import FakeAmdNode, mi300x_node
 from tests.fakes.fake_amdsmi import FakeLibAmdSmi, installed
@@ -284,3 +284,20 @@ def test_library_missing_keeps_stdout_clean(capfd):
     assert captured.out == ""
     assert not info.available and info.error.kind is ErrorKind.NOT_FOUND
     assert "libamd_smi.so" in info.error.message and "amd-smi-lib" in info.error.message
+
+
+def test_a_hung_call_is_named_and_the_device_keeps_its_identity():
+    node = mi300x_node(2)
+    node.gpus[1].hang_in = "amdsmi_get_temp_metric"
+    with installed(node):
+        backend = AmdsmiBackend()
+        backend.open(CallTracker())
+        try:
+            outcomes = run_all({i: (lambda t, i=i: backend.probe_device(i, t)) for i in range(2)}, 0.5)
+        finally:
+            node.unhang.set()
+
+    assert outcomes[0].done and outcomes[0].value.errors == []
+    hung = outcomes[1]
+    assert not hung.done and hung.tracker.current == "amdsmi.amdsmi_get_temp_metric"
+    assert hung.tracker.partial.pci_bus_id == MI300X_BDFS[1] and hung.tracker.partial.name == "AMD Instinct MI300X"

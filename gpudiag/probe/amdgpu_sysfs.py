@@ -90,6 +90,7 @@ class AmdgpuSysfsBackend:
     def probe_device(self, index: int, tracker: CallTracker) -> DeviceSnapshot:
         card, bus_id = self._cards[index]
         device = DeviceSnapshot(index=index, vendor=self.vendor, source=SOURCE, pci_bus_id=bus_id)
+        tracker.partial = device  # a read that hangs past the deadline still leaves the GPU named
         reader = _TrackedReader(self.root, device.errors, tracker)
         path = reader.path(f"sys/class/drm/{card}/device")
         if not path.is_dir():

@@ -145,6 +145,7 @@ class AmdsmiBackend:
             partition_id=processor.partition_id,
             physical_pci_bus_id=processor.physical_pci_bus_id,
         )
+        tracker.partial = device  # a probe that misses its deadline is still reported with this identity
         call = AmdsmiCaller(self._smi, tracker, device.errors)
         try:
             fill_device(device, call, processor.handle)

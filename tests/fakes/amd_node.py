@@ -8,6 +8,7 @@ Scenario knobs are the functions at the bottom.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -87,6 +88,7 @@ class FakeAmdGpu:
     vram_total_mib: int = 196592
     vram_used_mib: int = 283
     lost: bool = False
+    hang_in: Optional[str] = None  # a C symbol that blocks on this GPU until FakeAmdNode.unhang is set
 
     @property
     def numa_node(self) -> int:
@@ -122,6 +124,7 @@ class FakeAmdNode:
     # C symbol → the AMDSMI_STATUS_* it returns instead of answering: an int for every call, a list for the next
     # calls in turn (then it answers normally).
     failing_calls: dict[str, int | list[int]] = field(default_factory=dict)
+    unhang: threading.Event = field(default_factory=threading.Event)
 
 
 def mi300x_node(count: int = 8) -> FakeAmdNode:

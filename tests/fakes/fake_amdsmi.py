@@ -101,6 +101,8 @@ class FakeLibAmdSmi:
             if any(p is None for p in processors) and name not in ("amdsmi_get_processor_handles",):
                 return NOT_FOUND
             if processors and name not in ("amdsmi_get_processor_handles",):
+                if processors[0].gpu.hang_in == name:
+                    self.node.unhang.wait(10)  # a call wedged in the driver; bounded so the thread ends
                 if any(p.gpu.lost for p in processors) and name not in CACHED_AT_DISCOVERY:
                     return AMDGPU_RESTART_ERR
                 if processors[0].secondary and name in PRIMARY_ONLY:
