@@ -176,8 +176,9 @@ class ExporterHTTPServer(HTTPServer):
             self._open.pop(sock, None)
 
     def _reap(self) -> None:
+        period = min(1.0, self.connection_lifetime_seconds / 2)
         while not self.stopping:
-            time.sleep(1.0)
+            time.sleep(period)
             now = time.monotonic()
             with self._open_lock:
                 expired = [s for s, since in self._open.items() if now - since > self.connection_lifetime_seconds]

@@ -75,6 +75,7 @@ class Exporter:
         watcher_factory: Optional[WatcherFactory] = XidWatcher,
         max_connections: int = 16,
         request_timeout_seconds: float = 10.0,
+        connection_lifetime_seconds: float = 60.0,
     ):
         # The Collector bounds itself to collect_timeout_seconds; the margin covers the checks and bookkeeping.
         cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)
@@ -86,7 +87,7 @@ class Exporter:
         routes = Routes(self.state.render, self._health)
         self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
             family, address, routes, web, max_connections=max_connections,
-            request_timeout_seconds=request_timeout_seconds))
+            request_timeout_seconds=request_timeout_seconds, connection_lifetime_seconds=connection_lifetime_seconds))
         self.scheme = "https" if web.tls is not None else "http"
         self._http_thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.2},
                                              name="gpudiag-http", daemon=True)

@@ -67,7 +67,8 @@ def load_web_config(path: Path) -> WebConfig:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise WebConfigError(f"{path}: not valid YAML{line}") from None
+        problem = getattr(exc, "problem", None)
+        raise WebConfigError(f"{path}: not valid YAML{line}" + (f" ({problem})" if problem else "")) from None
     if data is None:
         return WebConfig()
     _require_mapping(data, "the file")

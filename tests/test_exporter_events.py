@@ -1,0 +1,188 @@
+"""Xid and kernel-log event counting: the log follower, the tally, and the NVML event watcher over the fake
+libnvidia-ml (real pynvml bindings, fake C library)."""
+
+from __future__ import annotations
+
+import time
+
+import pynvml
+import pytest
+
+from gpudiag.exporter.events import EventTally, KernelLogFollower
+from gpudiag.exporter.families import FamilySet, exposition
+from gpudiag.model import KernelEvent, Vendor
+from gpudiag.probe.nvml_events import XidWatcher
+from tests.exporter_support import series, wait_for
+from tests.fakes.fake_nvml import FakeNode, installed
+from tests.fakes.fake_nvml_events import nvml_events
+
+
+def xid(bus: str, code: int, ts: float | None, tag: str = "") -> KernelEvent:
+    return KernelEvent(Vendor.NVIDIA, "xid", f"NVRM: Xid (PCI:{bus}): {code}, {tag}", pci_bus_id=bus, code=code,
+                       timestamp_seconds=ts)
+
+
+# -- KernelLogFollower ----------------------------------------------------------------------------------------------
+
+
+def test_first_read_is_the_baseline_and_later_reads_give_only_new_events():
+    follower = KernelLogFollower()
+    old = [xid("0000:19:00.0", 79, 10.0), xid("0000:19:00.0", 13, 11.0)]
+    assert follower.new_events(old) == []
+    assert follower.new_events(old) == []  # nothing new: nothing counted twice
+    new = xid("0000:3b:00.0", 48, 12.5)
+    assert follower.new_events(old + [new]) == [new]
+    # the ring buffer dropped the oldest lines: still only the genuinely new one
+    newer = xid("0000:3b:00.0", 94, 13.0)
+    assert follower.new_events([new, newer]) == [newer]
+
+
+def test_identical_lines_at_the_same_timestamp_are_counted_by_multiplicity():
+    follower = KernelLogFollower()
+    follower.new_events([xid("0000:19:00.0", 31, 5.0, "a")])
+    again = [xid("0000:19:00.0", 31, 5.0, "a"), xid("0000:19:00.0", 31, 5.0, "a")]
+    assert len(follower.new_events(again)) == 1  # the second occurrence at 5.0 is new
+    assert follower.new_events(again) == []
+
+
+def test_untimed_lines_compare_as_a_multiset_against_the_previous_read():
+    follower = KernelLogFollower()
+    line = xid("0000:19:00.0", 79, None)
+    assert follower.new_events([line]) == []
+    assert follower.new_events([line, line]) == [line]
+    assert follower.new_events([line, line]) == []
+
+
+def test_log_replaced_by_an_older_one_takes_a_new_baseline_instead_of_recounting():
+    follower = KernelLogFollower()
+    follower.new_events([xid("0000:19:00.0", 79, 500.0)])
+    assert follower.new_events([xid("0000:19:00.0", 79, 3.0), xid("0000:19:00.0", 13, 4.0)]) == []
+    fresh = xid("0000:19:00.0", 45, 6.0)
+    assert follower.new_events([xid("0000:19:00.0", 13, 4.0), fresh]) == [fresh]
+
+
+def test_an_empty_read_keeps_the_watermark():
+    follower = KernelLogFollower()
+    seen = [xid("0000:19:00.0", 79, 10.0)]
+    follower.new_events(seen)
+    assert follower.new_events([]) == []
+    assert follower.new_events(seen) == []
+
+
+# -- EventTally -------------------------------------------------------------------------------------------------
+
+
+def test_tally_labels_counts_with_the_last_known_identity():
+    tally = EventTally()
+    tally.add("0000:19:00.0", "xid", 79)
+    tally.add("0000:19:00.0", "xid", 79)
+    tally.add(None, "xid", None)
+    tally.add("0000:05:00.0", "ring_timeout")
+    fs = FamilySet()
+    tally.add_to(fs, {"0000:19:00.0": ("0", "GPU-a")})
+    text = exposition(fs).decode()
+    assert series(text, "gpudiag_gpu_xid_errors_total", code="79") == [
+        ({"gpu": "0", "uuid": "GPU-a", "pci_bus_id": "0000:19:00.0", "code": "79"}, 2.0)]
+    assert series(text, "gpudiag_gpu_xid_errors_total", code="unknown")[0][0]["pci_bus_id"] == ""
+    assert series(text, "gpudiag_gpu_kernel_log_events_total", kind="ring_timeout")[0][1] == 1.0
+    assert tally.version == 4
+
+
+# -- XidWatcher over the fake NVML --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def node():
+    return FakeNode.hgx_h200(2)
+
+
+def watch(**kwargs) -> tuple[XidWatcher, list[tuple]]:
+    got: list[tuple] = []
+    watcher = XidWatcher(lambda bus, code: got.append((bus, code)), wait_ms=20, backoff_seconds=0.05, **kwargs)
+    watcher.start()
+    return watcher, got
+
+
+def test_watcher_counts_xids_of_each_gpu_by_bus_id(node):
+    with installed(node) as lib:
+        events = nvml_events(lib)
+        watcher, got = watch()
+        try:
+            wait_for(lambda: watcher.status().healthy)
+            assert watcher.status().covered_bus_ids == {"0000:19:00.0", "0000:3b:00.0"}
+            assert events.emit(1, 79) == 1 and events.emit(0, 48) == 1
+            wait_for(lambda: len(got) == 2)
+            assert got == [("0000:3b:00.0", 79), ("0000:19:00.0", 48)]
+        finally:
+            watcher.stop()
+        assert lib.init_count == 0 and events.freed == 1  # the session was closed: set freed, NVML shut down
+
+
+def test_gpu_without_xid_events_is_left_to_the_kernel_log(node):
+    node.gpus[1].unsupported.add("nvmlDeviceGetSupportedEventTypes")
+    with installed(node):
+        watcher, _ = watch()
+        try:
+            status = wait_for(lambda: watcher.status() if watcher.status().healthy else None)
+            assert status.covered_bus_ids == {"0000:19:00.0"}
+            assert status.enumerated_bus_ids == {"0000:19:00.0", "0000:3b:00.0"}
+            assert "GPU 1" in status.error
+        finally:
+            watcher.stop()
+
+
+def test_failed_wait_reopens_the_session(node):
+    with installed(node) as lib:
+        events = nvml_events(lib)
+        watcher, got = watch()
+        try:
+            wait_for(lambda: watcher.status().healthy)
+            events.fail_next_wait(pynvml.NVML_ERROR_GPU_IS_LOST)
+            wait_for(lambda: events.freed >= 1)  # the broken set was released …
+            wait_for(lambda: watcher.status().healthy and len(events.sets) == 1)  # … and a new one registered
+            events.emit(0, 63)
+            wait_for(lambda: got == [("0000:19:00.0", 63)])
+        finally:
+            watcher.stop()
+
+
+def test_driver_loaded_after_start_is_picked_up_with_backoff(node):
+    node.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    with installed(node) as lib:
+        watcher, got = watch()
+        try:
+            wait_for(lambda: lib.calls["nvmlInitWithFlags"] >= 3)
+            status = watcher.status()
+            assert not status.healthy and "Driver Not Loaded" in status.error
+            # exponential backoff: 0.05, 0.1, 0.2 … — a handful of attempts in half a second, not hundreds
+            time.sleep(0.5)
+            assert lib.calls["nvmlInitWithFlags"] < 8
+            node.init_error = pynvml.NVML_SUCCESS
+            wait_for(lambda: watcher.status().healthy, timeout=5)
+            nvml_events(lib).emit(1, 92)
+            wait_for(lambda: got == [("0000:3b:00.0", 92)])
+        finally:
+            watcher.stop()
+
+
+def test_stop_returns_promptly_even_with_the_watcher_hung_in_nvml(node):
+    node.gpus[0].hang = "nvmlDeviceGetSupportedEventTypes"
+    with installed(node):
+        watcher, _ = watch()
+        time.sleep(0.1)
+        started = time.monotonic()
+        watcher.stop(timeout_seconds=0.3)
+        assert time.monotonic() - started < 1.0
+        assert not watcher.status().healthy
+
+
+def test_request_reopen_registers_again(node):
+    with installed(node) as lib:
+        events = nvml_events(lib)
+        watcher, _ = watch()
+        try:
+            wait_for(lambda: watcher.status().healthy)
+            watcher.request_reopen()
+            wait_for(lambda: events.freed == 1 and watcher.status().healthy)
+        finally:
+            watcher.stop()
