@@ -293,7 +293,7 @@ def test_a_hung_call_is_named_and_the_device_keeps_its_identity():
         backend = AmdsmiBackend()
         backend.open(CallTracker())
         try:
-            outcomes = run_all({i: (lambda t, i=i: backend.probe_device(i, t)) for i in range(2)}, 0.5)
+            outcomes = run_all({i: (lambda t, i=i: backend.probe_device(i, t)) for i in range(2)}, 0.3)
         finally:
             node.unhang.set()
 
@@ -301,3 +301,12 @@ def test_a_hung_call_is_named_and_the_device_keeps_its_identity():
     hung = outcomes[1]
     assert not hung.done and hung.tracker.current == "amdsmi.amdsmi_get_temp_metric"
     assert hung.tracker.partial.pci_bus_id == MI300X_BDFS[1] and hung.tracker.partial.name == "AMD Instinct MI300X"
+
+
+def test_compute_processes_with_their_vram():
+    node = mi300x_node(2)
+    node.gpus[1].processes = [(4242, "python3", 64 * 1024**3)]
+    devices = probe(node).devices
+    assert devices[0].processes == []  # read: nothing running
+    (process,) = devices[1].processes
+    assert (process.pid, process.kind, process.used_memory_bytes) == (4242, "compute", 64 * 1024**3)

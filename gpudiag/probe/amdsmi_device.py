@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from gpudiag.model import DeviceSnapshot, GpuLink, TemperatureSensor
+from gpudiag.model import DeviceSnapshot, GpuLink, GpuProcess, TemperatureSensor
 from gpudiag.probe.amdsmi_calls import AmdsmiCaller, field, integer, number, text
 from gpudiag.probe.pcie_generation import generation_from_mts
 
@@ -64,6 +64,7 @@ def fill_device(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None
     _memory_and_activity(device, call, handle)
     _xgmi(device, call, handle)
     _placement(device, call, handle)
+    _processes(device, call, handle)
 
 
 def _identity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
@@ -223,3 +224,13 @@ def _placement(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     device.numa_node = numa if numa is not None and numa >= 0 else None  # -1: no NUMA affinity
     device.compute_partition = text(call("amdsmi_get_gpu_compute_partition", handle))
     device.memory_partition = text(call("amdsmi_get_gpu_memory_partition", handle))
+
+
+def _processes(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
+    """KFD compute processes on this GPU (or partition); names and users come from psutil in the collector."""
+    listed = call("amdsmi_get_gpu_process_list", handle)
+    if isinstance(listed, list):
+        device.processes = [
+            GpuProcess(entry["pid"], "compute", used_memory_bytes=integer(field(entry["memory_usage"], "vram_mem")))
+            for entry in listed
+        ]

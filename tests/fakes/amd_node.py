@@ -88,6 +88,7 @@ class FakeAmdGpu:
     vram_total_mib: int = 196592
     vram_used_mib: int = 283
     lost: bool = False
+    processes: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, name, VRAM bytes)
     hang_in: Optional[str] = None  # a C symbol that blocks on this GPU until FakeAmdNode.unhang is set
 
     @property

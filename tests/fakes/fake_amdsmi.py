@@ -334,6 +334,17 @@ class FakeLibAmdSmi:
         buffer.value = p.gpu.memory_partition.encode()
         return SUCCESS
 
+    def c_amdsmi_get_gpu_process_list(self, p: Processor, count: Any, records: Any) -> int:
+        running = [process for i, process in enumerate(p.gpu.processes) if i % p.gpu.partitions == p.partition]
+        if len(running) > _target(count).value:
+            return 41  # AMDSMI_STATUS_INSUFFICIENT_SIZE
+        _target(count).value = len(running)
+        for record, (pid, name, vram) in zip(records, running):
+            record.pid, record.name, record.mem = pid, name.encode(), vram
+            record.memory_usage.vram_mem = vram
+            record.cu_occupancy = UINT32_NA
+        return SUCCESS
+
     # -- topology between two processors --------------------------------------------------------------------
 
     def c_amdsmi_topo_get_link_type(self, a: Processor, b: Processor, hops: Any, link_type: Any) -> int:
