@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.fakes.amd_node import RAS_BLOCK_SYSFS_NAME, FakeAmdGpu, FakeAmdNode
-from tests.sysfs_tree import SysfsTree
+from tests.sysfs_tree import IORESOURCE_MEM_32, IORESOURCE_MEM_64_PREFETCH, SysfsTree
 
 # hwmon temp channels (amdgpu_pm.c: temp1 edge, temp2 junction, temp3 mem) and their labels.
 _HWMON_CHANNELS = {"edge": (1, "edge"), "hotspot": (2, "junction"), "vram": (3, "mem")}
@@ -23,6 +23,18 @@ _HWMON_CHANNELS = {"edge": (1, "edge"), "hotspot": (2, "junction"), "vram": (3, 
 _FW_FILES = {"PM": "smc", "PSP_SOSDRV": "sos", "CP_MEC1": "mec", "SMU": "smc"}
 _BAD_PAGE_FLAG = {0: "R", 1: "P", 2: "F"}
 _RAS_FEATURE_BIT = {"umc": 0, "sdma": 1, "gfx": 2, "mmhub": 3, "pcie_bif": 5, "hdp": 6, "xgmi_wafl": 7}
+# An MI300X with Resizable BAR: BAR0 maps all VRAM (256 GiB), BAR2 the doorbells, BAR5 the registers.
+_GIB = 1024**3
+_MI300X_BARS = [
+    (0x3F8000000000, 256 * _GIB, IORESOURCE_MEM_64_PREFETCH), (0, 0, 0),
+    (0x3FC000000000, 2 * 1024 * 1024, IORESOURCE_MEM_64_PREFETCH), (0, 0, 0),
+    (0, 0, 0), (0xB8000000, 512 * 1024, IORESOURCE_MEM_32), (0, 0, 0),
+]
+_AER_CLEAN = {
+    "correctable": {"RxErr": 0, "BadTLP": 0, "BadDLLP": 0, "Rollover": 0, "Timeout": 0},
+    "nonfatal": {"Undefined": 0, "DLP": 0, "PoisonTLP": 0, "CmpltTO": 0},
+    "fatal": {"Undefined": 0, "DLP": 0, "SDES": 0, "TLP": 0},
+}
 
 
 def gts(mts: int) -> str:
@@ -48,6 +60,8 @@ def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
         driver="amdgpu",
         numa_node=gpu.numa_node,
         local_cpulist="0-47,96-143" if gpu.numa_node == 0 else "48-95,144-191",
+        bars=_MI300X_BARS,
+        aer=_AER_CLEAN,
     )
     rel = str(device.relative_to(tree.root))
     for name in (f"card{card}", f"renderD{128 + card}"):
