@@ -11,6 +11,7 @@ from gpudiag.model import ErrorKind
 from gpudiag.probe import amdgpu_sysfs_formats as formats
 from gpudiag.probe.amdgpu_sysfs import AmdgpuSysfsBackend
 from gpudiag.probe.deadline import CallTracker
+from tests.backend_driver import drive
 from tests.fakes import amd_node
 from tests.fakes.amd_node import FakeAmdNode, mi300x_node
 from tests.fakes.amdgpu_sysfs_tree import add_amdgpu_node
@@ -25,9 +26,8 @@ def build(tmp_path: Path, node: FakeAmdNode) -> tuple[SysfsTree, list[Path]]:
 
 
 def probe(root: Path):
-    backend = AmdgpuSysfsBackend(root)
-    info = backend.open(CallTracker())
-    return info, [backend.probe_device(i, CallTracker()) for i in range(backend.device_count())]
+    driven = drive(AmdgpuSysfsBackend(root))
+    return driven.info, driven.devices
 
 
 def test_healthy_mi300x_node_in_units_of_the_model(tmp_path):

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpudiag.model import THROTTLE_REASONS, BackendInfo, DeviceSnapshot, ErrorKind, PeerLink
+from gpudiag.model import THROTTLE_REASONS, DeviceSnapshot, ErrorKind
 from gpudiag.probe.amdsmi_backend import AmdsmiBackend
 from gpudiag.probe.deadline import CallTracker, run_all
+from tests.backend_driver import Driven, drive
 from tests.fakes import amd_node
 from tests.fakes.amd_node import FakeAmdNode, mi300x_node
 from tests.fakes.fake_amdsmi import FakeLibAmdSmi, installed
@@ -29,21 +30,14 @@ class RecordingTracker(CallTracker):
 
 
 @dataclass
-class Probed:
-    info: BackendInfo
-    devices: list[DeviceSnapshot]
-    peers: list[PeerLink]
+class Probed(Driven):
     library: FakeLibAmdSmi
 
 
 def probe(node: FakeAmdNode) -> Probed:
     with installed(node) as library:
-        backend = AmdsmiBackend()
-        info = backend.open(CallTracker())
-        devices = [backend.probe_device(i, CallTracker()) for i in range(backend.device_count())]
-        peers = backend.probe_peers(devices, CallTracker())
-        backend.close()
-    return Probed(info, devices, peers, library)
+        driven = drive(AmdsmiBackend())
+    return Probed(driven.info, driven.devices, driven.peers, library)
 
 
 def test_healthy_mi300x_node_identity_versions_and_no_errors():
