@@ -304,3 +304,13 @@ def test_compute_processes_with_their_vram():
     assert devices[0].processes == []  # read: nothing running
     (process,) = devices[1].processes
     assert (process.pid, process.kind, process.used_memory_bytes) == (4242, "compute", 64 * 1024**3)
+
+
+def test_enumeration_failure_reports_it_and_shuts_the_library_down():
+    node = mi300x_node()
+    node.failing_calls = {"amdsmi_get_socket_handles": 18}  # AMDSMI_STATUS_INIT_ERROR
+    probed = probe(node)
+    assert not probed.info.available
+    assert (probed.info.error.source, probed.info.error.kind) == ("amdsmi.amdsmi_get_processor_handles", ErrorKind.ERROR)
+    assert "INIT_ERROR" in probed.info.error.message
+    assert probed.library.calls.count("amdsmi_shut_down") == 1

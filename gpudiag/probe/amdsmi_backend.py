@@ -97,6 +97,7 @@ class AmdsmiBackend:
             info.error = errors[0] if errors else ProbeError(
                 "amdsmi.amdsmi_get_processor_handles", ErrorKind.ERROR, "no processor handles"
             )
+            self.close()  # the collector closes only backends it uses
             return info
         info.available = True
         info.library_version = _library_version(call("amdsmi_get_lib_version"))
