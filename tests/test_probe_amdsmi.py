@@ -314,3 +314,11 @@ def test_enumeration_failure_reports_it_and_shuts_the_library_down():
     assert (probed.info.error.source, probed.info.error.kind) == ("amdsmi.amdsmi_get_processor_handles", ErrorKind.ERROR)
     assert "INIT_ERROR" in probed.info.error.message
     assert probed.library.calls.count("amdsmi_shut_down") == 1
+
+
+def test_errors_met_while_enumerating_are_kept_on_the_device():
+    node = mi300x_node(1)
+    node.failing_calls = {"amdsmi_get_gpu_kfd_info": 10}  # NO_PERM
+    (device,) = probe(node).devices
+    assert device.partition_id is None and device.pci_bus_id == MI300X_BDFS[0]
+    assert [(e.source, e.kind) for e in device.errors] == [("amdsmi.amdsmi_get_gpu_kfd_info", ErrorKind.NO_PERMISSION)]

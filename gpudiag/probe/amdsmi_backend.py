@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Optional
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, ErrorKind, PeerLink, ProbeError, Vendor, normalize_pci_bus_id
-from gpudiag.probe.amdsmi_calls import AmdsmiCaller, describe, field, integer, text
+from gpudiag.probe.amdsmi_calls import AmdsmiCaller, describe, get, integer, text
 from gpudiag.probe.amdsmi_device import fill_device
 from gpudiag.probe.amdsmi_peers import probe_pair
 from gpudiag.probe.base import DeviceLost
@@ -44,6 +44,7 @@ class Processor:
     partition_id: Optional[int] = None
     physical_pci_bus_id: Optional[str] = None
     primary: Optional["Processor"] = None  # partition 0 of the same physical GPU
+    errors: list[ProbeError] = field(default_factory=list)  # met while enumerating; handed to its snapshot
 
 
 def import_amdsmi() -> tuple[Optional[ModuleType], Optional[ProbeError]]:
@@ -107,21 +108,19 @@ class AmdsmiBackend:
         info.device_count = len(self._processors)
         if self._processors:
             driver = self._quietly(call, "amdsmi_get_gpu_driver_info", self._processors[0].handle)
-            info.driver_version = text(field(driver, "driver_version"))
+            info.driver_version = text(get(driver, "driver_version"))
         return info
 
     def _enumerate(self, call: AmdsmiCaller, handles: list[Any]) -> list[Processor]:
         processors = []
         for handle in handles:
-            bdf = text(self._quietly(call, "amdsmi_get_gpu_device_bdf", handle))
-            kfd = self._quietly(call, "amdsmi_get_gpu_kfd_info", handle)
-            processors.append(
-                Processor(
-                    handle=handle,
-                    pci_bus_id=normalize_pci_bus_id(bdf) if bdf else None,
-                    partition_id=integer(field(kfd, "current_partition_id")),
-                )
-            )
+            processor = Processor(handle=handle)
+            own = AmdsmiCaller(call.smi, call.tracker, processor.errors)
+            bdf = text(self._quietly(own, "amdsmi_get_gpu_device_bdf", handle))
+            processor.pci_bus_id = normalize_pci_bus_id(bdf) if bdf else None
+            kfd = self._quietly(own, "amdsmi_get_gpu_kfd_info", handle)
+            processor.partition_id = integer(get(kfd, "current_partition_id"))
+            processors.append(processor)
         _group_partitions(processors)
         return processors
 
@@ -147,6 +146,7 @@ class AmdsmiBackend:
             physical_pci_bus_id=processor.physical_pci_bus_id,
         )
         tracker.partial = device  # a probe that misses its deadline is still reported with this identity
+        device.errors.extend(processor.errors)
         call = AmdsmiCaller(self._smi, tracker, device.errors)
         try:
             fill_device(device, call, processor.handle)
@@ -202,7 +202,7 @@ class AmdsmiBackend:
 
 
 def _library_version(version: Any) -> Optional[str]:
-    parts = [field(version, key) for key in ("major", "minor", "release")]
+    parts = [get(version, name) for name in ("major", "minor", "release")]
     return ".".join(str(p) for p in parts) if all(isinstance(p, int) for p in parts) else None
 
 

@@ -104,6 +104,6 @@ def text(value: Any) -> Optional[str]:
     return None if value in ("", "N/A") else value
 
 
-def field(record: Any, key: str) -> Any:
+def get(record: Any, key: str) -> Any:
     """`record[key]` when the call returned a dict (it returns None when unsupported or failed)."""
     return record.get(key) if isinstance(record, dict) else None

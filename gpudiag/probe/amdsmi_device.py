@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from gpudiag.model import DeviceSnapshot, GpuLink, GpuProcess, TemperatureSensor
-from gpudiag.probe.amdsmi_calls import AmdsmiCaller, field, integer, number, text
+from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer, number, text
 from gpudiag.probe.pcie_generation import generation_from_mts
 
 MIB = 1024 * 1024
@@ -70,17 +70,17 @@ def fill_device(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None
 def _identity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     device.uuid = text(call("amdsmi_get_gpu_device_uuid", handle))
     asic = call("amdsmi_get_gpu_asic_info", handle)
-    device.name = text(field(asic, "market_name"))
-    device.architecture = text(field(asic, "target_graphics_version"))
+    device.name = text(get(asic, "market_name"))
+    device.architecture = text(get(asic, "target_graphics_version"))
     board = call("amdsmi_get_gpu_board_info", handle)
     # The FRU's product serial is what is printed on the board; the ASIC serial (unique_id) is the fallback.
-    device.serial = text(field(board, "product_serial")) or text(field(asic, "asic_serial"))
-    device.board_part_number = text(field(board, "model_number"))
-    device.vbios_version = text(field(call("amdsmi_get_gpu_vbios_info", handle), "version"))
+    device.serial = text(get(board, "product_serial")) or text(get(asic, "asic_serial"))
+    device.board_part_number = text(get(board, "model_number"))
+    device.vbios_version = text(get(call("amdsmi_get_gpu_vbios_info", handle), "version"))
 
 
 def _firmware(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
-    for entry in field(call("amdsmi_get_fw_info", handle), "fw_list") or []:
+    for entry in get(call("amdsmi_get_fw_info", handle), "fw_list") or []:
         block = entry.get("fw_name")  # an AmdSmiFwBlock member, e.g. AMDSMI_FW_ID_PSP_SOSDRV
         version = text(entry.get("fw_version"))
         if block is not None and version is not None:
@@ -89,20 +89,20 @@ def _firmware(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
 
 def _pcie(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     info = call("amdsmi_get_pcie_info", handle)
-    static, metric = field(info, "pcie_static"), field(info, "pcie_metric")
+    static, metric = get(info, "pcie_static"), get(info, "pcie_metric")
     pcie = device.pcie
     # max_pcie_speed/max_pcie_width come from the GPU's own sysfs max_link_* (its capability), so they are the
     # device maximum; what the slot allows is not in amdsmi (the host probe reads the upstream port).
-    pcie.device_max_generation = generation_from_mts(field(static, "max_pcie_speed")) or integer(
-        field(static, "pcie_interface_version")
+    pcie.device_max_generation = generation_from_mts(get(static, "max_pcie_speed")) or integer(
+        get(static, "pcie_interface_version")
     )
-    pcie.device_max_width = integer(field(static, "max_pcie_width"))
-    pcie.current_generation = generation_from_mts(field(metric, "pcie_speed"))  # MT/s, from gpu_metrics
-    pcie.current_width = integer(field(metric, "pcie_width"))
-    pcie.replay_count = integer(field(metric, "pcie_replay_count"))
-    pcie.replay_rollover_count = integer(field(metric, "pcie_replay_roll_over_count"))
+    pcie.device_max_width = integer(get(static, "max_pcie_width"))
+    pcie.current_generation = generation_from_mts(get(metric, "pcie_speed"))  # MT/s, from gpu_metrics
+    pcie.current_width = integer(get(metric, "pcie_width"))
+    pcie.replay_count = integer(get(metric, "pcie_replay_count"))
+    pcie.replay_rollover_count = integer(get(metric, "pcie_replay_roll_over_count"))
     for name, key in _PCIE_ERROR_COUNTERS.items():
-        value = integer(field(metric, key))
+        value = integer(get(metric, key))
         if value is not None:
             pcie.error_counters[name] = value
 
@@ -114,17 +114,17 @@ def _ecc(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any, smi: ModuleTyp
         ecc.enabled = bool(enabled_blocks & smi.AmdSmiGpuBlock.UMC)  # UMC = the HBM memory controllers
     total = call("amdsmi_get_gpu_total_ecc_count", handle)
     # amdgpu counts since the driver loaded: the volatile counters in NVML's terms.
-    ecc.volatile_corrected = integer(field(total, "correctable_count"))
-    ecc.volatile_uncorrected = integer(field(total, "uncorrectable_count"))
-    ecc.deferred = integer(field(total, "deferred_count"))
+    ecc.volatile_corrected = integer(get(total, "correctable_count"))
+    ecc.volatile_uncorrected = integer(get(total, "uncorrectable_count"))
+    ecc.deferred = integer(get(total, "deferred_count"))
     for block in smi.AmdSmiGpuBlock:
         if block in (smi.AmdSmiGpuBlock.INVALID, smi.AmdSmiGpuBlock.RESERVED) or not (enabled_blocks or 0) & block:
             continue
         counts = call("amdsmi_get_gpu_ecc_count", handle, block)
         values = {
-            "corrected": integer(field(counts, "correctable_count")),
-            "uncorrected": integer(field(counts, "uncorrectable_count")),
-            "deferred": integer(field(counts, "deferred_count")),
+            "corrected": integer(get(counts, "correctable_count")),
+            "uncorrected": integer(get(counts, "uncorrectable_count")),
+            "deferred": integer(get(counts, "deferred_count")),
         }
         if any(v is not None for v in values.values()):
             ecc.by_block[block.name.lower()] = {k: v for k, v in values.items() if v is not None}
@@ -167,18 +167,18 @@ def _power(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     # current_socket_power on MI300 and later, average_socket_power on MI200 and older (§6). The wrapper maps
     # only 0xFFFF to "N/A"; UINT32_MAX is also an unsupported marker in the C header.
     for key in ("current_socket_power", "average_socket_power"):
-        watts = number(field(info, key))
+        watts = number(get(info, key))
         if watts is not None and watts != _UINT32_MAX:
             device.power.draw_watts = float(watts)
             break
     caps = call("amdsmi_get_power_cap_info", handle)  # µW
     # A cap of 0 cannot be in force: for the cap and its default, 0 means the library has no value.
-    device.power.limit_watts = _watts_from_microwatts(field(caps, "power_cap"), zero_is_unknown=True)
-    device.power.default_limit_watts = _watts_from_microwatts(field(caps, "default_power_cap"), zero_is_unknown=True)
-    device.power.min_limit_watts = _watts_from_microwatts(field(caps, "min_power_cap"))
-    device.power.max_limit_watts = _watts_from_microwatts(field(caps, "max_power_cap"))
+    device.power.limit_watts = _watts_from_microwatts(get(caps, "power_cap"), zero_is_unknown=True)
+    device.power.default_limit_watts = _watts_from_microwatts(get(caps, "default_power_cap"), zero_is_unknown=True)
+    device.power.min_limit_watts = _watts_from_microwatts(get(caps, "min_power_cap"))
+    device.power.max_limit_watts = _watts_from_microwatts(get(caps, "max_power_cap"))
     energy = call("amdsmi_get_energy_count", handle)
-    accumulator, resolution = number(field(energy, "energy_accumulator")), number(field(energy, "counter_resolution"))
+    accumulator, resolution = number(get(energy, "energy_accumulator")), number(get(energy, "counter_resolution"))
     if accumulator is not None and resolution is not None:
         device.power.energy_joules = accumulator * resolution / 1e6  # µJ → J
 
@@ -194,7 +194,7 @@ def _throttle(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     # gpu_metrics' throttle_status is only a bool (and absent from metrics v1.7+), so the named reasons come from
     # the violation status (MI300 and later, §8).
     status = call("amdsmi_get_violation_status", handle)
-    flags = {name: field(status, key) for key, name in _VIOLATION_REASONS.items()}
+    flags = {name: get(status, key) for key, name in _VIOLATION_REASONS.items()}
     readable = {name: flag for name, flag in flags.items() if isinstance(flag, bool)}
     if readable:
         device.clocks.throttle_reasons = [name for name, active in readable.items() if active]
@@ -202,16 +202,16 @@ def _throttle(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
 
 def _memory_and_activity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     usage = call("amdsmi_get_gpu_vram_usage", handle)  # MiB: the C code divides bytes by 1024²
-    total, used = integer(field(usage, "vram_total")), integer(field(usage, "vram_used"))
+    total, used = integer(get(usage, "vram_total")), integer(get(usage, "vram_used"))
     device.memory.total_bytes = total * MIB if total is not None else None
     device.memory.used_bytes = used * MIB if used is not None else None
     activity = call("amdsmi_get_gpu_activity", handle)
-    device.utilization.gpu_percent = integer(field(activity, "gfx_activity"))
-    device.utilization.memory_percent = integer(field(activity, "umc_activity"))
+    device.utilization.gpu_percent = integer(get(activity, "gfx_activity"))
+    device.utilization.memory_percent = integer(get(activity, "umc_activity"))
 
 
 def _xgmi(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
-    status = field(call("amdsmi_get_gpu_xgmi_link_status", handle), "status") or []
+    status = get(call("amdsmi_get_gpu_xgmi_link_status", handle), "status") or []
     for index, state in enumerate(status):
         if state in _XGMI_LINK_UP:
             device.links.append(GpuLink(index=index, kind="xgmi", up=_XGMI_LINK_UP[state]))
@@ -231,6 +231,6 @@ def _processes(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     listed = call("amdsmi_get_gpu_process_list", handle)
     if isinstance(listed, list):
         device.processes = [
-            GpuProcess(entry["pid"], "compute", used_memory_bytes=integer(field(entry["memory_usage"], "vram_mem")))
+            GpuProcess(entry["pid"], "compute", used_memory_bytes=integer(get(entry["memory_usage"], "vram_mem")))
             for entry in listed
         ]

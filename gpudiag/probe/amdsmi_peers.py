@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, PeerLink
-from gpudiag.probe.amdsmi_calls import AmdsmiCaller, field, integer
+from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer
 
 # amdsmi_topo_get_link_type()["type"] is a raw int: PCIe=1, XGMI=2 in every wrapper since 6.2, whichever enum
 # (io-link type before 7.0, amdsmi_link_type_t in 7.0) it comes from; the AmdSmiLinkType members themselves moved
@@ -17,11 +17,11 @@ LINK_TYPE_XGMI = 2
 def probe_pair(
     call: AmdsmiCaller, first: DeviceSnapshot, second: DeviceSnapshot, first_handle: Any, second_handle: Any
 ) -> PeerLink:
-    link_type = integer(field(call("amdsmi_topo_get_link_type", first_handle, second_handle), "type"))
+    link_type = integer(get(call("amdsmi_topo_get_link_type", first_handle, second_handle), "type"))
     accessible = call("amdsmi_is_P2P_accessible", first_handle, second_handle)
     p2p = None if not isinstance(accessible, bool) else ("ok" if accessible else "not_supported")
-    capability = field(call("amdsmi_topo_get_p2p_status", first_handle, second_handle), "cap")
-    atomics = field(capability, "is_iolink_atomics_64bit")
+    capability = get(call("amdsmi_topo_get_p2p_status", first_handle, second_handle), "cap")
+    atomics = get(capability, "is_iolink_atomics_64bit")
     return PeerLink(
         gpu_a=first.index,
         gpu_b=second.index,
