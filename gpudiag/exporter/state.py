@@ -38,6 +38,7 @@ class ExporterState:
         self._last_complete_monotonic: Optional[float] = None
         self._generation = 0
         self._identities: dict[str, tuple[str, str]] = {}  # PCI bus ID → (index, UUID), for event counters
+        self._by_index: dict[tuple, tuple] = {}  # (vendor, index) → identity last read from a reachable device
         self.tally = EventTally()
         self._follower = KernelLogFollower()
         self.watcher: Optional[XidWatcher] = None
@@ -62,9 +63,7 @@ class ExporterState:
             self._generation += 1
 
     def _absorb(self, snapshot: NodeSnapshot) -> None:
-        for device in snapshot.devices:
-            if device.pci_bus_id:
-                self._identities[device.pci_bus_id] = (str(device.index), device.uuid or "")
+        self._remember_identities(snapshot)
         self._manage_watcher(snapshot)
         if not snapshot.kernel_log.readable:
             return
@@ -75,6 +74,19 @@ class ExporterState:
                     self.tally.add(event.pci_bus_id, XID, event.code)
             else:
                 self.tally.add(event.pci_bus_id, event.kind)
+
+    def _remember_identities(self, snapshot: NodeSnapshot) -> None:
+        """A GPU that is lost answers nothing, not even its bus ID or UUID. Give it the identity it had at the same
+        (vendor, index) in an earlier collection, so that its `gpudiag_device_up` series goes from 1 to 0 instead of
+        one series vanishing and an anonymous one appearing (and the bus-only stand-in for it doubling it)."""
+        for device in snapshot.devices:
+            key = (device.vendor, device.index)
+            if device.reachable and device.pci_bus_id:
+                self._by_index[key] = (device.pci_bus_id, device.uuid, device.name, device.serial)
+            elif not device.pci_bus_id and key in self._by_index:
+                device.pci_bus_id, device.uuid, device.name, device.serial = self._by_index[key]
+            if device.pci_bus_id:
+                self._identities[device.pci_bus_id] = (str(device.index), device.uuid or "")
 
     def _manage_watcher(self, snapshot: NodeSnapshot) -> None:
         """Xids come from NVML events once NVML works on this node; a GPU NVML did not list when the watcher

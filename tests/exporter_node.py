@@ -1,0 +1,56 @@
+"""A fake NVIDIA node for end-to-end exporter runs: the fake libnvidia-ml (with its event API) plus a matching
+sysfs/procfs tree and kernel log under a root directory.
+
+Also a runnable script, for tests that need `gpudiag serve` as a real process (signals, exit codes):
+
+    python -m tests.exporter_node ROOT GPUS [--hang SYMBOL] -- <gpudiag serve arguments>
+
+It installs the fake and runs the CLI. Deliberately without the context manager's clean-up: a call hung in the
+fake stays hung until the process exits, as a call hung in a real driver would.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpudiag.model import normalize_pci_bus_id
+from tests.fakes import fake_nvml_events  # noqa: F401 - registers the event symbols with the fake library
+from tests.fakes.fake_nvml import FakeNode, installed
+from tests.sysfs_tree import SysfsTree
+
+
+def fake_root(root: Path, node: FakeNode, kmsg: tuple[str, ...] = ()) -> SysfsTree:
+    """The host view of `node`: its GPUs on the PCI bus (bound to nvidia), the nvidia module, a kernel log."""
+    tree = SysfsTree(root)
+    for gpu in node.gpus:
+        tree.add_pci_gpu(normalize_pci_bus_id(gpu.bus_id), aer={"correctable": {"Receiver Error": 0}})
+    tree.add_module("nvidia", node.driver_version)
+    tree.set_hostname("fake-h200")
+    tree.add_kmsg(kmsg or ("6,1,1000,-;Linux version 6.8.0",))
+    return tree
+
+
+def xid_line(sequence: int, microseconds: int, bus_id: str, code: int) -> str:
+    """A kmsg record of an Xid, as the driver writes it (vendor-api.md §11: no function digit in the PCI tag)."""
+    tag = normalize_pci_bus_id(bus_id)[:-2]
+    return f"4,{sequence},{microseconds},-;NVRM: Xid (PCI:{tag}): {code}, pid=4242, name=python3, Ch 00000008"
+
+
+def main(argv: list[str]) -> int:
+    separator = argv.index("--")
+    own, serve_args = argv[:separator], argv[separator + 1:]
+    root, gpus = Path(own[0]), int(own[1])
+    node = FakeNode.hgx_h200(gpus)
+    if "--hang" in own:
+        node.gpus[-1].hang = own[own.index("--hang") + 1]
+    fake_root(root, node)
+    fake = installed(node)
+    fake.__enter__()  # held in `fake` until the process exits: a collected generator would uninstall it
+    from gpudiag.cli import main as gpudiag_main
+
+    return gpudiag_main(["serve", "--root", str(root), *serve_args])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
