@@ -1,0 +1,69 @@
+"""What a run of the load tests does and for how long."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Optional, TextIO
+
+from gpudiag.active.kernels import PASS_SEEDS
+from gpudiag.model import DeviceSnapshot
+
+MIB = 1024**2
+GIB = 1024**3
+
+ALL_TESTS = ("pcie", "p2p", "memtest", "stress")
+
+# Live sensors of one GPU: given the snapshot's device, a fresh DeviceSnapshot of it (only clocks, temperatures,
+# power and ECC counters are read). The probe layer provides it, e.g. `lambda d: backend.probe_device(d.index,
+# CallTracker())` over an open NVML backend; None leaves the stress unobserved and ECC compared to the snapshot.
+DeviceReader = Callable[[DeviceSnapshot], DeviceSnapshot]
+
+
+@dataclass
+class ActiveOptions:
+    tests: tuple[str, ...] = ALL_TESTS
+    deadline_seconds: Optional[float] = None  # the whole run; the tests stop cleanly when it passes
+    progress: Optional[TextIO] = field(default_factory=lambda: sys.stderr)  # one line per step; None: silent
+    reader: Optional[DeviceReader] = None
+
+    # Host <-> device and GPU <-> GPU copies: after one warm-up copy, `copy_batches` batches of `copy_repeats`
+    # copies are timed by GPU events and the best batch is reported (what the link can carry, not its worst
+    # moment). 256 MiB copies are long enough (≥5 ms at 55 GB/s) for launch overhead not to count.
+    copy_bytes: int = 256 * MIB
+    p2p_bytes: int = 256 * MIB
+    copy_repeats: int = 8
+    copy_batches: int = 3
+
+    # Memory test: this fraction of the free memory, allocated in chunks, each pass a different pattern.
+    memtest_fraction: float = 0.9
+    memtest_passes: int = len(PASS_SEEDS)
+    memtest_chunk_bytes: int = 2 * GIB
+
+    # Stress: FMA kernels of about `stress_launch_ms` each, two in flight, sampled every `sample_interval_seconds`.
+    stress_seconds: float = 30.0
+    stress_launch_ms: float = 50.0
+    sample_interval_seconds: float = 1.0
+
+    # A GPU is someone else's when it runs processes, is this busy, or has this much memory held by others.
+    busy_utilization_percent: int = 10
+    busy_memory_bytes: int = 4 * GIB
+
+    # After the deadline or Ctrl-C, how long the tests get to stop and free the GPUs before the run returns
+    # without them (a call hung in the driver cannot be interrupted).
+    grace_seconds: float = 15.0
+
+    # Test seam: builds the runtime for a vendor (default: CudaRuntime / HipRuntime over the real libraries).
+    runtime_factory: Optional[Callable[..., object]] = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.tests) - set(ALL_TESTS)
+        if unknown:
+            raise ValueError(f"unknown active test(s) {sorted(unknown)}; known: {', '.join(ALL_TESTS)}")
+        if not 0 < self.memtest_fraction <= 0.98:
+            raise ValueError(f"memtest_fraction must be in (0, 0.98], got {self.memtest_fraction!r}")
+        for name in ("copy_bytes", "p2p_bytes", "copy_repeats", "copy_batches", "memtest_chunk_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.memtest_passes < 1 or self.stress_seconds < 0 or self.sample_interval_seconds <= 0:
+            raise ValueError("memtest_passes must be ≥ 1, stress_seconds ≥ 0 and sample_interval_seconds > 0")

@@ -1,0 +1,256 @@
+"""A simulated GPU node behind the fake libcuda.so.1 and libamdhip64.so: device memory that holds real bytes, pinned
+host memory at real addresses, streams with a virtual clock, and the three diagnostic kernels executed as their
+contract says (gpudiag.active.kernels). Timings are deterministic: each operation advances its stream's virtual
+clock by size / rate, and events read that clock.
+
+Also the ctypes-boundary plumbing both fakes share: `FakeLibrary` resolves C symbols to `c_<symbol>` methods,
+wraps them in objects that accept `argtypes`/`restype` like ctypes functions, and lets a test make a symbol fail,
+hang, or go missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+import threading
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from gpudiag.active import kernels
+
+GB = 1e9
+
+
+def value(arg: Any) -> Any:
+    """The Python value of an argument as ctypes would pass it (fakes get it unconverted)."""
+    return arg.value if isinstance(arg, ctypes._SimpleCData) else arg
+
+
+def out(arg: Any) -> Any:
+    """The ctypes object behind an out-parameter passed as byref(x) or pointer(x)."""
+    return arg._obj if hasattr(arg, "_obj") else arg.contents
+
+
+@dataclass
+class SimDevice:
+    pci_bus_id: str  # as the runtime prints it, e.g. "0000:3B:00.0"
+    total_bytes: int = 4 * 1024**2
+    reserved_bytes: int = 1024**2  # taken by "the driver" before anyone allocates
+    multiprocessors: int = 4
+    h2d_gbps: float = 50.0
+    d2h_gbps: float = 48.0
+    memory_gbps: float = 3000.0
+    fma_per_second: float = 30e12
+    peer_gbps: dict[int, float] = field(default_factory=dict)  # ordinal → rate with peer access
+    staged_gbps: float = 10.0  # peer copies without peer access go through host memory
+    stuck_bits: dict[int, int] = field(default_factory=dict)  # device address → XOR mask applied on every write
+    refuse_once_above: Optional[int] = None  # the first allocation larger than this fails (fragmentation)
+    used_bytes: int = 0
+    next_offset: int = 0  # bump allocator: addresses are never reused, so a device address names one cell
+
+
+@dataclass
+class SimStream:
+    device: int
+    clock: float = 0.0  # virtual seconds of work queued so far
+
+
+class SimNode:
+    def __init__(self, devices: list[SimDevice]):
+        self.devices = devices
+        self.allocations: dict[int, tuple[int, bytearray]] = {}  # device pointer → (ordinal, bytes)
+        self.host: dict[int, ctypes.Array] = {}  # pinned host address → buffer
+        self.streams: dict[int, SimStream] = {}
+        self.events: dict[int, Optional[float]] = {}
+        self.modules: set[int] = set()
+        self.peer_access: set[tuple[int, int]] = set()  # (device, peer) pairs enabled
+        self._handles = itertools.count(0x1000, 0x10)
+        self._patterns: dict[tuple[int, int], bytes] = {}
+
+    # --- memory ---------------------------------------------------------------------------------------------
+
+    def free_bytes(self, ordinal: int) -> int:
+        device = self.devices[ordinal]
+        return device.total_bytes - device.reserved_bytes - device.used_bytes
+
+    @staticmethod
+    def base(ordinal: int) -> int:
+        """Device memory of GPU `ordinal` starts here: allocations are handed out upwards from it, in order."""
+        return 0x7F0000000000 + (ordinal << 40)
+
+    def alloc(self, ordinal: int, nbytes: int) -> Optional[int]:
+        device = self.devices[ordinal]
+        if device.refuse_once_above is not None and nbytes > device.refuse_once_above:
+            device.refuse_once_above = None
+            return None
+        if nbytes > self.free_bytes(ordinal):
+            return None
+        pointer = self.base(ordinal) + device.next_offset
+        device.next_offset += (nbytes + 0xFFFF) // 0x10000 * 0x10000
+        self.allocations[pointer] = (ordinal, bytearray(nbytes))
+        device.used_bytes += nbytes
+        return pointer
+
+    def free(self, pointer: int) -> bool:
+        if pointer not in self.allocations:
+            return False
+        ordinal, data = self.allocations.pop(pointer)
+        self.devices[ordinal].used_bytes -= len(data)
+        return True
+
+    def alloc_host(self, nbytes: int) -> int:
+        buffer = ctypes.create_string_buffer(nbytes)
+        self.host[ctypes.addressof(buffer)] = buffer
+        return ctypes.addressof(buffer)
+
+    def free_host(self, pointer: int) -> bool:
+        return self.host.pop(pointer, None) is not None
+
+    def locate(self, address: int, nbytes: int) -> tuple[int, bytearray, int]:
+        """(ordinal, allocation bytes, offset) of a device address range; KeyError outside every allocation."""
+        for base, (ordinal, data) in self.allocations.items():
+            if base <= address and address + nbytes <= base + len(data):
+                return ordinal, data, address - base
+        raise KeyError(hex(address))
+
+    # --- streams and events -----------------------------------------------------------------------------------
+
+    def handle(self) -> int:
+        return next(self._handles)
+
+    def advance(self, stream: int, seconds: float) -> None:
+        self.streams[stream].clock += seconds
+
+    def copy_h2d(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        ordinal, data, offset = self.locate(dst, nbytes)
+        data[offset:offset + nbytes] = ctypes.string_at(src, nbytes)
+        self.advance(stream, nbytes / (self.devices[ordinal].h2d_gbps * GB))
+
+    def copy_d2h(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        ordinal, data, offset = self.locate(src, nbytes)
+        ctypes.memmove(dst, bytes(data[offset:offset + nbytes]), nbytes)
+        self.advance(stream, nbytes / (self.devices[ordinal].d2h_gbps * GB))
+
+    def copy_peer(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        dst_ordinal, dst_data, dst_offset = self.locate(dst, nbytes)
+        src_ordinal, src_data, src_offset = self.locate(src, nbytes)
+        dst_data[dst_offset:dst_offset + nbytes] = src_data[src_offset:src_offset + nbytes]
+        device = self.devices[src_ordinal]
+        direct = (src_ordinal, dst_ordinal) in self.peer_access and dst_ordinal in device.peer_gbps
+        self.advance(stream, nbytes / ((device.peer_gbps[dst_ordinal] if direct else device.staged_gbps) * GB))
+
+    # --- kernels ------------------------------------------------------------------------------------------------
+
+    def _pattern(self, words: int, seed: int) -> bytes:
+        key = (words, seed)
+        if key not in self._patterns:
+            self._patterns[key] = array("I", (kernels.pattern_word(i, seed) for i in range(words))).tobytes()
+        return self._patterns[key]
+
+    def run_kernel(self, name: str, params: Any, grid: int, block: int, stream: int) -> None:
+        """Execute a diagnostic kernel from its kernelParams (void**) as kernels.py specifies it."""
+        def arg(index: int, ctype: Any) -> int:
+            return ctypes.cast(params[index], ctypes.POINTER(ctype)).contents.value
+
+        device = self.devices[self.streams[stream].device]
+        if name == kernels.FILL:
+            pointer, words, seed = arg(0, ctypes.c_uint64), arg(1, ctypes.c_uint64), arg(2, ctypes.c_uint32)
+            _, data, offset = self.locate(pointer, words * 4)
+            data[offset:offset + words * 4] = self._pattern(words, seed)
+            for address, mask in device.stuck_bits.items():
+                if pointer <= address < pointer + words * 4:
+                    (word,) = struct.unpack_from("<I", data, offset + address - pointer)
+                    struct.pack_into("<I", data, offset + address - pointer, word ^ mask)
+            self.advance(stream, words * 4 / (device.memory_gbps * GB))
+        elif name == kernels.CHECK:
+            pointer, words, seed = arg(0, ctypes.c_uint64), arg(1, ctypes.c_uint64), arg(2, ctypes.c_uint32)
+            _, data, offset = self.locate(pointer, words * 4)
+            _, slot, slot_offset = self.locate(arg(3, ctypes.c_uint64), kernels.RESULT_SLOT_BYTES)
+            count, first, mask = struct.unpack_from("<QQI", slot, slot_offset)  # offsets 0, 8, 16
+            read = bytes(data[offset:offset + words * 4])
+            if read != self._pattern(words, seed):  # word by word only where something differs
+                for i, (got, want) in enumerate(zip(array("I", read), array("I", self._pattern(words, seed)))):
+                    if got != want:
+                        count, first, mask = count + 1, min(first, i), mask | (got ^ want)
+            struct.pack_into("<QQI", slot, slot_offset, count, first, mask)
+            self.advance(stream, words * 4 / (device.memory_gbps * GB))
+        elif name == kernels.FMA:
+            iterations = arg(1, ctypes.c_uint32)
+            self.advance(stream, grid * block * iterations * kernels.FMA_PER_ITERATION / device.fma_per_second)
+        else:
+            raise AssertionError(f"unknown kernel {name}")
+
+
+class FakeFunction:
+    """Stands for a ctypes foreign function: takes `argtypes`/`restype`, and can be made to fail or hang."""
+
+    def __init__(self, name: str, impl: Callable[..., Any]):
+        self.__name__ = name
+        self.impl = impl
+        self.argtypes: Any = None
+        self.restype: Any = None
+        self.fail_with: Optional[int] = None
+        self.fail_times: Optional[int] = None  # None: every call
+        self.hang: Optional[threading.Event] = None  # the call blocks until this is set
+
+    def __call__(self, *args: Any) -> Any:
+        if self.hang is not None:
+            self.hang.wait()
+        if self.fail_with is not None and (self.fail_times is None or self.fail_times > 0):
+            if self.fail_times is not None:
+                self.fail_times -= 1
+            return self.fail_with
+        return self.impl(*args)
+
+
+class FakeLibrary:
+    """C symbol `x` resolves to method `c_x`; a symbol without one is missing, as in a real CDLL."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self._functions: dict[str, FakeFunction] = {}
+        self._removed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __getattr__(self, symbol: str) -> FakeFunction:
+        if symbol.startswith("_") or symbol in self._removed:
+            raise AttributeError(symbol)
+        impl = getattr(type(self), f"c_{symbol}", None)
+        if impl is None:
+            raise AttributeError(f"undefined symbol: {symbol}")
+        function = self._functions.get(symbol)
+        if function is None:
+            def record(*args: Any, _impl=impl, _symbol=symbol) -> Any:
+                with self._lock:
+                    self.calls.append(_symbol)
+                return _impl(self, *args)
+            function = self._functions[symbol] = FakeFunction(symbol, record)
+        return function
+
+    def fail(self, symbol: str, code: int, times: Optional[int] = None) -> None:
+        function = getattr(self, symbol)
+        function.fail_with, function.fail_times = code, times
+
+    def hang(self, symbol: str) -> threading.Event:
+        release = threading.Event()
+        getattr(self, symbol).hang = release
+        return release
+
+    def remove(self, symbol: str) -> None:
+        self._removed.add(symbol)
+
+    def count(self, symbol: str) -> int:
+        return self.calls.count(symbol)
+
+
+def patch_cdll(monkeypatch: Any, libraries: dict[str, FakeLibrary]) -> None:
+    """ctypes.CDLL(name) returns the fake whose key is part of `name`; any other library is missing."""
+    def cdll(name: str, *args: Any, **kwargs: Any) -> FakeLibrary:
+        for key, library in libraries.items():
+            if key in str(name):
+                return library
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
