@@ -1,0 +1,223 @@
+"""gpudiag against Prometheus's own tools: promtool lints real /metrics output and tests the alert rules, and a
+real Prometheus server (Debian's `prometheus` package) scrapes `gpudiag serve` on loopback and is queried back.
+
+Skipped only when promtool / prometheus are not installed (`apt-get install prometheus` provides both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import bcrypt
+import pytest
+import yaml
+
+from gpudiag.exporter import catalog
+from gpudiag.exporter.server import Exporter
+from gpudiag.exporter.textfile import render_textfile
+from gpudiag.exporter.web_config import WebConfig
+from gpudiag.probe import CollectOptions, Collector
+from tests.exporter_node import fake_root, xid_line
+from tests.exporter_support import wait_for
+from tests.fakes.fake_nvml import FakeNode, installed
+from tests.fakes.fake_nvml_events import nvml_events
+from tests.snapshots import amd_mi300x_node, cpx_partitioned
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
+RULE_TESTS = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.test.yml"
+DASHBOARD = REPO / "monitoring" / "grafana" / "gpudiag-dashboard.json"
+TLS = Path(__file__).parent / "fixtures" / "tls"
+
+PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")
+
+METRIC_NAME = re.compile(r"\b((?:gpudiag|process)_[a-z0-9_]+)\b")
+# What prometheus_client's ProcessCollector exports (the exporter's own CPU and memory).
+PROCESS_METRICS = {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                   "process_start_time_seconds", "process_open_fds", "process_max_fds"}
+
+
+def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PROMTOOL, *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+
+# -- promtool ---------------------------------------------------------------------------------------------------
+
+
+@needs_promtool
+def test_promtool_lints_the_live_metrics_of_a_faulty_node(tmp_path):
+    node = FakeNode.hgx_h200(2)
+    node.gpus[1].pcie_downtrained(generation=4, width=8).thermal_slowdown()
+    tree = fake_root(tmp_path, node)
+    with installed(node) as lib:
+        collector = Collector(CollectOptions(root=tmp_path, timeout_seconds=2))
+        exporter = Exporter("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 2).start()
+        try:
+            wait_for(lambda: exporter.state.watcher and exporter.state.watcher.status().healthy, timeout=10)
+            nvml_events(lib).emit(1, 79)
+            tree.add_kmsg([xid_line(9, 9_000_000, "0000:19:00.0", 13)])
+            body = wait_for(lambda: (lambda b: b if "gpudiag_gpu_xid_errors_total{" in b else None)(
+                urllib.request.urlopen(exporter.url + "/metrics", timeout=5).read().decode()), timeout=10)
+        finally:
+            exporter.stop()
+            collector.close()
+    assert "gpudiag_check_ok{" in body and "gpudiag_gpu_throttle_reason_active{" in body
+    result = promtool("check", "metrics", stdin=body)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+@needs_promtool
+def test_promtool_lints_the_textfile_of_a_partitioned_amd_node():
+    from gpudiag.checks import run_checks
+
+    snapshot = cpx_partitioned(amd_mi300x_node())
+    result = promtool("check", "metrics", stdin=render_textfile(snapshot, run_checks(snapshot)))
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+@needs_promtool
+def test_alert_rules_are_valid_and_pass_their_unit_tests():
+    checked = promtool("check", "rules", str(RULES))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", str(RULE_TESTS))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout
+
+
+def test_every_alert_rule_is_unit_tested():
+    rules = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    firing = {case["alertname"] for t in tests for case in t["alert_rule_test"] if case["exp_alerts"]}
+    assert rules == firing
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    queries += [v["query"]["query"] for v in dashboard["templating"]["list"] if isinstance(v.get("query"), dict)]
+    return queries
+
+
+def test_rules_and_dashboard_use_only_metrics_gpudiag_exports():
+    known = set(catalog.all_metrics()) | PROCESS_METRICS
+    rule_exprs = [r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    queries = dashboard_queries()
+    assert len(queries) > 25
+    used = {name for expr in rule_exprs + queries for name in METRIC_NAME.findall(expr)}
+    assert used - known == set()
+    # the core of the schema is on the dashboard
+    assert {"gpudiag_device_up", "gpudiag_check_ok", "gpudiag_gpu_xid_errors_total",
+            "gpudiag_gpu_temperature_celsius", "gpudiag_gpu_pcie_link_width_lanes"} <= used
+
+
+@needs_promtool
+def test_dashboard_queries_are_valid_promql(tmp_path):
+    """promtool parses each query, wrapped as a recording rule, with Grafana's variables filled in."""
+    substitutions = {"$__rate_interval": "5m", "$instance": ".*", "$gpu": ".*", "$job": ".*"}
+    rules = []
+    for index, query in enumerate(dashboard_queries()):
+        if query.startswith("label_values("):
+            query = re.match(r"label_values\((.*), \w+\)$", query).group(1)
+        for variable, value in substitutions.items():
+            query = query.replace(variable, value)
+        rules.append({"record": f"dashboard:query_{index}", "expr": query})
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- a real Prometheus server -------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def query(prometheus: str, promql: str) -> list[dict]:
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        answer = json.load(response)
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+@needs_prometheus
+@pytest.mark.parametrize("secured", [False, True], ids=["plain", "tls-basic-auth"])
+def test_prometheus_scrapes_gpudiag_serve(tmp_path, secured):
+    serve_args = ["--listen", "127.0.0.1:0", "--interval", "0.5", "--timeout", "2"]
+    scrape: dict = {"job_name": "gpudiag", "scrape_interval": "1s", "scrape_timeout": "1s"}
+    if secured:
+        password_hash = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(4)).decode()
+        for name in ("server.crt", "server.key", "ca.crt"):
+            shutil.copy(TLS / name, tmp_path / name)
+        (tmp_path / "web.yml").write_text(yaml.safe_dump({
+            "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
+            "basic_auth_users": {"prometheus": password_hash}}))
+        serve_args += ["--web-config", str(tmp_path / "web.yml")]
+        scrape.update({"scheme": "https", "tls_config": {"ca_file": str(tmp_path / "ca.crt"), "server_name": "localhost"},
+                       "basic_auth": {"username": "prometheus", "password": "scrape-me"}})
+    root = tmp_path / "root"
+    exporter = subprocess.Popen([sys.executable, "-m", "tests.exporter_node", str(root), "2", "--", *serve_args],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    prometheus = None
+    try:
+        target = re.search(r"serving https?://(\S+)/metrics", exporter.stderr.readline()).group(1)
+        scrape["static_configs"] = [{"targets": [target]}]
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"global": {"evaluation_interval": "1s"},
+                                                                 "scrape_configs": [scrape]}))
+        port = free_port()
+        prometheus = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        api = f"http://127.0.0.1:{port}"
+
+        def gpus_up():
+            try:
+                found = query(api, "gpudiag_device_up == 1")
+            except OSError:
+                return None  # Prometheus still starting
+            return found if len(found) == 2 else None
+
+        found = wait_for(gpus_up, timeout=60, interval=0.5)
+        assert {r["metric"]["pci_bus_id"] for r in found} == {"0000:19:00.0", "0000:3b:00.0"}
+        assert all(r["metric"]["job"] == "gpudiag" and r["metric"]["instance"] == target for r in found)
+        (up,) = query(api, 'up{job="gpudiag"}')
+        assert up["value"][1] == "1"
+        info = query(api, 'gpudiag_gpu_info{gpu="1"}')
+        assert info[0]["metric"]["model"] == "NVIDIA H200" and info[0]["metric"]["driver_version"] == "550.127.05"
+        temperature = query(api, 'gpudiag_gpu_temperature_celsius{sensor="gpu"}')
+        assert sorted(float(r["value"][1]) for r in temperature) == [27.0, 27.0]
+        assert query(api, 'gpudiag_collector_success{collector="collection"} == 1')
+    finally:
+        if prometheus is not None:
+            stop(prometheus)
+        stop(exporter)
