@@ -1,0 +1,244 @@
+"""ecc.* and memory.*: GPU memory integrity: ECC mode and error counts, NVIDIA row remapping and page retirement,
+AMD bad pages.
+
+ECC disabled is a fail, not a warning: without ECC, memory errors corrupt results silently, and NVIDIA's page
+retirement and row remapping (and AMD's bad-page retirement) are built on ECC and stop working too (NVIDIA "Dynamic
+Page Retirement": "works only when the customer enables ECC"). A fleet that disables ECC on purpose skips ecc.mode.
+"""
+
+from __future__ import annotations
+
+from gpudiag.checks.common import (
+    FIELD_BATCH,
+    device_check,
+    failed,
+    not_available,
+    passed,
+    query_command,
+    reset_command,
+    warned,
+)
+from gpudiag.expect import Expectations
+from gpudiag.model import CheckResult, DeviceSnapshot, Vendor
+
+MODE = "ecc.mode"
+UNCORRECTED = "ecc.uncorrected"
+DEFERRED = "ecc.deferred"
+REMAP_PENDING = "memory.row_remap_pending"
+REMAP_FAILURE = "memory.row_remap_failure"
+RETIRED_PAGES = "memory.retired_pages"
+BAD_PAGES = "memory.bad_pages"
+
+_ECC_TOPICS = ("ecc", "ras", FIELD_BATCH)
+_REMAP_TOPICS = ("remap", FIELD_BATCH)
+_RETIRED_TOPICS = ("retired", FIELD_BATCH)
+_BAD_PAGE_TOPICS = ("bad_page", "bad page", "reserved_pages", "ras")
+
+
+def _ecc_query(device: DeviceSnapshot) -> str:
+    return query_command(device, "ECC", "metric --ecc")
+
+
+def _rma_advice(device: DeviceSnapshot) -> str:
+    if device.vendor == Vendor.NVIDIA:
+        return ("run NVIDIA's field diagnostic (or `dcgmi diag -r 3`) and open an RMA with its log and an "
+                "`nvidia-bug-report.sh` archive")
+    return "run `amd-smi bad-pages` and AGFHC/RVS memory tests, and open an RMA with their output"
+
+
+def _mode(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    ecc = device.ecc
+    if ecc.enabled is None:
+        return not_available(MODE, device, "ECC mode", _ECC_TOPICS)
+    observed = {"enabled": ecc.enabled, "pending_enabled": ecc.pending_enabled}
+    confirm = f"Confirm with `{_ecc_query(device)}`."
+    if not ecc.enabled and ecc.pending_enabled:
+        return warned(MODE, device, f"{device.label}: ECC is off but enabled for the next reset",
+                      observed=observed, expected="ECC enabled",
+                      remediation=f"Reset the GPU to apply it: `{reset_command(device)}` (or reboot). {confirm}")
+    if not ecc.enabled:
+        if device.vendor == Vendor.NVIDIA:
+            enable = f"`nvidia-smi -i {device.index} -e 1`, then reset the GPU (`{reset_command(device)}`) or reboot"
+        else:
+            enable = "remove amdgpu.ras_enable=0 from the kernel command line (or set it to 1) and reboot"
+        return failed(MODE, device, f"{device.label}: ECC is disabled, memory errors go undetected",
+                      observed=observed, expected="ECC enabled", remediation=f"Enable ECC: {enable}. {confirm}")
+    if ecc.pending_enabled is False:
+        return warned(MODE, device, f"{device.label}: ECC is on now but set to turn off at the next reset",
+                      observed=observed, expected="ECC enabled, no pending change",
+                      remediation=f"Undo it with `nvidia-smi -i {device.index} -e 1` before the next reset. {confirm}")
+    return passed(MODE, device, f"{device.label}: ECC enabled", observed=observed, expected="ECC enabled")
+
+
+def _uncorrected(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    ecc = device.ecc
+    if ecc.volatile_uncorrected is None and ecc.aggregate_uncorrected is None:
+        return not_available(UNCORRECTED, device, "uncorrected ECC counts", _ECC_TOPICS)
+    observed = {"volatile_uncorrected": ecc.volatile_uncorrected, "aggregate_uncorrected": ecc.aggregate_uncorrected,
+                "volatile_corrected": ecc.volatile_corrected, "aggregate_corrected": ecc.aggregate_corrected,
+                "by_block": ecc.by_block}
+    expected = "0 uncorrected errors"
+    if ecc.volatile_uncorrected:
+        return failed(UNCORRECTED, device,
+                      f"{device.label}: {ecc.volatile_uncorrected} uncorrected ECC error(s) since the driver loaded",
+                      observed=observed, expected=expected,
+                      remediation=(f"Drain the GPU: the jobs that hit these errors got corrupted data or were killed. "
+                                   f"Check memory.* (row remapping / bad pages) and reset the GPU "
+                                   f"(`{reset_command(device)}`) to apply any pending repair. If uncorrected errors "
+                                   f"recur after the reset, {_rma_advice(device)}. Confirm with "
+                                   f"`{_ecc_query(device)}`."))
+    if ecc.aggregate_uncorrected:
+        return warned(UNCORRECTED, device, f"{device.label}: {ecc.aggregate_uncorrected} uncorrected ECC error(s) "
+                                           f"in its lifetime, none since the driver loaded",
+                      observed=observed, expected=expected,
+                      remediation=(f"Past errors, already handled by a reset: watch whether the count grows, and "
+                                   f"check memory.* for remapping/retirement headroom. Confirm with "
+                                   f"`{_ecc_query(device)}`."))
+    return passed(UNCORRECTED, device, f"{device.label}: no uncorrected ECC errors", observed=observed,
+                  expected=expected)
+
+
+def _deferred(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    if device.ecc.deferred is None:
+        return not_available(DEFERRED, device, "deferred ECC errors", _ECC_TOPICS)
+    observed = {"deferred": device.ecc.deferred, "by_block": device.ecc.by_block}
+    if device.ecc.deferred:
+        return warned(DEFERRED, device, f"{device.label}: {device.ecc.deferred} deferred (poisoned) memory error(s)",
+                      observed=observed, expected="0 deferred errors",
+                      remediation=(f"Deferred errors are uncorrectable data that was poisoned and consumed later; the "
+                                   f"affected pages should be retired. Check `amd-smi bad-pages -g {device.index}` for "
+                                   f"pending pages and reset the GPU (`{reset_command(device)}`) to reserve them. "
+                                   f"Confirm with `{_ecc_query(device)}`."))
+    return passed(DEFERRED, device, f"{device.label}: no deferred errors", observed=observed,
+                  expected="0 deferred errors")
+
+
+def _remap_pending(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    health = device.memory_health
+    if health.remap_pending is None:
+        return not_available(REMAP_PENDING, device, "row-remapping state", _REMAP_TOPICS)
+    observed = {"remap_pending": health.remap_pending,
+                "remapped_rows_correctable": health.remapped_rows_correctable,
+                "remapped_rows_uncorrectable": health.remapped_rows_uncorrectable}
+    if health.remap_pending:
+        return failed(REMAP_PENDING, device, f"{device.label}: a row remap is pending; it takes effect at the next "
+                                             f"GPU reset",
+                      observed=observed, expected="no pending remap",
+                      remediation=(f"Drain the GPU and reset it (`{reset_command(device)}`, or reboot) to apply the "
+                                   f"remap. Confirm with `nvidia-smi -q -i {device.index} -d ROW_REMAPPER` "
+                                   f"(Pending: No)."))
+    return passed(REMAP_PENDING, device, f"{device.label}: no row remap pending", observed=observed,
+                  expected="no pending remap")
+
+
+def _remap_failure(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    health = device.memory_health
+    if health.remap_failure is None:
+        return not_available(REMAP_FAILURE, device, "row-remapping failure flag", _REMAP_TOPICS)
+    observed = {"remap_failure": health.remap_failure, "histogram": health.remap_histogram}
+    confirm = f"Confirm with `nvidia-smi -q -i {device.index} -d ROW_REMAPPER`"
+    if health.remap_failure:
+        # NVIDIA "GPU Memory Error Management", RMA Policy: the failure flag, validated by the field diagnostic,
+        # meets the RMA criteria.
+        return failed(REMAP_FAILURE, device, f"{device.label}: a row remap failed; a failing bank has no spare row "
+                                             f"left",
+                      observed=observed, expected="no remap failure",
+                      remediation=f"Drain the GPU and {_rma_advice(device)}: a remap failure meets NVIDIA's RMA "
+                                  f"criteria. {confirm}.")
+    exhausted = health.remap_histogram.get("none", 0)
+    if exhausted:
+        return warned(REMAP_FAILURE, device, f"{device.label}: {exhausted} memory bank(s) have no spare rows left",
+                      observed=observed, expected="spare rows in every bank",
+                      remediation=(f"The next uncorrectable error in such a bank cannot be remapped and fails the "
+                                   f"GPU: plan a replacement and watch ecc.uncorrected. {confirm} (Bank Remap "
+                                   f"Availability Histogram)."))
+    return passed(REMAP_FAILURE, device, f"{device.label}: no row-remap failure", observed=observed,
+                  expected="no remap failure")
+
+
+def _retired_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    health = device.memory_health
+    if health.retired_pages_single_bit is None and health.retired_pages_double_bit is None:
+        return not_available(RETIRED_PAGES, device, "retired pages", _RETIRED_TOPICS)
+    total = (health.retired_pages_single_bit or 0) + (health.retired_pages_double_bit or 0)
+    observed = {"single_bit": health.retired_pages_single_bit, "double_bit": health.retired_pages_double_bit,
+                "total": total, "pending": health.retired_pages_pending}
+    expected = f"fewer than {expect.retired_pages_warn_count} retired pages, none pending"
+    confirm = f"Confirm with `nvidia-smi -q -i {device.index} -d PAGE_RETIREMENT`."
+    if total >= expect.retired_pages_fail_count:
+        return failed(RETIRED_PAGES, device,
+                      f"{device.label}: {total} retired pages (limit {expect.retired_pages_fail_count})",
+                      observed=observed, expected=expected,
+                      remediation=f"The GPU is running out of retirement slots: drain it and {_rma_advice(device)}. "
+                                  f"{confirm}")
+    if health.retired_pages_pending:
+        return failed(RETIRED_PAGES, device, f"{device.label}: a page retirement is pending; the bad page stays in "
+                                             f"use until the driver reloads",
+                      observed=observed, expected=expected,
+                      remediation=f"Drain the GPU and reset it (`{reset_command(device)}`) or reboot to retire the "
+                                  f"page. {confirm}")
+    if total >= expect.retired_pages_warn_count:
+        return warned(RETIRED_PAGES, device,
+                      f"{device.label}: {total} retired pages (warn at {expect.retired_pages_warn_count})",
+                      observed=observed, expected=expected,
+                      remediation=f"Memory is degrading: watch the rate of new retirements and plan a replacement. "
+                                  f"{confirm}")
+    return passed(RETIRED_PAGES, device, f"{device.label}: {total} retired pages", observed=observed,
+                  expected=expected)
+
+
+def _bad_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    health = device.memory_health
+    counts = (health.bad_pages_reserved, health.bad_pages_pending, health.bad_pages_unreservable)
+    if all(count is None for count in counts):
+        return not_available(BAD_PAGES, device, "bad-page records", _BAD_PAGE_TOPICS)
+    reserved = health.bad_pages_reserved or 0
+    threshold = health.bad_page_threshold
+    observed = {"reserved": health.bad_pages_reserved, "pending": health.bad_pages_pending,
+                "unreservable": health.bad_pages_unreservable, "threshold": threshold}
+    expected = "none pending or unreservable"
+    if threshold:
+        expected = f"reserved < {expect.bad_pages_warn_fraction:.0%} of the threshold {threshold}, {expected}"
+    confirm = f"Confirm with `amd-smi bad-pages -g {device.index}`."
+    if health.bad_pages_unreservable:
+        return failed(BAD_PAGES, device, f"{device.label}: {health.bad_pages_unreservable} bad page(s) could not be "
+                                         f"reserved and stay in use",
+                      observed=observed, expected=expected,
+                      remediation=f"Drain the GPU and {_rma_advice(device)}. {confirm}")
+    if threshold and reserved >= threshold:
+        # amdgpu reports an RMA reason once the records reach the threshold (amdgpu_ras_eeprom.c).
+        return failed(BAD_PAGES, device, f"{device.label}: {reserved} bad pages reserved, at the device's "
+                                         f"threshold of {threshold}",
+                      observed=observed, expected=expected,
+                      remediation=f"The GPU has reached its bad-page limit (amdgpu flags it for RMA): drain it and "
+                                  f"{_rma_advice(device)}. {confirm}")
+    if health.bad_pages_pending:
+        return warned(BAD_PAGES, device, f"{device.label}: {health.bad_pages_pending} bad page(s) pending "
+                                         f"reservation",
+                      observed=observed, expected=expected,
+                      remediation=f"Reset the GPU (`{reset_command(device)}`) or reload amdgpu to reserve them. "
+                                  f"{confirm}")
+    if threshold and reserved >= expect.bad_pages_warn_fraction * threshold:
+        return warned(BAD_PAGES, device, f"{device.label}: {reserved} bad pages reserved, near the threshold of "
+                                         f"{threshold}",
+                      observed=observed, expected=expected,
+                      remediation=f"Memory is degrading towards the RMA limit: plan a replacement and watch ecc.*. "
+                                  f"{confirm}")
+    return passed(BAD_PAGES, device, f"{device.label}: {reserved} bad pages reserved", observed=observed,
+                  expected=expected)
+
+
+CHECKS = (
+    device_check(MODE, "ECC is enabled, no mode change pending", _mode),
+    device_check(UNCORRECTED, "no uncorrected ECC errors since the driver loaded (lifetime errors warn)",
+                 _uncorrected),
+    device_check(DEFERRED, "no deferred (poisoned) memory errors (AMD)", _deferred, vendor=Vendor.AMD),
+    device_check(REMAP_PENDING, "no row remap waiting for a GPU reset (NVIDIA Ampere+)", _remap_pending,
+                 vendor=Vendor.NVIDIA),
+    device_check(REMAP_FAILURE, "no row-remap failure (an RMA criterion), spare rows left", _remap_failure,
+                 vendor=Vendor.NVIDIA),
+    device_check(RETIRED_PAGES, "retired pages below thresholds, none pending (NVIDIA pre-Ampere)", _retired_pages,
+                 vendor=Vendor.NVIDIA),
+    device_check(BAD_PAGES, "bad pages below the device's threshold, none pending or unreservable (AMD)",
+                 _bad_pages, vendor=Vendor.AMD),
+)

@@ -1,0 +1,272 @@
+"""pcie.*: the GPU's PCIe link: trained generation and width against what the GPU and its slot support, and the
+link's error counters (replays, AER).
+
+Two sources describe a link: the vendor library (PcieInfo: `max_*` is the system max, the lesser of GPU and slot;
+`device_max_*` the GPU's own) and sysfs (PciGpu: `max_link_*` is the GPU's capability, `upstream_max_link_*` the
+slot's). The library is preferred where both exist; sysfs alone still judges a GPU the library does not see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from gpudiag.checks.common import (
+    FIELD_BATCH,
+    Check,
+    PhysicalGpu,
+    failed,
+    generation_width,
+    not_available,
+    passed,
+    physical_gpus,
+    skipped,
+    unreachable,
+    warned,
+)
+from gpudiag.expect import Expectations
+from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PcieInfo
+
+LINK_GENERATION = "pcie.link_generation"
+LINK_WIDTH = "pcie.link_width"
+REPLAY_ERRORS = "pcie.replay_errors"
+AER = "pcie.aer"
+
+_PCIE_TOPICS = ("pcie", "current_link", "max_link", "metrics")
+
+
+def _first(*values: Optional[int]) -> Optional[int]:
+    return next((v for v in values if v is not None), None)
+
+
+@dataclass
+class LinkFacts:
+    current_generation: Optional[int]
+    current_width: Optional[int]
+    gpu_generation: Optional[int]  # what the GPU supports
+    gpu_width: Optional[int]
+    slot_generation: Optional[int]  # what the slot allows (the upstream port, or the library's system max)
+    slot_width: Optional[int]
+    slot_bus_id: Optional[str]
+
+    @classmethod
+    def of(cls, gpu: PhysicalGpu) -> "LinkFacts":
+        pcie = gpu.device.pcie if gpu.device else PcieInfo()
+        pci = gpu.pci
+        return cls(
+            current_generation=_first(pcie.current_generation, pci and pci.current_link_generation),
+            current_width=_first(pcie.current_width, pci and pci.current_link_width),
+            # NVML has no GPU-only max width, and without sysfs the system max is the best bound there is: it
+            # still catches a link trained below it, though not a slot that caps the GPU.
+            gpu_generation=_first(pcie.device_max_generation, pci and pci.max_link_generation, pcie.max_generation),
+            gpu_width=_first(pcie.device_max_width, pci and pci.max_link_width, pcie.max_width),
+            # The library's system max already is min(GPU, slot); below the GPU's own max it names the slot's limit.
+            slot_generation=_first(pci and pci.upstream_max_link_generation, pcie.max_generation),
+            slot_width=_first(pci and pci.upstream_max_link_width, pcie.max_width),
+            slot_bus_id=pci.upstream_pci_bus_id if pci else None,
+        )
+
+    def observed(self) -> dict:
+        return {"current": generation_width(self.current_generation, self.current_width),
+                "gpu_max": generation_width(self.gpu_generation, self.gpu_width),
+                "slot_max": generation_width(self.slot_generation, self.slot_width),
+                "slot": self.slot_bus_id}
+
+
+def is_idle(device: Optional[DeviceSnapshot]) -> Optional[bool]:
+    """Whether the GPU is idle enough for its power management to lower the link speed (NVIDIA drops to Gen1 in
+    low P-states, amdgpu's DPM to a low pp_dpm_pcie level). None: cannot tell."""
+    if device is None:
+        return None
+    reasons = device.clocks.throttle_reasons or []
+    if "gpu_idle" in reasons or device.utilization.gpu_percent == 0:
+        return True
+    if device.clocks.performance_state is not None and device.clocks.performance_state > 0:
+        return True
+    if device.utilization.gpu_percent is not None or device.clocks.performance_state == 0:
+        return False
+    return None
+
+
+def _slot_text(facts: LinkFacts) -> str:
+    return f"slot {facts.slot_bus_id}" if facts.slot_bus_id else "its slot"
+
+
+def _confirm(gpu: PhysicalGpu, facts: LinkFacts) -> str:
+    port = f" and `lspci -vvv -s {facts.slot_bus_id} | grep -e LnkCap -e LnkSta`" if facts.slot_bus_id else ""
+    return (f"Confirm with `lspci -vvv -s {gpu.pci_bus_id} | grep -e LnkCap -e LnkSta`{port}, and "
+            f"`cat /sys/bus/pci/devices/{gpu.pci_bus_id}/current_link_speed` under load.")
+
+
+def _unreadable(check_id: str, gpu: PhysicalGpu, what: str) -> CheckResult:
+    if gpu.device is not None:
+        return not_available(check_id, gpu.device, what, _PCIE_TOPICS)
+    return skipped(check_id, None, f"{gpu.label}: {what} not readable from sysfs")
+
+
+def _judge_generation(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
+    device, facts = gpu.device, LinkFacts.of(gpu)
+    target = expect.expected_pcie_generation or facts.gpu_generation
+    if facts.current_generation is None or target is None:
+        return _unreadable(LINK_GENERATION, gpu, "PCIe link generation")
+    observed = facts.observed()
+    expected = generation_width(target, expect.expected_pcie_width or facts.gpu_width)
+    current = observed["current"]
+    link = f"{current} of {expected}"
+    slot = _slot_text(facts)
+    if facts.slot_generation is not None and facts.slot_generation < target:
+        return failed(
+            LINK_GENERATION, device, f"{gpu.label} runs at {link}: {slot} supports only Gen{facts.slot_generation}",
+            observed=observed, expected=expected,
+            remediation=(f"The slot, not the GPU, limits the link. Set the PCIe link speed of {slot} to "
+                         f"Auto/Gen{target} in the BIOS (per-root-port PCIe settings), make sure the riser, retimer "
+                         f"and cable are rated for Gen{target} (a Gen{facts.slot_generation} riser caps the link) and "
+                         f"that the BIOS and retimer firmware are current. {_confirm(gpu, facts)}"))
+    if facts.current_generation >= target:
+        return passed(LINK_GENERATION, device, f"{gpu.label} link at {current}", observed=observed, expected=expected)
+    idle = is_idle(device)
+    if idle:
+        return passed(LINK_GENERATION, device, f"{gpu.label} link at {link} while idle: the normal power-saving "
+                                               f"downshift, it returns to Gen{target} under load",
+                      observed=observed, expected=expected)
+    remediation = (f"Both the GPU and {slot} support Gen{target}, yet the link trained lower: reseat the GPU and its "
+                   f"riser/cable, check the slot's BIOS link-speed setting, and look for AER errors (pcie.aer) on "
+                   f"this link. {_confirm(gpu, facts)} A link that retrains low after reseating points at the "
+                   f"riser/retimer or the GPU: swap slots to tell which.")
+    if idle is None:
+        return warned(LINK_GENERATION, device, f"{gpu.label} link at {link}; could not tell whether the GPU is idle "
+                                               f"(idle GPUs downshift)",
+                      observed=observed, expected=expected,
+                      remediation="Re-check while the GPU runs a load. " + remediation)
+    return failed(LINK_GENERATION, device, f"{gpu.label} link at {link} while the GPU is busy",
+                  observed=observed, expected=expected, remediation=remediation)
+
+
+def _judge_width(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
+    device, facts = gpu.device, LinkFacts.of(gpu)
+    target = expect.expected_pcie_width or facts.gpu_width
+    if facts.current_width is None or target is None:
+        return _unreadable(LINK_WIDTH, gpu, "PCIe link width")
+    observed = facts.observed()
+    expected = generation_width(expect.expected_pcie_generation or facts.gpu_generation, target)
+    current = observed["current"]
+    link = f"{current} of {expected}"
+    slot = _slot_text(facts)
+    if facts.slot_width is not None and facts.slot_width < target:
+        return failed(
+            LINK_WIDTH, device, f"{gpu.label} runs at {link}: {slot} provides only x{facts.slot_width}",
+            observed=observed, expected=expected,
+            remediation=(f"The slot is narrower than the GPU: check the BIOS bifurcation setting of {slot} (x16, not "
+                         f"x8x8 or x4x4x4x4) and that the riser/cable is x16. {_confirm(gpu, facts)}"))
+    if facts.current_width >= target:
+        return passed(LINK_WIDTH, device, f"{gpu.label} link at {current}", observed=observed, expected=expected)
+    return failed(
+        LINK_WIDTH, device, f"{gpu.label} link trained at {link}",
+        observed=observed, expected=expected,
+        remediation=(f"A link narrower than both ends support means lanes failed to train: power down, reseat the "
+                     f"GPU and its riser/cable, inspect the connector for damage or debris. {_confirm(gpu, facts)} If "
+                     f"the width stays low, swap the GPU into another slot to tell a bad riser/slot from a bad GPU."))
+
+
+def _per_gpu(snapshot: NodeSnapshot, check_id: str,
+             judge: Callable[[PhysicalGpu], CheckResult]) -> list[CheckResult]:
+    gpus = physical_gpus(snapshot)
+    if not gpus:
+        return [skipped(check_id, None, "no GPU on this node")]
+    return [unreachable(check_id, g.device) if g.device is not None and not g.device.reachable else judge(g)
+            for g in gpus]
+
+
+def link_generation(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    return _per_gpu(snapshot, LINK_GENERATION, lambda g: _judge_generation(g, expect))
+
+
+def link_width(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    return _per_gpu(snapshot, LINK_WIDTH, lambda g: _judge_width(g, expect))
+
+
+_MARGINAL_LINK = ("A marginal link: reseat the GPU and its riser/cable, check the retimer firmware and the slot's "
+                  "BIOS link settings; if the count keeps growing, move the GPU to another slot to tell a bad riser "
+                  "from a bad GPU.")
+
+
+def _judge_replays(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
+    check_id, device = REPLAY_ERRORS, gpu.device
+    if device is None:
+        return skipped(check_id, None, f"{gpu.label}: replay counters come from the vendor library")
+    pcie = device.pcie
+    if pcie.replay_count is None:
+        return not_available(check_id, device, "PCIe replay counter", _PCIE_TOPICS + ("replay", FIELD_BATCH))
+    observed = {"replay_count": pcie.replay_count, "replay_rollover_count": pcie.replay_rollover_count,
+                **pcie.error_counters}
+    expected = f"replay_count <= {expect.pcie_replay_warn_count}, no rollover"
+    if pcie.replay_count > expect.pcie_replay_warn_count or (pcie.replay_rollover_count or 0) > 0:
+        return warned(check_id, device, f"{gpu.label} has {pcie.replay_count} PCIe replays since the driver loaded",
+                      observed=observed, expected=expected,
+                      remediation=f"{_MARGINAL_LINK} Confirm with `lspci -vvv -s {gpu.pci_bus_id}` (CESta) and the "
+                                  f"replay counter in `nvidia-smi -q -d PCIE` / `amd-smi metric --pcie`.")
+    return passed(check_id, device, f"{gpu.label}: {pcie.replay_count} PCIe replays", observed=observed,
+                  expected=expected)
+
+
+def replay_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    return _per_gpu(snapshot, REPLAY_ERRORS, lambda g: _judge_replays(g, expect))
+
+
+def _aer_total(counters: dict[str, int], total_key: str) -> int:
+    return counters[total_key] if total_key in counters else sum(counters.values())
+
+
+def _aer_counts(gpu: PhysicalGpu) -> Optional[dict[str, int]]:
+    """Fatal / nonfatal / correctable totals, from sysfs AER or else the library's counters."""
+    aer = gpu.pci.aer if gpu.pci else {}
+    if aer:
+        return {"fatal": _aer_total(aer.get("fatal", {}), "TOTAL_ERR_FATAL"),
+                "nonfatal": _aer_total(aer.get("nonfatal", {}), "TOTAL_ERR_NONFATAL"),
+                "correctable": _aer_total(aer.get("correctable", {}), "TOTAL_ERR_COR")}
+    counters = gpu.device.pcie.error_counters if gpu.device else {}
+    names = {"fatal": "fatal_errors", "nonfatal": "non_fatal_errors", "correctable": "correctable_errors"}
+    if not any(n in counters for n in names.values()):
+        return None
+    return {kind: counters.get(name, 0) for kind, name in names.items()}
+
+
+def _judge_aer(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
+    check_id, device = AER, gpu.device
+    counts = _aer_counts(gpu)
+    if counts is None:
+        return skipped(check_id, device, f"{gpu.label}: no AER counters exposed (kernel older than 4.19, or AER "
+                                         f"handled firmware-first by the BIOS)")
+    observed = {**counts, "detail": gpu.pci.aer if gpu.pci else {}}
+    expected = f"no fatal/nonfatal errors, correctable <= {expect.aer_correctable_warn_count}"
+    where = (f"`cat /sys/bus/pci/devices/{gpu.pci_bus_id}/aer_dev_*` and `dmesg -T | grep -i aer`; errors may be "
+             f"counted on the upstream port too")
+    if counts["fatal"] or counts["nonfatal"]:
+        return failed(check_id, device, f"{gpu.label} logged {counts['fatal']} fatal and {counts['nonfatal']} "
+                                        f"nonfatal uncorrectable PCIe errors",
+                      observed=observed, expected=expected,
+                      remediation=(f"Uncorrectable PCIe errors often precede a GPU falling off the bus. See which with "
+                                   f"{where}. Drain the GPU, reseat it and its riser/cable, and update BIOS/retimer "
+                                   f"firmware; errors that follow the slot mean the riser/slot, errors that follow the "
+                                   f"GPU mean an RMA."))
+    if counts["correctable"] > expect.aer_correctable_warn_count:
+        return warned(check_id, device, f"{gpu.label} logged {counts['correctable']} correctable PCIe errors",
+                      observed=observed, expected=expected, remediation=f"{_MARGINAL_LINK} See which with {where}.")
+    return passed(check_id, device, f"{gpu.label}: no uncorrectable PCIe errors, {counts['correctable']} correctable",
+                  observed=observed, expected=expected)
+
+
+def aer(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    gpus = physical_gpus(snapshot)
+    if not gpus:
+        return [skipped(AER, None, "no GPU on this node")]
+    # AER counters live in sysfs and stay readable when the GPU no longer answers its library.
+    return [_judge_aer(g, expect) for g in gpus]
+
+
+CHECKS = (
+    Check(LINK_GENERATION, link_generation, "PCIe link generation matches what the GPU and slot support"),
+    Check(LINK_WIDTH, link_width, "PCIe link width matches what the GPU and slot support"),
+    Check(REPLAY_ERRORS, replay_errors, "PCIe replay counter below threshold"),
+    Check(AER, aer, "no uncorrectable AER errors, correctable below threshold"),
+)

@@ -1,0 +1,103 @@
+"""power.*: power brake, power limits, and draw against the limit.
+
+Running at the power limit under load is normal: the GPU boosts until it meets the cap (NVML SwPowerCap, AMD PPT).
+That is never a failure here; a limit set below the default, a hardware power brake, or a draw the controller does
+not hold are.
+"""
+
+from __future__ import annotations
+
+from gpudiag.checks.common import (
+    THROTTLE_TOPICS,
+    device_check,
+    failed,
+    not_available,
+    passed,
+    query_command,
+    warned,
+)
+from gpudiag.expect import Expectations
+from gpudiag.model import CheckResult, DeviceSnapshot, Vendor
+
+BRAKE = "power.brake"
+LIMIT = "power.limit"
+DRAW = "power.draw"
+
+_POWER_TOPICS = ("power", "energy", "metrics")
+
+
+def _power_query(device: DeviceSnapshot) -> str:
+    return query_command(device, "POWER,PERFORMANCE", "metric --power")
+
+
+def _brake(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    check_id = BRAKE
+    reasons = device.clocks.throttle_reasons
+    if reasons is None:
+        return not_available(check_id, device, "throttle reasons", THROTTLE_TOPICS)
+    observed = {"active_reasons": reasons}
+    if "hw_power_brake" in reasons:
+        return failed(check_id, device, f"{device.label}: hardware power brake is asserted, clocks are cut",
+                      observed=observed, expected="no power brake",
+                      remediation=("The system asserted the GPU's external power-brake signal: a PSU failed or lost "
+                                   "redundancy, or the chassis is over its power budget. Check PSU health and "
+                                   "redundancy in the BMC event log, the power-brake/sideband cable to the GPU "
+                                   "baseboard, and the power-capping policy of the BMC. Confirm with "
+                                   f"`{_power_query(device)}` (HW Power Brake Slowdown: Active)."))
+    return passed(check_id, device, f"{device.label}: no power brake", observed=observed, expected="no power brake")
+
+
+def _set_limit_command(device: DeviceSnapshot, watts: float) -> str:
+    if device.vendor == Vendor.NVIDIA:
+        return f"nvidia-smi -i {device.index} -pl {watts:g}"
+    return f"amd-smi set -g {device.index} --power-cap {watts:g}"
+
+
+def _limit(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    check_id = LIMIT
+    power = device.power
+    if power.limit_watts is None or power.default_limit_watts is None:
+        return not_available(check_id, device, "power limit and default limit", _POWER_TOPICS)
+    observed = {"limit_watts": power.limit_watts, "default_limit_watts": power.default_limit_watts}
+    floor = power.default_limit_watts * expect.power_limit_warn_ratio
+    expected = f">= {floor:g} W ({expect.power_limit_warn_ratio:.0%} of the default {power.default_limit_watts:g} W)"
+    if power.limit_watts < floor:
+        restore = _set_limit_command(device, power.default_limit_watts)
+        return warned(check_id, device, f"{device.label}: power limit {power.limit_watts:g} W is below the default "
+                                        f"{power.default_limit_watts:g} W",
+                      observed=observed, expected=expected,
+                      remediation=(f"Someone capped this GPU, so it runs slower than its peers. If that was not "
+                                   f"intended, restore the default: `{restore}` (not persistent across reboots; look "
+                                   f"for the script or BMC policy that set it). Confirm with "
+                                   f"`{_power_query(device)}`."))
+    return passed(check_id, device, f"{device.label}: power limit {power.limit_watts:g} W", observed=observed,
+                  expected=expected)
+
+
+def _draw(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    check_id = DRAW
+    power = device.power
+    if power.draw_watts is None or power.limit_watts is None:
+        return not_available(check_id, device, "power draw and limit", _POWER_TOPICS)
+    reasons = device.clocks.throttle_reasons or []
+    capped = any(r in reasons for r in ("sw_power_cap", "ppt_power"))
+    observed = {"draw_watts": power.draw_watts, "limit_watts": power.limit_watts, "power_capped": capped}
+    ceiling = power.limit_watts * expect.power_over_limit_warn_ratio
+    expected = f"<= {ceiling:g} W ({expect.power_over_limit_warn_ratio:.0%} of the limit)"
+    if power.draw_watts > ceiling:
+        return warned(check_id, device,
+                      f"{device.label} draws {power.draw_watts:g} W, over its {power.limit_watts:g} W limit",
+                      observed=observed, expected=expected,
+                      remediation=("The power controller is not holding the limit, or the power sensor reads wrong. "
+                                   "Update the VBIOS/firmware, compare with the BMC's reading of the GPU's power, and "
+                                   f"open a support case if it persists. Confirm with `{_power_query(device)}`."))
+    note = " (power-capped at its limit: normal under load)" if capped else ""
+    return passed(check_id, device, f"{device.label} draws {power.draw_watts:g} W of {power.limit_watts:g} W{note}",
+                  observed=observed, expected=expected)
+
+
+CHECKS = (
+    device_check(BRAKE, "no hardware power brake asserted", _brake),
+    device_check(LIMIT, "the enforced power limit is not set below the default", _limit),
+    device_check(DRAW, "power draw is held at or below the limit", _draw),
+)

@@ -1,0 +1,186 @@
+"""topology.*: the GPU fabric (NVLink / XGMI links, their errors, P2P between GPUs) and NUMA placement."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gpudiag.checks.common import (
+    Check,
+    errors_about,
+    failed,
+    for_each_device,
+    not_available,
+    passed,
+    physical_devices,
+    skipped,
+    warned,
+)
+from gpudiag.expect import Expectations
+from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, PeerLink, Vendor
+
+
+_LINK_TOPICS = ("nvlink", "xgmi")
+
+
+def _fabric(device: DeviceSnapshot) -> str:
+    return "NVLink" if device.vendor == Vendor.NVIDIA else "XGMI"
+
+
+def _link_query(device: DeviceSnapshot) -> str:
+    if device.vendor == Vendor.NVIDIA:
+        return f"nvidia-smi nvlink -s -i {device.index}` and `nvidia-smi nvlink -e -i {device.index}"
+    return "amd-smi xgmi` and `amd-smi metric --xgmi-err"
+
+
+def _link_remediation(device: DeviceSnapshot) -> str:
+    if device.vendor == Vendor.NVIDIA:
+        fix = ("reset the GPU (`nvidia-smi -r`) or reboot; on HGX/NVSwitch systems check that nvidia-fabricmanager is "
+               "running (`systemctl status nvidia-fabricmanager`); if the link stays down, reseat the GPU on the "
+               "baseboard (or the NVLink bridge on PCIe cards)")
+    else:
+        fix = "reboot the node (XGMI trains at boot); if the link stays down, reseat the OAM module on the baseboard"
+    return (f"Confirm with `{_link_query(device)}`. To recover, {fix}. A link that fails again on the same GPU is an "
+            f"RMA candidate.")
+
+
+def _expected_active_links(device: DeviceSnapshot, devices: list[DeviceSnapshot], expect: Expectations) -> int:
+    if expect.expected_links_per_gpu is not None:
+        return expect.expected_links_per_gpu
+    # Peers: the same model on this node. The best-connected one shows what the board wires up.
+    peers = [d for d in devices if d.vendor == device.vendor and d.name == device.name and d.reachable]
+    return max(sum(1 for link in d.links if link.up) for d in peers)
+
+
+def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    check_id = "topology.links_up"
+    devices = physical_devices(snapshot)
+    if not any(d.links for d in devices) and expect.expected_links_per_gpu is None:
+        return [skipped(check_id, None, "no NVLink/XGMI links reported on this node (PCIe-only GPUs)")]
+
+    def judge(device: DeviceSnapshot) -> CheckResult:
+        if not device.links and errors_about(device, _LINK_TOPICS):
+            return not_available(check_id, device, f"{_fabric(device)} link state", _LINK_TOPICS)
+        expected = _expected_active_links(device, devices, expect)
+        active = [link.index for link in device.links if link.up]
+        down = [link.index for link in device.links if link.up is False]
+        observed = {"active": len(active), "down_links": down, "total_reported": len(device.links)}
+        if len(active) < expected:
+            named = f"; down: {', '.join(map(str, down))}" if down else ""
+            return failed(check_id, device,
+                          f"{device.label} has {len(active)} of {expected} {_fabric(device)} links active{named}",
+                          observed=observed, expected=f"{expected} active links",
+                          remediation=(f"Traffic between GPUs falls back to slower paths (or collectives hang). "
+                                       f"{_link_remediation(device)}"))
+        note = f" ({len(down)} further link(s) report down, as on its peers)" if down else ""
+        return passed(check_id, device, f"{device.label}: {len(active)} {_fabric(device)} links active{note}",
+                      observed=observed, expected=f"{expected} active links")
+
+    return for_each_device(snapshot, check_id, judge)
+
+
+def link_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    check_id = "topology.link_errors"
+    if not any(d.links for d in physical_devices(snapshot)):
+        return [skipped(check_id, None, "no NVLink/XGMI links reported on this node")]
+
+    def judge(device: DeviceSnapshot) -> CheckResult:
+        counters = {link.index: link.error_counters for link in device.links if link.error_counters}
+        # AMD reports one XGMI error status per GPU (amdsmi_gpu_xgmi_error_status) instead of per-link counters.
+        flag = device.xgmi_error_status
+        if not counters and flag is None:
+            return not_available(check_id, device, f"{_fabric(device)} error counters", _LINK_TOPICS)
+        observed = {**{f"link {i}": c for i, c in counters.items()}, "xgmi_error_status": flag}
+        expected = f"every error counter <= {expect.link_error_warn_count}, no XGMI error status"
+        noisy = {f"link {i}": {name: n for name, n in c.items() if n > expect.link_error_warn_count}
+                 for i, c in counters.items()}
+        findings = ["; ".join(f"{link}: " + ", ".join(f"{n} {name}" for name, n in c.items())
+                              for link, c in noisy.items() if c)]
+        if flag not in (None, "no_errors"):
+            findings.append(f"XGMI error status {flag}")
+        findings = [f for f in findings if f]
+        if findings:
+            clear = (f" Clear the XGMI status with `amd-smi reset --xgmierr -g {device.index}` and re-check: an error "
+                     f"that returns under load is a real link fault." if flag not in (None, "no_errors") else "")
+            return warned(check_id, device, f"{device.label} {_fabric(device)} link errors: {'; '.join(findings)}",
+                          observed=observed, expected=expected,
+                          remediation=(f"Replays/recoveries/CRC errors mean a marginal link: it still works but "
+                                       f"retrains and loses bandwidth, and may go down. "
+                                       f"{_link_remediation(device)}{clear}"))
+        return passed(check_id, device, f"{device.label}: {_fabric(device)} error counters within threshold",
+                      observed=observed, expected=expected)
+
+    return for_each_device(snapshot, check_id, judge)
+
+
+_FABRIC_PATHS = ("nvlink", "xgmi")
+
+
+def _pair_failures(peer: PeerLink) -> dict[str, str]:
+    statuses = {"read": peer.p2p_read, "write": peer.p2p_write, "nvlink": peer.p2p_nvlink}
+    return {kind: status for kind, status in statuses.items() if status is not None and status != "ok"}
+
+
+def p2p(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    check_id = "topology.p2p"
+    if not snapshot.peers:
+        return [skipped(check_id, None, "no GPU pairs reported (fewer than two GPUs, or no peer probe)")]
+    results: list[CheckResult] = []
+    for peer in snapshot.peers:
+        failures = _pair_failures(peer)
+        if peer.path not in _FABRIC_PATHS or not failures:
+            continue
+        fabric = "NVLink" if peer.path == "nvlink" else "XGMI"
+        results.append(failed(
+            check_id, None, f"GPU {peer.gpu_a} ↔ GPU {peer.gpu_b} are joined by {fabric} but P2P is not ok: "
+                            + ", ".join(f"{k} {v}" for k, v in failures.items()),
+            observed={"gpu_a": peer.gpu_a, "gpu_b": peer.gpu_b, "path": peer.path, **failures},
+            expected=f"P2P ok over {fabric}",
+            remediation=(("Check `nvidia-smi topo -p2p rwn` and the NVLink state of both GPUs (topology.links_up); "
+                          "on NVSwitch systems nvidia-fabricmanager must be running; a P2P 'disabled_by_regkey' "
+                          "status comes from the NVreg_* module options.") if peer.path == "nvlink" else
+                         ("Check `amd-smi topology` and the XGMI links of both GPUs (topology.links_up); reboot so "
+                          "the XGMI hive trains again.")),
+        ))
+    if not results:
+        fabric_pairs = sum(1 for p in snapshot.peers if p.path in _FABRIC_PATHS)
+        other = Counter(p.path for p in snapshot.peers if p.path not in _FABRIC_PATHS)
+        return [passed(check_id, None, f"P2P ok on all {fabric_pairs} NVLink/XGMI pair(s)",
+                       observed={"fabric_pairs": fabric_pairs, "other_paths": dict(other)},
+                       expected="P2P ok over NVLink/XGMI")]
+    return results
+
+
+def _numa_of(device: DeviceSnapshot, pci: PciGpu | None) -> int | None:
+    return device.numa_node if device.numa_node is not None else (pci.numa_node if pci else None)
+
+
+def numa(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    check_id = "topology.numa"
+    nodes = snapshot.host.numa_nodes
+
+    def judge(device: DeviceSnapshot) -> CheckResult:
+        node = _numa_of(device, snapshot.pci_gpu(device.pci_bus_id))
+        observed = {"numa_node": node, "host_numa_nodes": nodes}
+        if node is not None:
+            return passed(check_id, device, f"{device.label} is on NUMA node {node}", observed=observed)
+        if nodes is None or nodes <= 1:
+            return passed(check_id, device, f"{device.label}: single NUMA node host, placement does not matter",
+                          observed=observed)
+        return warned(check_id, device, f"{device.label} has no NUMA affinity on a {nodes}-node host",
+                      observed=observed, expected="a NUMA node for the GPU",
+                      remediation=(f"The firmware does not tell the kernel which socket the GPU hangs off (no _PXM "
+                                   f"for its root port), so CPU and memory cannot be placed near it and host<->GPU "
+                                   f"copies may cross sockets. Enable NUMA / ACPI SRAT reporting in the BIOS (on AMD "
+                                   f"EPYC keep NPS and 'ACPI SRAT L3 Cache As NUMA Domain' consistent) and update the "
+                                   f"BIOS. Confirm with `cat /sys/bus/pci/devices/{device.pci_bus_id}/numa_node` "
+                                   f"(-1 = none) and `nvidia-smi topo -m` / `amd-smi topology`."))
+
+    return for_each_device(snapshot, check_id, judge)
+
+
+CHECKS = (
+    Check("topology.links_up", links_up, "each GPU has as many NVLink/XGMI links up as its peers (or as expected)"),
+    Check("topology.link_errors", link_errors, "NVLink/XGMI error counters below threshold"),
+    Check("topology.p2p", p2p, "P2P works between GPUs joined by NVLink/XGMI"),
+    Check("topology.numa", numa, "each GPU has a NUMA node on multi-socket hosts"),
+)
