@@ -180,7 +180,7 @@ class ClockInfo:
 @dataclass
 class MemoryUsage:
     total_bytes: Optional[int] = None
-    used_bytes: Optional[int] = None
+    used_bytes: Optional[int] = None  # excludes reserved_bytes where that is reported (NVML v2 memory info)
     reserved_bytes: Optional[int] = None  # held by the driver/firmware, not by processes
     bar1_total_bytes: Optional[int] = None
     bar1_used_bytes: Optional[int] = None
