@@ -1,0 +1,194 @@
+import dataclasses
+
+from gpudiag.expect import Expectations
+from gpudiag.model import ErrorKind, ProbeError, Status
+from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
+
+
+def _downshift(device, pci, generation):
+    device.pcie.current_generation = generation
+    pci.current_link_generation = generation
+
+
+def test_slot_capping_a_gen5_gpu_at_gen4_fails_naming_gpu_and_slot():
+    snap = nvidia_h200_node()
+    device, pci = snap.devices[1], snap.pci_gpus[1]
+    _downshift(device, pci, 4)
+    device.pcie.max_generation = 4  # NVML's system max: the lesser of GPU and slot
+    pci.upstream_max_link_generation = 4
+    result = for_gpu(run(snap, "pcie.link_generation"), 1)
+    assert_actionable(result, Status.FAIL)
+    assert "Gen4 x16 of Gen5 x16" in result.message
+    assert "GPU 1 (0000:3b:00.0)" in result.message and pci.upstream_pci_bus_id in result.message
+    assert result.observed["slot"] == pci.upstream_pci_bus_id and result.expected == "Gen5 x16"
+    assert "BIOS" in result.remediation and "retimer" in result.remediation
+    assert f"lspci -vvv -s {pci.upstream_pci_bus_id}" in result.remediation
+    assert "current_link_speed" in result.remediation
+    assert for_gpu(run(snap, "pcie.link_generation"), 0).status == Status.PASS
+
+
+def test_slot_cap_seen_by_the_library_alone_also_fails():
+    snap = amd_mi300x_node()
+    snap.pci_gpus = []
+    device = snap.devices[3]
+    device.pcie.current_generation = device.pcie.max_generation = 4
+    assert for_gpu(run(snap, "pcie.link_generation"), 3).status == Status.FAIL
+
+
+def test_idle_downshift_is_not_an_alarm():
+    snap = nvidia_h200_node()
+    device = snap.devices[0]
+    _downshift(device, snap.pci_gpus[0], 1)
+    device.utilization.gpu_percent = 0
+    device.clocks.throttle_reasons = ["gpu_idle"]
+    device.clocks.performance_state = 8
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert result.status == Status.PASS
+    assert "idle" in result.message and "Gen1 x16 of Gen5 x16" in result.message
+
+
+def test_idle_by_p_state_alone():
+    snap = nvidia_h200_node()
+    device = snap.devices[0]
+    _downshift(device, snap.pci_gpus[0], 2)
+    device.utilization.gpu_percent = None
+    device.clocks.throttle_reasons = None
+    device.clocks.performance_state = 8
+    assert for_gpu(run(snap, "pcie.link_generation"), 0).status == Status.PASS
+
+
+def test_idle_by_utilisation_alone():
+    snap = amd_mi300x_node()  # utilisation 0, no idle reason, no P-state on AMD
+    snap.devices[4].pcie.current_generation = snap.pci_gpus[4].current_link_generation = 1
+    assert for_gpu(run(snap, "pcie.link_generation"), 4).status == Status.PASS
+    snap.devices[4].utilization.gpu_percent = 60
+    assert for_gpu(run(snap, "pcie.link_generation"), 4).status == Status.FAIL
+
+
+def test_busy_gpu_below_its_generation_fails():
+    snap = nvidia_h200_node()
+    _downshift(snap.devices[0], snap.pci_gpus[0], 4)
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert_actionable(result, Status.FAIL)
+    assert "busy" in result.message and "reseat" in result.remediation
+
+
+def test_cannot_tell_idle_from_busy_warns():
+    snap = nvidia_h200_node()
+    device = snap.devices[0]
+    _downshift(device, snap.pci_gpus[0], 3)
+    device.utilization.gpu_percent = None
+    device.clocks.throttle_reasons = None
+    device.clocks.performance_state = None
+    assert_actionable(for_gpu(run(snap, "pcie.link_generation"), 0), Status.WARN)
+
+
+def test_expected_generation_overrides_the_gpu_capability():
+    snap = nvidia_h200_node()
+    for device, pci in zip(snap.devices, snap.pci_gpus):
+        _downshift(device, pci, 4)
+        device.pcie.max_generation = pci.upstream_max_link_generation = 4
+    gen4_platform = dataclasses.replace(Expectations(), expected_pcie_generation=4)
+    assert {r.status for r in run(snap, "pcie.link_generation", gen4_platform)} == {Status.PASS}
+    assert {r.status for r in run(snap, "pcie.link_generation")} == {Status.FAIL}
+
+
+def test_narrow_link_fails_even_when_idle():
+    snap = amd_mi300x_node()  # idle GPUs
+    snap.devices[2].pcie.current_width = 8
+    snap.pci_gpus[2].current_link_width = 8
+    result = for_gpu(run(snap, "pcie.link_width"), 2)
+    assert_actionable(result, Status.FAIL)
+    assert "Gen5 x8 of Gen5 x16" in result.message and "reseat" in result.remediation
+
+
+def test_narrow_slot_names_bifurcation():
+    snap = nvidia_h200_node()
+    snap.pci_gpus[0].upstream_max_link_width = 8
+    snap.devices[0].pcie.current_width = snap.pci_gpus[0].current_link_width = 8
+    result = for_gpu(run(snap, "pcie.link_width"), 0)
+    assert_actionable(result, Status.FAIL)
+    assert "provides only x8" in result.message and "bifurcation" in result.remediation
+
+
+def test_gpu_on_the_bus_only_is_judged_from_sysfs():
+    snap = nvidia_h200_node()
+    del snap.devices[1]
+    snap.pci_gpus[1].current_link_width = 4
+    (width,) = node_level(run(snap, "pcie.link_width"))
+    assert_actionable(width, Status.FAIL)
+    assert "0000:3b:00.0" in width.message
+
+
+def test_unreachable_and_unsupported_links():
+    snap = nvidia_h200_node()
+    snap.devices[0].reachable = False
+    assert for_gpu(run(snap, "pcie.link_width"), 0).status == Status.UNKNOWN
+
+    snap = nvidia_h200_node()
+    snap.pci_gpus = []
+    device = snap.devices[1]
+    device.pcie.current_width = device.pcie.device_max_width = device.pcie.max_width = None
+    assert for_gpu(run(snap, "pcie.link_width"), 1).status == Status.SKIP
+    device.errors.append(ProbeError("nvml.nvmlDeviceGetCurrPcieLinkWidth", ErrorKind.ERROR, "Unknown Error"))
+    assert_actionable(for_gpu(run(snap, "pcie.link_width"), 1), Status.UNKNOWN)
+
+
+def test_without_sysfs_the_library_system_max_still_bounds_the_width():
+    # NVML has no GPU-only max width; with no sysfs view the system max is what the link should reach.
+    snap = nvidia_h200_node()
+    snap.pci_gpus = []
+    device = snap.devices[0]
+    device.pcie.device_max_width = None
+    device.pcie.current_width = 8
+    assert_actionable(for_gpu(run(snap, "pcie.link_width"), 0), Status.FAIL)
+
+
+def test_a_failed_field_batch_explains_the_missing_replay_counter():
+    snap = nvidia_h200_node()
+    snap.devices[0].pcie.replay_count = None
+    assert for_gpu(run(snap, "pcie.replay_errors"), 0).status == Status.SKIP
+    snap.devices[0].errors.append(ProbeError("nvml.nvmlDeviceGetFieldValues", ErrorKind.ERROR, "Unknown Error"))
+    assert for_gpu(run(snap, "pcie.replay_errors"), 0).status == Status.UNKNOWN
+
+
+def test_replays_above_threshold_warn():
+    snap = nvidia_h200_node()
+    snap.devices[1].pcie.replay_count = 450
+    results = run(snap, "pcie.replay_errors")
+    assert_actionable(for_gpu(results, 1), Status.WARN)
+    assert for_gpu(results, 1).observed["replay_count"] == 450
+    assert for_gpu(results, 0).status == Status.PASS
+    strict = dataclasses.replace(Expectations(), pcie_replay_warn_count=500)
+    assert for_gpu(run(snap, "pcie.replay_errors", strict), 1).status == Status.PASS
+
+
+def test_aer_uncorrectable_fails_and_correctable_warns():
+    snap = amd_mi300x_node()
+    snap.pci_gpus[0].aer["fatal"].update({"Surprise Down Error": 1, "TOTAL_ERR_FATAL": 1})
+    snap.pci_gpus[1].aer["nonfatal"].update({"Completion Timeout": 3, "TOTAL_ERR_NONFATAL": 3})
+    snap.pci_gpus[2].aer["correctable"].update({"Receiver Error": 700, "TOTAL_ERR_COR": 700})
+    snap.pci_gpus[3].aer["correctable"].update({"Receiver Error": 12, "TOTAL_ERR_COR": 12})
+    results = run(snap, "pcie.aer")
+    assert_actionable(for_gpu(results, 0), Status.FAIL)
+    assert "aer_dev_" in for_gpu(results, 0).remediation
+    assert for_gpu(results, 1).status == Status.FAIL and for_gpu(results, 1).observed["nonfatal"] == 3
+    assert_actionable(for_gpu(results, 2), Status.WARN)
+    assert for_gpu(results, 3).status == Status.PASS
+
+
+def test_aer_falls_back_to_library_counters_and_skips_without_any():
+    snap = nvidia_h200_node()
+    snap.pci_gpus[0].aer = {}
+    snap.devices[0].pcie.error_counters = {"fatal_errors": 1, "non_fatal_errors": 0, "correctable_errors": 5}
+    snap.pci_gpus[1].aer = {}
+    results = run(snap, "pcie.aer")
+    assert for_gpu(results, 0).status == Status.FAIL
+    assert for_gpu(results, 1).status == Status.SKIP
+
+
+def test_aer_is_judged_even_when_the_gpu_is_lost():
+    snap = nvidia_h200_node()
+    snap.devices[0].reachable = False
+    snap.pci_gpus[0].aer["fatal"]["TOTAL_ERR_FATAL"] = 2
+    assert for_gpu(run(snap, "pcie.aer"), 0).status == Status.FAIL

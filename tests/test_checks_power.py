@@ -1,0 +1,60 @@
+import dataclasses
+
+from gpudiag.expect import Expectations
+from gpudiag.model import Status
+from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
+
+
+def test_power_brake_fails_pointing_at_psu_and_cable():
+    snap = nvidia_h200_node()
+    snap.devices[1].clocks.throttle_reasons = ["hw_slowdown", "hw_power_brake"]
+    results = run(snap, "power.brake")
+    brake = for_gpu(results, 1)
+    assert_actionable(brake, Status.FAIL)
+    assert "PSU" in brake.remediation and "cable" in brake.remediation
+    assert for_gpu(results, 0).status == Status.PASS
+
+
+def test_power_capped_at_the_limit_under_load_is_normal():
+    snap = nvidia_h200_node()
+    device = snap.devices[0]
+    device.clocks.throttle_reasons = ["sw_power_cap"]
+    device.power.draw_watts = 699.0
+    draw = for_gpu(run(snap, "power.draw"), 0)
+    assert draw.status == Status.PASS and "normal under load" in draw.message
+    assert for_gpu(run(snap, "power.brake"), 0).status == Status.PASS
+    assert for_gpu(run(snap, "thermal.throttle"), 0).status == Status.PASS
+
+
+def test_limit_below_default_warns_with_the_restore_command():
+    snap = nvidia_h200_node()
+    snap.devices[0].power.limit_watts = 500.0
+    result = for_gpu(run(snap, "power.limit"), 0)
+    assert_actionable(result, Status.WARN)
+    assert "nvidia-smi -i 0 -pl 700" in result.remediation
+    assert result.observed == {"limit_watts": 500.0, "default_limit_watts": 700.0}
+
+    amd = amd_mi300x_node()
+    amd.devices[7].power.limit_watts = 600.0
+    assert "amd-smi set -g 7 --power-cap 750" in for_gpu(run(amd, "power.limit"), 7).remediation
+    # 690 W of 700 W is within the default ratio (95%).
+    snap.devices[0].power.limit_watts = 690.0
+    assert for_gpu(run(snap, "power.limit"), 0).status == Status.PASS
+    strict = dataclasses.replace(Expectations(), power_limit_warn_ratio=1.0)
+    assert for_gpu(run(snap, "power.limit", strict), 0).status == Status.WARN
+
+
+def test_draw_well_over_the_limit_warns():
+    snap = nvidia_h200_node()
+    snap.devices[1].power.draw_watts = 800.0
+    result = for_gpu(run(snap, "power.draw"), 1)
+    assert_actionable(result, Status.WARN)
+    assert result.observed["draw_watts"] == 800.0
+
+
+def test_missing_power_values_skip():
+    snap = amd_mi300x_node()
+    snap.devices[0].power.default_limit_watts = None
+    snap.devices[0].power.draw_watts = None
+    assert for_gpu(run(snap, "power.limit"), 0).status == Status.SKIP
+    assert for_gpu(run(snap, "power.draw"), 0).status == Status.SKIP
