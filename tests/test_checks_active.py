@@ -1,0 +1,214 @@
+"""active.* judging: measured figures against what the link, the fabric and the device's own limits allow."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+
+from gpudiag.checks.active import CHECKS, active_checks
+from gpudiag.checks.active_links import ActiveExpectations, pcie_raw_gb_per_second
+from gpudiag.expect import DEFAULT_EXPECTATIONS
+from gpudiag.model import (
+    ActiveDevice,
+    ActiveResults,
+    ClockInfo,
+    CopyBandwidth,
+    DeviceSnapshot,
+    ErrorKind,
+    GpuLink,
+    MemtestResult,
+    NodeSnapshot,
+    PcieInfo,
+    PeerBandwidth,
+    PeerLink,
+    ProbeError,
+    Status,
+    StressResult,
+    TelemetrySample,
+    TemperatureSensor,
+    Vendor,
+)
+
+BUS = ("0000:18:00.0", "0000:2a:00.0")
+
+
+def h200(index: int, generation: int = 5, width: int = 16) -> DeviceSnapshot:
+    return DeviceSnapshot(
+        index=index, vendor=Vendor.NVIDIA, source="nvml", pci_bus_id=BUS[index], name="NVIDIA H200",
+        architecture="Hopper",
+        pcie=PcieInfo(current_generation=1, current_width=16, max_generation=generation, max_width=width,
+                      device_max_generation=5, device_max_width=16),
+        clocks=ClockInfo(max_sm_mhz=1980),
+        temperatures={"gpu": TemperatureSensor(current_celsius=35.0, slowdown_celsius=87.0, shutdown_celsius=92.0)},
+        links=[GpuLink(index=i, kind="nvlink", up=True, version=4, remote_device_type="switch") for i in range(18)],
+    )
+
+
+def healthy_active() -> ActiveResults:
+    def device(index: int) -> ActiveDevice:
+        return ActiveDevice(
+            index=index, pci_bus_id=BUS[index], runtime="cuda 12.4",
+            h2d=CopyBandwidth(55.2, 256 << 20, 24), d2h=CopyBandwidth(54.8, 256 << 20, 24),
+            memtest=MemtestResult(bytes_tested=126_000_000_000, free_bytes=140_000_000_000,
+                                  total_bytes=143_771_000_000, passes_requested=4, passes_completed=4, seconds=1.9,
+                                  ecc_corrected_before=0, ecc_corrected_after=0, ecc_uncorrected_before=0,
+                                  ecc_uncorrected_after=0),
+            stress=StressResult(seconds_requested=30, seconds=30.0, launches=600, fp32_tflops=61.3, samples=[
+                TelemetrySample(seconds=float(t), sm_clock_mhz=1980 if t == 0 else 1755, temperature_celsius=58.0 + t,
+                                power_watts=690.0, throttle_reasons=["sw_power_cap"]) for t in range(5)]),
+        )
+    return ActiveResults(tests=["pcie", "p2p", "memtest", "stress"], devices=[device(0), device(1)], peers=[
+        PeerBandwidth(0, 1, True, CopyBandwidth(372.5, 256 << 20, 24), 741.0),
+        PeerBandwidth(1, 0, True, CopyBandwidth(371.9, 256 << 20, 24))])
+
+
+def node(active=None, generation: int = 5) -> NodeSnapshot:
+    return NodeSnapshot(hostname="h200-1", devices=[h200(0, generation), h200(1, generation)],
+                        peers=[PeerLink(gpu_a=0, gpu_b=1, path="nvlink", link_count=18)],
+                        active=active if active is not None else healthy_active())
+
+
+def by_check(results, check_id):
+    return [r for r in results if r.check == check_id]
+
+
+def test_a_healthy_h200_pair_passes_every_active_check():
+    results = active_checks(node(), DEFAULT_EXPECTATIONS)
+    assert {r.check for r in results} == {c.id for c in CHECKS}
+    assert [(r.check, r.status) for r in results if r.status != Status.PASS] == []
+    h2d = by_check(results, "active.pcie_h2d_bandwidth")[0]
+    assert h2d.expected["gb_per_second"] == 53.6  # Gen5 x16: 63.0 GB/s raw x 0.85
+    assert "Gen5 x16 link carries after protocol overhead (63.0 GB/s raw)" in h2d.message
+    p2p = by_check(results, "active.p2p_bandwidth")[0]
+    assert p2p.expected["gb_per_second"] == 360.0 and "18 NVLinks carry (450 GB/s per direction raw)" in p2p.message
+
+
+def test_pcie_raw_rates_follow_the_encoding_of_each_generation():
+    assert pcie_raw_gb_per_second(5, 16) == pytest.approx(63.015, abs=1e-3)
+    assert pcie_raw_gb_per_second(4, 16) == pytest.approx(31.508, abs=1e-3)
+    assert pcie_raw_gb_per_second(2, 16) == pytest.approx(8.0)  # 5 GT/s x 16 x 8b/10b
+    assert pcie_raw_gb_per_second(9, 16) is None
+
+
+def test_gen5_x16_moving_gen4_figures_fails_naming_the_gpu():
+    active = healthy_active()
+    active.devices[1].h2d = CopyBandwidth(26.1, 256 << 20, 24)
+    (_, slow) = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.pcie_h2d_bandwidth")
+    assert slow.status == Status.FAIL and slow.device.index == 1 and slow.device.pci_bus_id == BUS[1]
+    assert slow.message.startswith("GPU 1 (0000:2a:00.0) host->device: 26.1 GB/s, 49% of the 53.6 GB/s")
+    assert slow.expected["fail_below_gb_per_second"] == 37.5
+    assert "riser" in slow.remediation
+
+
+def test_a_gen4_slot_is_judged_against_gen4_and_a_middling_figure_warns():
+    active = healthy_active()
+    active.devices[0].d2h = CopyBandwidth(26.1, 256 << 20, 24)
+    active.devices[1].d2h = CopyBandwidth(21.0, 256 << 20, 24)
+    results = by_check(active_checks(node(active, generation=4), DEFAULT_EXPECTATIONS), "active.pcie_d2h_bandwidth")
+    assert [r.status for r in results] == [Status.PASS, Status.WARN]  # 26.8 GB/s expected; 21.0 is 78% of it
+
+
+def test_profile_can_pin_the_expected_figures():
+    # An Expectations that carries the optional `active_*` field, as a node profile would set it.
+    expect = types.SimpleNamespace(**dataclasses.asdict(DEFAULT_EXPECTATIONS), active_h2d_expected_gbps=70.0)
+    (first, _) = by_check(active_checks(node(), expect), "active.pcie_h2d_bandwidth")
+    assert first.status == Status.WARN and "of the 70 GB/s a node profile sets" in first.message
+    assert ActiveExpectations.of(expect).h2d_expected_gbps == 70.0
+
+
+def test_a_slow_nvlink_pair_fails_and_missing_peer_access_says_fabric_manager():
+    active = healthy_active()
+    active.peers[0].copy = CopyBandwidth(180.0, 256 << 20, 24)
+    active.peers[1].p2p_enabled = False
+    active.peers[1].copy = CopyBandwidth(21.0, 256 << 20, 24)
+    slow, staged = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert slow.status == Status.FAIL and slow.message.startswith("GPU 0 -> GPU 1: 180.0 GB/s, 50% of the 360 GB/s")
+    assert staged.status == Status.FAIL and "no peer access" in staged.message
+    assert "nvidia-fabricmanager" in staged.remediation
+
+
+def test_a_pcie_peer_path_is_only_warned_about():
+    snapshot = node()
+    snapshot.peers = [PeerLink(gpu_a=0, gpu_b=1, path="phb")]
+    snapshot.active.peers[0].copy = CopyBandwidth(20.0, 256 << 20, 24)
+    first, _ = by_check(active_checks(snapshot, DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert first.status == Status.WARN and "PCIe path carries" in first.message
+
+
+def test_memtest_mismatches_fail_with_address_and_bits():
+    active = healthy_active()
+    active.devices[0].memtest.mismatched_words = 4
+    active.devices[0].memtest.first_error_address = 0x7F0000104000
+    active.devices[0].memtest.flipped_bits_mask = 0x100
+    first, second = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.memtest")
+    assert first.status == Status.FAIL and "4 words read back wrong" in first.message
+    assert "0x7f0000104000" in first.message and "0x00000100" in first.message
+    assert second.status == Status.PASS and "no mismatch in 126.0 GB of 143.8 GB in 4 passes" in second.message
+
+
+@pytest.mark.parametrize("field, after, status", [("ecc_uncorrected_after", 2, Status.FAIL),
+                                                  ("ecc_corrected_after", 7, Status.WARN)])
+def test_ecc_counters_rising_during_the_memtest(field, after, status):
+    active = healthy_active()
+    setattr(active.devices[0].memtest, field, after)
+    (first, _) = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.memtest")
+    assert first.status == status and f"{after} " in first.message
+
+
+@pytest.mark.parametrize("reason, status", [("hw_thermal_slowdown", Status.FAIL), ("hw_power_brake", Status.FAIL),
+                                            ("sw_thermal_slowdown", Status.WARN), ("sw_power_cap", Status.PASS)])
+def test_stress_throttle_reasons(reason, status):
+    active = healthy_active()
+    active.devices[0].stress.samples[3].throttle_reasons = [reason]
+    (first, _) = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.stress")
+    assert first.status == status
+    if status != Status.PASS:
+        assert f"throttle reason {reason}" in first.message
+
+
+def test_stress_clock_collapse_and_heat_fail():
+    active = healthy_active()
+    active.devices[0].stress.samples[2].sm_clock_mhz = 615
+    active.devices[1].stress.samples[4].temperature_celsius = 88.0
+    collapsed, hot = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.stress")
+    assert collapsed.status == Status.FAIL and "SM clock fell to 615 MHz of 1980 MHz" in collapsed.message
+    assert hot.status == Status.FAIL and "peak temperature 88°C at/over its slowdown limit 87°C" in hot.message
+
+
+def test_an_unwatched_stress_is_unknown():
+    active = healthy_active()
+    active.devices[0].stress.samples = []
+    active.devices[0].stress.telemetry_error = "no telemetry reader: clocks were not watched"
+    (first, _) = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.stress")
+    assert first.status == Status.UNKNOWN and "not watched" in first.message
+
+
+def test_skipped_busy_gpus_skip_and_setup_errors_are_unknown_not_failures():
+    active = healthy_active()
+    active.devices[0] = ActiveDevice(index=0, pci_bus_id=BUS[0], skipped="busy with another job, not disturbed")
+    missing = ProbeError("cuda.load", ErrorKind.NOT_FOUND, "libcuda.so.1 could not be loaded")
+    active.devices[1].memtest = MemtestResult(passes_requested=4, error=missing)
+    active.devices[1].stress = StressResult(error=ProbeError("cuda.cuLaunchKernel", ErrorKind.ERROR,
+                                                             "cuLaunchKernel failed: CUDA_ERROR_ECC_UNCORRECTABLE"))
+    results = active_checks(node(active), DEFAULT_EXPECTATIONS)
+    assert {r.status for r in results if r.device and r.device.index == 0 and r.check != "active.p2p_bandwidth"} \
+        == {Status.SKIP}
+    assert by_check(results, "active.memtest")[1].status == Status.UNKNOWN
+    stress = by_check(results, "active.stress")[1]
+    assert stress.status == Status.FAIL and "CUDA_ERROR_ECC_UNCORRECTABLE" in stress.message
+
+
+def test_a_test_that_never_finished_is_unknown_with_the_run_error():
+    active = healthy_active()
+    active.devices[1].stress = None
+    active.errors = [ProbeError("active", ErrorKind.TIMEOUT, "stuck in cuda.cuEventSynchronize")]
+    (_, second) = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.stress")
+    assert second.status == Status.UNKNOWN and "stuck in cuda.cuEventSynchronize" in second.message
+
+
+def test_without_load_tests_each_check_says_so_once():
+    results = active_checks(dataclasses.replace(node(), active=None), DEFAULT_EXPECTATIONS)
+    assert [(r.status, r.device) for r in results] == [(Status.SKIP, None)] * len(CHECKS)
+    assert "gpudiag check --level 2" in results[0].message
