@@ -51,8 +51,8 @@ def _judge_events(check_id: str, device: Optional[DeviceSnapshot], where: str, e
         return passed(check_id, device, f"{where}: no driver error events since boot{note}",
                       observed=observed, expected="no driver error events")
     worst = max((f.severity for _, f in findings), key=STATUS_SEVERITY.__getitem__)
-    # Actions for the worst findings first, each once.
-    ordered = sorted({f for _, f in findings}, key=lambda f: -STATUS_SEVERITY[f.severity])
+    # Actions for the worst findings first, each once; otherwise in log order (stable for golden outputs).
+    ordered = sorted(dict.fromkeys(f for _, f in findings), key=lambda f: -STATUS_SEVERITY[f.severity])
     actions = list(dict.fromkeys(f.action for f in ordered))
     if device is not None:
         actions = [a.replace("<gpu>", str(device.index)) for a in actions]

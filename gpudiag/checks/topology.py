@@ -12,12 +12,18 @@ from gpudiag.checks.common import (
     not_available,
     passed,
     physical_devices,
+    reset_command,
     skipped,
+    unknown,
     warned,
 )
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, PeerLink, Vendor
 
+LINKS_UP = "topology.links_up"
+LINK_ERRORS = "topology.link_errors"
+P2P = "topology.p2p"
+NUMA = "topology.numa"
 
 _LINK_TOPICS = ("nvlink", "xgmi")
 
@@ -34,9 +40,9 @@ def _link_query(device: DeviceSnapshot) -> str:
 
 def _link_remediation(device: DeviceSnapshot) -> str:
     if device.vendor == Vendor.NVIDIA:
-        fix = ("reset the GPU (`nvidia-smi -r`) or reboot; on HGX/NVSwitch systems check that nvidia-fabricmanager is "
-               "running (`systemctl status nvidia-fabricmanager`); if the link stays down, reseat the GPU on the "
-               "baseboard (or the NVLink bridge on PCIe cards)")
+        fix = (f"reset the GPU (`{reset_command(device)}`) or reboot; on HGX/NVSwitch systems check that "
+               f"nvidia-fabricmanager is running (`systemctl status nvidia-fabricmanager`); if the link stays down, "
+               f"reseat the GPU on the baseboard (or the NVLink bridge on PCIe cards)")
     else:
         fix = "reboot the node (XGMI trains at boot); if the link stays down, reseat the OAM module on the baseboard"
     return (f"Confirm with `{_link_query(device)}`. To recover, {fix}. A link that fails again on the same GPU is an "
@@ -52,7 +58,7 @@ def _expected_active_links(device: DeviceSnapshot, devices: list[DeviceSnapshot]
 
 
 def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    check_id = "topology.links_up"
+    check_id = LINKS_UP
     devices = physical_devices(snapshot)
     if not any(d.links for d in devices) and expect.expected_links_per_gpu is None:
         return [skipped(check_id, None, "no NVLink/XGMI links reported on this node (PCIe-only GPUs)")]
@@ -63,7 +69,15 @@ def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         expected = _expected_active_links(device, devices, expect)
         active = [link.index for link in device.links if link.up]
         down = [link.index for link in device.links if link.up is False]
-        observed = {"active": len(active), "down_links": down, "total_reported": len(device.links)}
+        unread = [link.index for link in device.links if link.up is None]
+        observed = {"active": len(active), "down_links": down, "unknown_links": unread,
+                    "total_reported": len(device.links)}
+        if len(active) < expected <= len(active) + len(unread):
+            return unknown(check_id, device, f"{device.label} has {len(active)} of {expected} {_fabric(device)} "
+                                             f"links known active; the state of link(s) "
+                                             f"{', '.join(map(str, unread))} could not be read",
+                           observed=observed, expected=f"{expected} active links",
+                           remediation=f"Read the link state directly: {_link_remediation(device)}")
         if len(active) < expected:
             named = f"; down: {', '.join(map(str, down))}" if down else ""
             return failed(check_id, device,
@@ -79,7 +93,7 @@ def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
 
 
 def link_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    check_id = "topology.link_errors"
+    check_id = LINK_ERRORS
     if not any(d.links for d in physical_devices(snapshot)):
         return [skipped(check_id, None, "no NVLink/XGMI links reported on this node")]
 
@@ -91,16 +105,15 @@ def link_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResul
             return not_available(check_id, device, f"{_fabric(device)} error counters", _LINK_TOPICS)
         observed = {**{f"link {i}": c for i, c in counters.items()}, "xgmi_error_status": flag}
         expected = f"every error counter <= {expect.link_error_warn_count}, no XGMI error status"
-        noisy = {f"link {i}": {name: n for name, n in c.items() if n > expect.link_error_warn_count}
-                 for i, c in counters.items()}
-        findings = ["; ".join(f"{link}: " + ", ".join(f"{n} {name}" for name, n in c.items())
-                              for link, c in noisy.items() if c)]
-        if flag not in (None, "no_errors"):
+        limit = expect.link_error_warn_count
+        findings = [f"link {i}: " + ", ".join(f"{n} {name}" for name, n in c.items() if n > limit)
+                    for i, c in counters.items() if any(n > limit for n in c.values())]
+        flagged = flag not in (None, "no_errors")
+        if flagged:
             findings.append(f"XGMI error status {flag}")
-        findings = [f for f in findings if f]
         if findings:
             clear = (f" Clear the XGMI status with `amd-smi reset --xgmierr -g {device.index}` and re-check: an error "
-                     f"that returns under load is a real link fault." if flag not in (None, "no_errors") else "")
+                     f"that returns under load is a real link fault." if flagged else "")
             return warned(check_id, device, f"{device.label} {_fabric(device)} link errors: {'; '.join(findings)}",
                           observed=observed, expected=expected,
                           remediation=(f"Replays/recoveries/CRC errors mean a marginal link: it still works but "
@@ -113,6 +126,13 @@ def link_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResul
 
 
 _FABRIC_PATHS = ("nvlink", "xgmi")
+_P2P_REMEDIATION = {
+    "nvlink": ("Check `nvidia-smi topo -p2p rwn` and the NVLink state of both GPUs (topology.links_up); on NVSwitch "
+               "systems nvidia-fabricmanager must be running; a 'disabled_by_regkey' status comes from NVreg_* "
+               "module options."),
+    "xgmi": ("Check `amd-smi topology` and the XGMI links of both GPUs (topology.links_up); reboot so that the XGMI "
+             "hive trains again."),
+}
 
 
 def _pair_failures(peer: PeerLink) -> dict[str, str]:
@@ -121,7 +141,7 @@ def _pair_failures(peer: PeerLink) -> dict[str, str]:
 
 
 def p2p(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    check_id = "topology.p2p"
+    check_id = P2P
     if not snapshot.peers:
         return [skipped(check_id, None, "no GPU pairs reported (fewer than two GPUs, or no peer probe)")]
     results: list[CheckResult] = []
@@ -135,11 +155,7 @@ def p2p(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
                             + ", ".join(f"{k} {v}" for k, v in failures.items()),
             observed={"gpu_a": peer.gpu_a, "gpu_b": peer.gpu_b, "path": peer.path, **failures},
             expected=f"P2P ok over {fabric}",
-            remediation=(("Check `nvidia-smi topo -p2p rwn` and the NVLink state of both GPUs (topology.links_up); "
-                          "on NVSwitch systems nvidia-fabricmanager must be running; a P2P 'disabled_by_regkey' "
-                          "status comes from the NVreg_* module options.") if peer.path == "nvlink" else
-                         ("Check `amd-smi topology` and the XGMI links of both GPUs (topology.links_up); reboot so "
-                          "the XGMI hive trains again.")),
+            remediation=_P2P_REMEDIATION[peer.path],
         ))
     if not results:
         fabric_pairs = sum(1 for p in snapshot.peers if p.path in _FABRIC_PATHS)
@@ -155,7 +171,7 @@ def _numa_of(device: DeviceSnapshot, pci: PciGpu | None) -> int | None:
 
 
 def numa(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    check_id = "topology.numa"
+    check_id = NUMA
     nodes = snapshot.host.numa_nodes
 
     def judge(device: DeviceSnapshot) -> CheckResult:
@@ -179,8 +195,8 @@ def numa(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
 
 
 CHECKS = (
-    Check("topology.links_up", links_up, "each GPU has as many NVLink/XGMI links up as its peers (or as expected)"),
-    Check("topology.link_errors", link_errors, "NVLink/XGMI error counters below threshold"),
-    Check("topology.p2p", p2p, "P2P works between GPUs joined by NVLink/XGMI"),
-    Check("topology.numa", numa, "each GPU has a NUMA node on multi-socket hosts"),
+    Check(LINKS_UP, links_up, "each GPU has as many NVLink/XGMI links up as its peers (or as expected)"),
+    Check(LINK_ERRORS, link_errors, "NVLink/XGMI error counters below threshold"),
+    Check(P2P, p2p, "P2P works between GPUs joined by NVLink/XGMI"),
+    Check(NUMA, numa, "each GPU has a NUMA node on multi-socket hosts"),
 )
