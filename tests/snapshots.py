@@ -37,7 +37,7 @@ from gpudiag.model import (
 GIB = 1024**3
 MIB = 1024**2
 
-NVIDIA_DRIVER = "580.159.04"
+NVIDIA_DRIVER = "560.35.03"
 H200_BUS_IDS = ("0000:19:00.0", "0000:3b:00.0")
 MI300X_BUS_IDS = ("0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
                   "0000:85:00.0", "0000:a6:00.0", "0000:c6:00.0", "0000:e5:00.0")
@@ -57,7 +57,8 @@ def _upstream_of(bus_id: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------------------
 # NVIDIA: 2x H200 SXM, NVLink 4 (18 links each), PCIe Gen5 x16 behind a Gen5 switch, busy with a training job.
-# Identity, firmware, limits and memory sizes as the lab's H200s answered NVML (tests/fixtures/h200x2/nvml-survey.json).
+# Memory sizes, BAR1 and power limits as the lab's H200s answered NVML (tests/fixtures/h200x2/nvml-survey.json); other
+# values are of the same kind. The exporter tests read this fixture too: they pin driver, VBIOS, slowdown, histogram.
 
 
 def _h200(index: int, bus_id: str) -> DeviceSnapshot:
@@ -66,7 +67,7 @@ def _h200(index: int, bus_id: str) -> DeviceSnapshot:
         index=index, vendor=Vendor.NVIDIA, source="nvml", pci_bus_id=bus_id,
         uuid=f"GPU-5c1e2f3a-0000-4000-8000-00000000000{index}", name="NVIDIA H200", serial=f"165092400000{index}",
         architecture="hopper", board_part_number="692-2G520-0282-000", minor_number=index,
-        vbios_version="96.00.A5.00.1A",
+        vbios_version="96.00.9F.00.01",
         firmware_versions={"image": "G520.0282.02.02", "oem": "2.1", "ecc": "7.16"},
         pcie=PcieInfo(current_generation=5, current_width=16, max_generation=5, max_width=16,
                       device_max_generation=5, device_max_width=16, replay_count=0, replay_rollover_count=0,
@@ -75,8 +76,8 @@ def _h200(index: int, bus_id: str) -> DeviceSnapshot:
                     aggregate_corrected=3, aggregate_uncorrected=0),
         memory_health=MemoryHealth(remapped_rows_correctable=0, remapped_rows_uncorrectable=0, remap_pending=False,
                                    remap_failure=False,
-                                   remap_histogram={"max": 3072, "high": 0, "partial": 0, "low": 0, "none": 0}),
-        temperatures={"gpu": TemperatureSensor(47.0, slowdown_celsius=89.0, shutdown_celsius=95.0,
+                                   remap_histogram={"max": 640, "high": 0, "partial": 0, "low": 0, "none": 0}),
+        temperatures={"gpu": TemperatureSensor(47.0, slowdown_celsius=90.0, shutdown_celsius=95.0,
                                                max_operating_celsius=87.0),
                       "memory": TemperatureSensor(52.0, max_operating_celsius=95.0)},
         power=PowerInfo(draw_watts=585.4, limit_watts=700.0, default_limit_watts=700.0, min_limit_watts=200.0,

@@ -96,7 +96,7 @@ def test_row_remap_pending_and_failure():
 
 def test_banks_without_spare_rows_warn():
     snap = nvidia_h200_node()
-    snap.devices[0].memory_health.remap_histogram.update({"max": 3069, "none": 3})
+    snap.devices[0].memory_health.remap_histogram.update({"max": 637, "none": 3})
     result = for_gpu(run(snap, "memory.row_remap_failure"), 0)
     assert_actionable(result, Status.WARN)
     assert "3 memory bank(s)" in result.message

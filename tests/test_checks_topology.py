@@ -36,6 +36,16 @@ def test_amd_xgmi_link_down():
     assert "6 of 7 XGMI links" in result.message and "amd-smi xgmi" in result.remediation
 
 
+def test_links_of_unknown_state_do_not_count_as_down():
+    snap = nvidia_h200_node()
+    snap.devices[1].links[17].up = None
+    result = for_gpu(run(snap, "topology.links_up"), 1)
+    assert_actionable(result, Status.UNKNOWN)
+    assert result.observed["unknown_links"] == [17]
+    snap.devices[1].links[16].up = False  # one down for certain: 16 + 1 unknown < 18
+    assert for_gpu(run(snap, "topology.links_up"), 1).status == Status.FAIL
+
+
 def test_links_unreadable_is_unknown():
     snap = nvidia_h200_node()
     snap.devices[0].links = []
