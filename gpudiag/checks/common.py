@@ -239,6 +239,17 @@ def physical_gpus(snapshot: NodeSnapshot) -> list[PhysicalGpu]:
     return gpus
 
 
+def for_each_gpu(snapshot: NodeSnapshot, check_id: str, judge: Callable[[PhysicalGpu], CheckResult],
+                 sysfs_only: bool = False) -> list[CheckResult]:
+    """Run `judge` on each physical GPU, on the PCI bus or enumerated. A GPU that does not answer its library is
+    unknown, unless the judgement reads only sysfs (`sysfs_only`), which a lost GPU still answers."""
+    gpus = physical_gpus(snapshot)
+    if not gpus:
+        return [skipped(check_id, None, "no GPU on this node")]
+    return [unreachable(check_id, g.device) if not sysfs_only and g.device and not g.device.reachable else judge(g)
+            for g in gpus]
+
+
 def device_for_bus_id(snapshot: NodeSnapshot, pci_bus_id: Optional[str]) -> Optional[DeviceSnapshot]:
     """The physical device at a bus ID (a logical partition's bus ID leads to its physical GPU)."""
     device = next((d for d in snapshot.devices if d.pci_bus_id == pci_bus_id), None)

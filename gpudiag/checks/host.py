@@ -10,10 +10,9 @@ from gpudiag.checks.common import (
     device_check,
     failed,
     not_available,
+    for_each_gpu,
     passed,
-    physical_gpus,
     skipped,
-    unreachable,
     warned,
 )
 from gpudiag.expect import Expectations
@@ -65,10 +64,7 @@ def _iommu_result(gpu: PhysicalGpu, snapshot: NodeSnapshot) -> CheckResult:
 
 
 def iommu(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    gpus = physical_gpus(snapshot)
-    if not gpus:
-        return [skipped(IOMMU, None, "no GPU on this node")]
-    return [_iommu_result(g, snapshot) for g in gpus]
+    return for_each_gpu(snapshot, IOMMU, lambda g: _iommu_result(g, snapshot), sysfs_only=True)
 
 
 def _bar_bytes(gpu: PhysicalGpu) -> Optional[int]:
@@ -87,8 +83,6 @@ def _large_bar(gpu: PhysicalGpu) -> CheckResult:
     device = gpu.device
     if device is None:
         return skipped(check_id, None, f"{gpu.label}: GPU memory size comes from the vendor library")
-    if not device.reachable:
-        return unreachable(check_id, device)
     bar, memory = _bar_bytes(gpu), device.memory.total_bytes
     if bar is None or memory is None:
         return not_available(check_id, device, "BAR and memory sizes", ("bar", "memory", "vram", "resource"))
@@ -107,10 +101,7 @@ def _large_bar(gpu: PhysicalGpu) -> CheckResult:
 
 
 def large_bar(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    gpus = physical_gpus(snapshot)
-    if not gpus:
-        return [skipped(LARGE_BAR, None, "no GPU on this node")]
-    return [_large_bar(g) for g in gpus]
+    return for_each_gpu(snapshot, LARGE_BAR, _large_bar)
 
 
 CHECKS = (

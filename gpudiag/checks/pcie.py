@@ -9,7 +9,7 @@ slot's). The library is preferred where both exist; sysfs alone still judges a G
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from gpudiag.checks.common import (
     FIELD_BATCH,
@@ -19,9 +19,8 @@ from gpudiag.checks.common import (
     generation_width,
     not_available,
     passed,
-    physical_gpus,
+    for_each_gpu,
     skipped,
-    unreachable,
     warned,
 )
 from gpudiag.expect import Expectations
@@ -66,6 +65,10 @@ class LinkFacts:
             slot_bus_id=pci.upstream_pci_bus_id if pci else None,
         )
 
+    def targets(self, expect: Expectations) -> tuple[Optional[int], Optional[int]]:
+        """The generation and width the link should train at: the profile's, or else what the GPU supports."""
+        return (expect.expected_pcie_generation or self.gpu_generation, expect.expected_pcie_width or self.gpu_width)
+
     def observed(self) -> dict:
         return {"current": generation_width(self.current_generation, self.current_width),
                 "gpu_max": generation_width(self.gpu_generation, self.gpu_width),
@@ -106,11 +109,11 @@ def _unreadable(check_id: str, gpu: PhysicalGpu, what: str) -> CheckResult:
 
 def _judge_generation(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
     device, facts = gpu.device, LinkFacts.of(gpu)
-    target = expect.expected_pcie_generation or facts.gpu_generation
+    target, target_width = facts.targets(expect)
     if facts.current_generation is None or target is None:
         return _unreadable(LINK_GENERATION, gpu, "PCIe link generation")
     observed = facts.observed()
-    expected = generation_width(target, expect.expected_pcie_width or facts.gpu_width)
+    expected = generation_width(target, target_width)
     current = observed["current"]
     link = f"{current} of {expected}"
     slot = _slot_text(facts)
@@ -144,11 +147,11 @@ def _judge_generation(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
 
 def _judge_width(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
     device, facts = gpu.device, LinkFacts.of(gpu)
-    target = expect.expected_pcie_width or facts.gpu_width
+    target_generation, target = facts.targets(expect)
     if facts.current_width is None or target is None:
         return _unreadable(LINK_WIDTH, gpu, "PCIe link width")
     observed = facts.observed()
-    expected = generation_width(expect.expected_pcie_generation or facts.gpu_generation, target)
+    expected = generation_width(target_generation, target)
     current = observed["current"]
     link = f"{current} of {expected}"
     slot = _slot_text(facts)
@@ -168,21 +171,12 @@ def _judge_width(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
                      f"the width stays low, swap the GPU into another slot to tell a bad riser/slot from a bad GPU."))
 
 
-def _per_gpu(snapshot: NodeSnapshot, check_id: str,
-             judge: Callable[[PhysicalGpu], CheckResult]) -> list[CheckResult]:
-    gpus = physical_gpus(snapshot)
-    if not gpus:
-        return [skipped(check_id, None, "no GPU on this node")]
-    return [unreachable(check_id, g.device) if g.device is not None and not g.device.reachable else judge(g)
-            for g in gpus]
-
-
 def link_generation(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    return _per_gpu(snapshot, LINK_GENERATION, lambda g: _judge_generation(g, expect))
+    return for_each_gpu(snapshot, LINK_GENERATION, lambda g: _judge_generation(g, expect))
 
 
 def link_width(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    return _per_gpu(snapshot, LINK_WIDTH, lambda g: _judge_width(g, expect))
+    return for_each_gpu(snapshot, LINK_WIDTH, lambda g: _judge_width(g, expect))
 
 
 _MARGINAL_LINK = ("A marginal link: reseat the GPU and its riser/cable, check the retimer firmware and the slot's "
@@ -210,7 +204,7 @@ def _judge_replays(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
 
 
 def replay_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    return _per_gpu(snapshot, REPLAY_ERRORS, lambda g: _judge_replays(g, expect))
+    return for_each_gpu(snapshot, REPLAY_ERRORS, lambda g: _judge_replays(g, expect))
 
 
 def _aer_total(counters: dict[str, int], total_key: str) -> int:
@@ -257,11 +251,8 @@ def _judge_aer(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
 
 
 def aer(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    gpus = physical_gpus(snapshot)
-    if not gpus:
-        return [skipped(AER, None, "no GPU on this node")]
-    # AER counters live in sysfs and stay readable when the GPU no longer answers its library.
-    return [_judge_aer(g, expect) for g in gpus]
+    # AER counters live in sysfs (or else the library) and stay readable when the GPU no longer answers it.
+    return for_each_gpu(snapshot, AER, lambda g: _judge_aer(g, expect), sysfs_only=True)
 
 
 CHECKS = (
