@@ -40,7 +40,8 @@ def _compare(check_id: str, what: str, vendor: Vendor, model: str, devices: list
         return None
     observed = {version: sorted(indices) for version, indices in by_version.items()}
     if len(by_version) == 1:
-        return passed(check_id, None, f"{model}: {what} {next(iter(by_version))} on all {len(devices)} GPU(s)",
+        ((version, indices),) = by_version.items()
+        return passed(check_id, None, f"{model}: {what} {version} on all {len(indices)} GPU(s) that report it",
                       observed=observed, expected=f"one {what} per model")
     listing = "; ".join(f"{v} on GPU {', '.join(map(str, i))}" for v, i in sorted(observed.items()))
     return warned(check_id, None, f"{model}: GPUs run different {what}s: {listing}",
