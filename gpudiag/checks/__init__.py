@@ -48,8 +48,8 @@ def _expand(names: Iterable[str], option: str) -> set[str]:
         elif name in FAMILIES:
             ids.update(c.id for c in REGISTRY if c.family == name)
         else:
-            raise ValueError(f"{option}: unknown check or family {name!r}; families: {', '.join(FAMILIES)} "
-                             f"(list every check ID with `gpudiag check --list`)")
+            raise ValueError(f"{option}: unknown check or family {name!r}; families: {', '.join(FAMILIES)}; "
+                             f"checks: {', '.join(CHECK_IDS)}")
     return ids
 
 
