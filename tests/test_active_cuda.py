@@ -175,3 +175,14 @@ def test_runtime_devices_are_matched_by_bus_id_not_by_order(monkeypatch):
     devices[0].h2d_gbps = 11.0
     results = run_active(snapshot_of(idle_device(0), idle_device(1)), fast_options(tests=("pcie",)))
     assert {d.index: d.h2d.gb_per_second for d in results.devices} == {0: 11.0, 1: 50.0}
+
+
+def test_the_v2_elapsed_time_is_used_where_the_driver_exports_it(monkeypatch):
+    class NewerDriver(libcuda.FakeCuda):  # CUDA 12.8+ drivers export cuEventElapsedTime_v2 beside the original
+        c_cuEventElapsedTime_v2 = libcuda.FakeCuda.c_cuEventElapsedTime
+
+    fake = NewerDriver(sim_devices(1))
+    patch_cdll(monkeypatch, {"libcuda.so": fake})
+    results = run_active(snapshot_of(idle_device(0)), fast_options(tests=("pcie",)))
+    assert results.devices[0].h2d.gb_per_second == 50.0
+    assert fake.count("cuEventElapsedTime_v2") == 4 and fake.count("cuEventElapsedTime") == 0

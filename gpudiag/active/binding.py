@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import byref, c_int
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from gpudiag.active.runtime import GpuCallError, RuntimeUnavailable
 from gpudiag.model import ErrorKind
@@ -24,6 +24,24 @@ def load_library(candidates: Iterable[str], source: str, what: str) -> ctypes.CD
         except OSError as exc:
             failures.append(str(exc))
     raise RuntimeUnavailable(source, ErrorKind.NOT_FOUND, f"{what} could not be loaded ({'; '.join(failures)})")
+
+
+def forwards(symbol: str) -> Callable[..., None]:
+    """A runtime method that is exactly one C call, its arguments passed through and its status checked."""
+    def method(self: "Binding", *args: object) -> None:
+        self._call(symbol, *args)
+
+    method.__name__ = method.__qualname__ = symbol
+    return method
+
+
+def returns(symbol: str, ctype: Any, *fixed: object) -> Callable[..., Any]:
+    """A runtime method that calls `symbol(&result, *args, *fixed)` and returns the result's value."""
+    def method(self: "Binding", *args: object) -> Any:
+        return self._out(symbol, ctype, *args, *fixed)
+
+    method.__name__ = method.__qualname__ = symbol
+    return method
 
 
 class Binding:

@@ -1,9 +1,9 @@
 """The CUDA driver API (libcuda.so.1) through ctypes: the few calls the load tests need, every CUresult checked.
 
 Symbols are the ones cuda.h's macros resolve to (`cuMemAlloc` → `cuMemAlloc_v2`, …): the unversioned names that
-libcuda also exports are the CUDA 3.1 ABI with 32-bit sizes. cuEventElapsedTime stays unversioned: its _v2 only
-exists from CUDA 12.8 drivers on, and the original is exported by all of them. Each device is driven through its
-primary context (the one the CUDA runtime would use), retained on first use and released by `close()`.
+libcuda also exports are the CUDA 3.1 ABI with 32-bit sizes. cuEventElapsedTime_v2 (same semantics) only exists
+from CUDA 12.8 drivers on, so the original is used where it is missing. Each device is driven through its primary
+context (the one the CUDA runtime would use), retained on first use and released by `close()`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c
 from typing import Optional, Sequence
 
 from gpudiag.active import kernels
-from gpudiag.active.binding import Binding, load_library
+from gpudiag.active.binding import Binding, forwards, load_library, returns
 from gpudiag.active.runtime import GpuCallError, GpuOutOfMemory, RuntimeUnavailable, kernel_params
 from gpudiag.model import ErrorKind, Vendor
 from gpudiag.probe.deadline import CallTracker
@@ -63,6 +63,7 @@ _SIGNATURES: dict[str, tuple] = {
     "cuEventRecord": (c_void_p, c_void_p),
     "cuEventSynchronize": (c_void_p,),
     "cuEventElapsedTime": (POINTER(c_float), c_void_p, c_void_p),
+    "cuEventElapsedTime_v2": (POINTER(c_float), c_void_p, c_void_p),
     "cuMemcpyHtoDAsync_v2": (c_uint64, c_void_p, c_size_t, c_void_p),
     "cuMemcpyDtoHAsync_v2": (c_void_p, c_uint64, c_size_t, c_void_p),
     "cuMemcpyPeerAsync": (c_uint64, c_void_p, c_uint64, c_void_p, c_size_t, c_void_p),
@@ -87,6 +88,8 @@ class CudaRuntime(Binding):
         self._lock = threading.Lock()
         self._contexts: dict[int, tuple[int, int]] = {}  # ordinal → (CUdevice, primary CUcontext)
         self._current = threading.local()  # the ordinal made current on this thread
+        # Same call; CUDA 12.8+ headers name the _v2, which older drivers lack.
+        self._elapsed_symbol = "cuEventElapsedTime_v2" if self._has("cuEventElapsedTime_v2") else "cuEventElapsedTime"
         code = self._raw("cuInit", 0)
         if code == CUDA_ERROR_NO_DEVICE:
             raise RuntimeUnavailable("cuda.cuInit", ErrorKind.NOT_FOUND, "the CUDA driver sees no device "
@@ -114,11 +117,8 @@ class CudaRuntime(Binding):
         value = self._out("cuDriverGetVersion", c_int)
         return f"{value // 1000}.{value % 1000 // 10}"  # 12040 → "12.4"
 
-    def device_count(self) -> int:
-        return self._out("cuDeviceGetCount", c_int)
-
-    def _device(self, ordinal: int) -> int:
-        return self._out("cuDeviceGet", c_int, ordinal)
+    device_count = returns("cuDeviceGetCount", c_int)
+    _device = returns("cuDeviceGet", c_int)  # ordinal → CUdevice
 
     def pci_bus_id(self, ordinal: int) -> str:
         buffer = ctypes.create_string_buffer(32)
@@ -147,46 +147,27 @@ class CudaRuntime(Binding):
     def alloc(self, nbytes: int) -> int:
         return self._out("cuMemAlloc_v2", c_uint64, nbytes, detail=f"{nbytes} bytes")
 
-    def free(self, pointer: int) -> None:
-        self._call("cuMemFree_v2", pointer)
+    free = forwards("cuMemFree_v2")
 
     def alloc_host(self, nbytes: int) -> int:
         return self._out("cuMemAllocHost_v2", c_void_p, nbytes, detail=f"{nbytes} bytes of pinned host memory")
 
-    def free_host(self, pointer: int) -> None:
-        self._call("cuMemFreeHost", pointer)
-
-    def stream_create(self) -> int:
-        return self._out("cuStreamCreate", c_void_p, CU_STREAM_NON_BLOCKING)
-
-    def stream_destroy(self, stream: int) -> None:
-        self._call("cuStreamDestroy_v2", stream)
-
-    def stream_synchronize(self, stream: int) -> None:
-        self._call("cuStreamSynchronize", stream)
-
-    def event_create(self) -> int:
-        return self._out("cuEventCreate", c_void_p, CU_EVENT_BLOCKING_SYNC)
-
-    def event_destroy(self, event: int) -> None:
-        self._call("cuEventDestroy_v2", event)
-
-    def event_record(self, event: int, stream: int) -> None:
-        self._call("cuEventRecord", event, stream)
-
-    def event_synchronize(self, event: int) -> None:
-        self._call("cuEventSynchronize", event)
+    free_host = forwards("cuMemFreeHost")
+    stream_create = returns("cuStreamCreate", c_void_p, CU_STREAM_NON_BLOCKING)
+    stream_destroy = forwards("cuStreamDestroy_v2")
+    stream_synchronize = forwards("cuStreamSynchronize")
+    event_create = returns("cuEventCreate", c_void_p, CU_EVENT_BLOCKING_SYNC)
+    event_destroy = forwards("cuEventDestroy_v2")
+    event_record = forwards("cuEventRecord")  # (event, stream)
+    event_synchronize = forwards("cuEventSynchronize")
 
     def event_elapsed_ms(self, start: int, end: int) -> float:
-        return self._out("cuEventElapsedTime", c_float, start, end)
+        return self._out(self._elapsed_symbol, c_float, start, end)
 
     # --- copies -----------------------------------------------------------------------------------------------
 
-    def copy_h2d_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        self._call("cuMemcpyHtoDAsync_v2", dst, src, nbytes, stream)
-
-    def copy_d2h_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        self._call("cuMemcpyDtoHAsync_v2", dst, src, nbytes, stream)
+    copy_h2d_async = forwards("cuMemcpyHtoDAsync_v2")  # (dst, src, nbytes, stream)
+    copy_d2h_async = forwards("cuMemcpyDtoHAsync_v2")
 
     def copy_peer_async(self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int,
                         stream: int) -> None:
@@ -214,8 +195,7 @@ class CudaRuntime(Binding):
             raise self._error("cuModuleLoadDataEx", code, log.value.decode(errors="replace").strip())
         return module.value
 
-    def unload_kernels(self, module: int) -> None:
-        self._call("cuModuleUnload", module)
+    unload_kernels = forwards("cuModuleUnload")
 
     def kernel(self, module: int, name: str) -> int:
         return self._out("cuModuleGetFunction", c_void_p, module, name.encode())

@@ -14,7 +14,7 @@ from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c
 from typing import Optional, Sequence
 
 from gpudiag.active import kernels
-from gpudiag.active.binding import SUCCESS, Binding, load_library
+from gpudiag.active.binding import SUCCESS, Binding, forwards, load_library, returns
 from gpudiag.active.runtime import GpuCallError, GpuOutOfMemory, RuntimeUnavailable, kernel_params
 from gpudiag.model import ErrorKind, Vendor
 from gpudiag.probe.deadline import CallTracker
@@ -145,16 +145,14 @@ class HipRuntime(Binding):
         value = self._out("hipRuntimeGetVersion", c_int)
         return f"{value // 10_000_000}.{value // 100_000 % 100}"  # 60241134 → "6.2"
 
-    def device_count(self) -> int:
-        return self._out("hipGetDeviceCount", c_int)
+    device_count = returns("hipGetDeviceCount", c_int)
 
     def pci_bus_id(self, ordinal: int) -> str:
         buffer = ctypes.create_string_buffer(32)
         self._call("hipDeviceGetPCIBusId", buffer, len(buffer), ordinal)
         return buffer.value.decode()
 
-    def use(self, ordinal: int) -> None:
-        self._call("hipSetDevice", ordinal)
+    use = forwards("hipSetDevice")
 
     def memory_info(self) -> tuple[int, int]:
         free, total = c_size_t(), c_size_t()
@@ -170,38 +168,20 @@ class HipRuntime(Binding):
     def alloc(self, nbytes: int) -> int:
         return self._out("hipMalloc", c_void_p, nbytes, detail=f"{nbytes} bytes")
 
-    def free(self, pointer: int) -> None:
-        self._call("hipFree", pointer)
+    free = forwards("hipFree")
 
     def alloc_host(self, nbytes: int) -> int:
         return self._out("hipHostMalloc", c_void_p, nbytes, 0, detail=f"{nbytes} bytes of pinned host memory")
 
-    def free_host(self, pointer: int) -> None:
-        self._call("hipHostFree", pointer)
-
-    def stream_create(self) -> int:
-        return self._out("hipStreamCreateWithFlags", c_void_p, hipStreamNonBlocking)
-
-    def stream_destroy(self, stream: int) -> None:
-        self._call("hipStreamDestroy", stream)
-
-    def stream_synchronize(self, stream: int) -> None:
-        self._call("hipStreamSynchronize", stream)
-
-    def event_create(self) -> int:
-        return self._out("hipEventCreateWithFlags", c_void_p, hipEventBlockingSync)
-
-    def event_destroy(self, event: int) -> None:
-        self._call("hipEventDestroy", event)
-
-    def event_record(self, event: int, stream: int) -> None:
-        self._call("hipEventRecord", event, stream)
-
-    def event_synchronize(self, event: int) -> None:
-        self._call("hipEventSynchronize", event)
-
-    def event_elapsed_ms(self, start: int, end: int) -> float:
-        return self._out("hipEventElapsedTime", c_float, start, end)
+    free_host = forwards("hipHostFree")
+    stream_create = returns("hipStreamCreateWithFlags", c_void_p, hipStreamNonBlocking)
+    stream_destroy = forwards("hipStreamDestroy")
+    stream_synchronize = forwards("hipStreamSynchronize")
+    event_create = returns("hipEventCreateWithFlags", c_void_p, hipEventBlockingSync)
+    event_destroy = forwards("hipEventDestroy")
+    event_record = forwards("hipEventRecord")  # (event, stream)
+    event_synchronize = forwards("hipEventSynchronize")
+    event_elapsed_ms = returns("hipEventElapsedTime", c_float)  # (start, end) → milliseconds
 
     # --- copies -----------------------------------------------------------------------------------------------
 
@@ -211,9 +191,7 @@ class HipRuntime(Binding):
     def copy_d2h_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         self._call("hipMemcpyAsync", dst, src, nbytes, hipMemcpyDeviceToHost, stream)
 
-    def copy_peer_async(self, dst: int, dst_ordinal: int, src: int, src_ordinal: int, nbytes: int,
-                        stream: int) -> None:
-        self._call("hipMemcpyPeerAsync", dst, dst_ordinal, src, src_ordinal, nbytes, stream)
+    copy_peer_async = forwards("hipMemcpyPeerAsync")  # (dst, dst_ordinal, src, src_ordinal, nbytes, stream)
 
     def can_access_peer(self, ordinal: int, peer: int) -> bool:
         return bool(self._out("hipDeviceCanAccessPeer", c_int, ordinal, peer))
@@ -232,8 +210,7 @@ class HipRuntime(Binding):
                 self._code_object = self._hiprtc.compile(kernels.HIP_SOURCE)
         return self._out("hipModuleLoadData", c_void_p, self._code_object)
 
-    def unload_kernels(self, module: int) -> None:
-        self._call("hipModuleUnload", module)
+    unload_kernels = forwards("hipModuleUnload")
 
     def kernel(self, module: int, name: str) -> int:
         return self._out("hipModuleGetFunction", c_void_p, module, name.encode())

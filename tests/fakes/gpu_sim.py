@@ -254,3 +254,95 @@ def patch_cdll(monkeypatch: Any, libraries: dict[str, FakeLibrary]) -> None:
         raise OSError(f"{name}: cannot open shared object file: No such file or directory")
 
     monkeypatch.setattr(ctypes, "CDLL", cdll)
+
+
+# Return codes that cuda.h and hip_runtime_api.h number alike (CUDA_SUCCESS / hipSuccess, …).
+SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, INVALID_HANDLE = 0, 1, 2, 400
+
+
+class SimRuntime(FakeLibrary):
+    """The calls whose semantics and return codes CUDA and HIP share, over one SimNode; the vendor fakes bind their
+    C names to these (`c_cuStreamDestroy_v2 = SimRuntime.stream_destroy`). `_device()` is the current device."""
+
+    def __init__(self, devices: list[SimDevice]):
+        super().__init__()
+        self.node = SimNode(devices)
+
+    def _device(self) -> int:
+        raise NotImplementedError
+
+    def _handle_out(self, target: Any, table: dict, entry: Any) -> int:
+        handle = self.node.handle()
+        table[handle] = entry
+        out(target).value = handle
+        return SUCCESS
+
+    def mem_get_info(self, free: Any, total: Any) -> int:
+        out(free).value = self.node.free_bytes(self._device())
+        out(total).value = self.node.devices[self._device()].total_bytes
+        return SUCCESS
+
+    def malloc(self, pointer: Any, nbytes: Any) -> int:
+        address = self.node.alloc(self._device(), value(nbytes))
+        if address is None:
+            return OUT_OF_MEMORY
+        out(pointer).value = address
+        return SUCCESS
+
+    def free(self, pointer: Any) -> int:
+        return SUCCESS if self.node.free(value(pointer)) else INVALID_VALUE
+
+    def alloc_host(self, pointer: Any, nbytes: Any, flags: Any = 0) -> int:
+        out(pointer).value = self.node.alloc_host(value(nbytes))
+        return SUCCESS
+
+    def free_host(self, pointer: Any) -> int:
+        return SUCCESS if self.node.free_host(value(pointer)) else INVALID_VALUE
+
+    def stream_create(self, stream: Any, flags: Any) -> int:
+        return self._handle_out(stream, self.node.streams, SimStream(self._device()))
+
+    def stream_destroy(self, stream: Any) -> int:
+        return SUCCESS if self.node.streams.pop(value(stream), None) else INVALID_HANDLE
+
+    def stream_synchronize(self, stream: Any) -> int:
+        return SUCCESS if value(stream) in self.node.streams else INVALID_HANDLE
+
+    def event_create(self, event: Any, flags: Any) -> int:
+        return self._handle_out(event, self.node.events, None)
+
+    def event_destroy(self, event: Any) -> int:
+        if value(event) not in self.node.events:
+            return INVALID_HANDLE
+        del self.node.events[value(event)]
+        return SUCCESS
+
+    def event_record(self, event: Any, stream: Any) -> int:
+        self.node.events[value(event)] = self.node.streams[value(stream)].clock
+        return SUCCESS
+
+    def event_synchronize(self, event: Any) -> int:
+        return SUCCESS if value(event) in self.node.events else INVALID_HANDLE
+
+    def event_elapsed(self, milliseconds: Any, start: Any, end: Any) -> int:
+        began, ended = self.node.events.get(value(start)), self.node.events.get(value(end))
+        if began is None or ended is None:
+            return INVALID_HANDLE
+        out(milliseconds).value = (ended - began) * 1000
+        return SUCCESS
+
+    def can_access_peer(self, result: Any, device: Any, peer: Any) -> int:
+        out(result).value = int(value(peer) in self.node.devices[value(device)].peer_gbps)
+        return SUCCESS
+
+    def module_unload(self, module: Any) -> int:
+        if value(module) not in self.node.modules:
+            return INVALID_HANDLE
+        self.node.modules.discard(value(module))
+        return SUCCESS
+
+    def leaks(self) -> dict[str, int]:
+        """What is still held: device memory, pinned memory, streams, events, modules."""
+        held = {"device_memory": len(self.node.allocations), "pinned_memory": len(self.node.host),
+                "streams": len(self.node.streams), "events": len(self.node.events), "modules": len(self.node.modules)}
+        return {k: v for k, v in held.items() if v}

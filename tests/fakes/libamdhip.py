@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from gpudiag.active import kernels
-from tests.fakes.gpu_sim import FakeLibrary, SimDevice, SimNode, SimStream, out, value
+from tests.fakes.gpu_sim import FakeLibrary, SimDevice, SimRuntime, out, value
 
 hipSuccess = 0
 hipErrorInvalidValue = 1
@@ -40,10 +40,9 @@ def code_object(source: bytes) -> bytes:
     return b"\x7fELF\0fake-amdgcn:" + hashlib.sha256(source).hexdigest().encode()
 
 
-class FakeHip(FakeLibrary):
+class FakeHip(SimRuntime):
     def __init__(self, devices: list[SimDevice], init_result: int = hipSuccess):
-        super().__init__()
-        self.node = SimNode(devices)
+        super().__init__(devices)
         self.init_result = init_result
         self.compiled: dict[bytes, bytes] = {}  # code object → the source it came from (set by FakeHiprtc)
         self._current = threading.local()
@@ -82,65 +81,23 @@ class FakeHip(FakeLibrary):
         self._current.device = value(device)
         return hipSuccess
 
-    def c_hipMemGetInfo(self, free: Any, total: Any) -> int:
-        out(free).value = self.node.free_bytes(self._device())
-        out(total).value = self.node.devices[self._device()].total_bytes
-        return hipSuccess
+    # --- memory, streams, events, modules: as CUDA has them (gpu_sim.SimRuntime) ----------------------------------
 
-    def c_hipMalloc(self, pointer: Any, nbytes: Any) -> int:
-        address = self.node.alloc(self._device(), value(nbytes))
-        if address is None:
-            return hipErrorOutOfMemory
-        out(pointer).value = address
-        return hipSuccess
-
-    def c_hipFree(self, pointer: Any) -> int:
-        return hipSuccess if self.node.free(value(pointer)) else hipErrorInvalidValue
-
-    def c_hipHostMalloc(self, pointer: Any, nbytes: Any, flags: Any) -> int:
-        out(pointer).value = self.node.alloc_host(value(nbytes))
-        return hipSuccess
-
-    def c_hipHostFree(self, pointer: Any) -> int:
-        return hipSuccess if self.node.free_host(value(pointer)) else hipErrorInvalidValue
-
-    def c_hipStreamCreateWithFlags(self, stream: Any, flags: Any) -> int:
-        handle = self.node.handle()
-        self.node.streams[handle] = SimStream(self._device())
-        out(stream).value = handle
-        return hipSuccess
-
-    def c_hipStreamDestroy(self, stream: Any) -> int:
-        return hipSuccess if self.node.streams.pop(value(stream), None) else hipErrorInvalidHandle
-
-    def c_hipStreamSynchronize(self, stream: Any) -> int:
-        return hipSuccess if value(stream) in self.node.streams else hipErrorInvalidHandle
-
-    def c_hipEventCreateWithFlags(self, event: Any, flags: Any) -> int:
-        handle = self.node.handle()
-        self.node.events[handle] = None
-        out(event).value = handle
-        return hipSuccess
-
-    def c_hipEventDestroy(self, event: Any) -> int:
-        if value(event) not in self.node.events:
-            return hipErrorInvalidHandle
-        del self.node.events[value(event)]
-        return hipSuccess
-
-    def c_hipEventRecord(self, event: Any, stream: Any) -> int:
-        self.node.events[value(event)] = self.node.streams[value(stream)].clock
-        return hipSuccess
-
-    def c_hipEventSynchronize(self, event: Any) -> int:
-        return hipSuccess if value(event) in self.node.events else hipErrorInvalidHandle
-
-    def c_hipEventElapsedTime(self, milliseconds: Any, start: Any, end: Any) -> int:
-        began, ended = self.node.events.get(value(start)), self.node.events.get(value(end))
-        if began is None or ended is None:
-            return hipErrorInvalidHandle
-        out(milliseconds).value = (ended - began) * 1000
-        return hipSuccess
+    c_hipMemGetInfo = SimRuntime.mem_get_info
+    c_hipMalloc = SimRuntime.malloc
+    c_hipFree = SimRuntime.free
+    c_hipHostMalloc = SimRuntime.alloc_host
+    c_hipHostFree = SimRuntime.free_host
+    c_hipStreamCreateWithFlags = SimRuntime.stream_create
+    c_hipStreamDestroy = SimRuntime.stream_destroy
+    c_hipStreamSynchronize = SimRuntime.stream_synchronize
+    c_hipEventCreateWithFlags = SimRuntime.event_create
+    c_hipEventDestroy = SimRuntime.event_destroy
+    c_hipEventRecord = SimRuntime.event_record
+    c_hipEventSynchronize = SimRuntime.event_synchronize
+    c_hipEventElapsedTime = SimRuntime.event_elapsed
+    c_hipDeviceCanAccessPeer = SimRuntime.can_access_peer
+    c_hipModuleUnload = SimRuntime.module_unload
 
     def c_hipMemcpyAsync(self, dst: Any, src: Any, nbytes: Any, kind: Any, stream: Any) -> int:
         copy = {1: self.node.copy_h2d, 2: self.node.copy_d2h}.get(value(kind))
@@ -152,10 +109,6 @@ class FakeHip(FakeLibrary):
     def c_hipMemcpyPeerAsync(self, dst: Any, dst_device: Any, src: Any, src_device: Any, nbytes: Any,
                              stream: Any) -> int:
         self.node.copy_peer(value(dst), value(src), value(nbytes), value(stream))
-        return hipSuccess
-
-    def c_hipDeviceCanAccessPeer(self, result: Any, device: Any, peer: Any) -> int:
-        out(result).value = int(value(peer) in self.node.devices[value(device)].peer_gbps)
         return hipSuccess
 
     def c_hipDeviceEnablePeerAccess(self, peer: Any, flags: Any) -> int:
@@ -175,12 +128,6 @@ class FakeHip(FakeLibrary):
         out(module).value = handle
         return hipSuccess
 
-    def c_hipModuleUnload(self, module: Any) -> int:
-        if value(module) not in self.node.modules:
-            return hipErrorInvalidHandle
-        self.node.modules.discard(value(module))
-        return hipSuccess
-
     def c_hipModuleGetFunction(self, function: Any, module: Any, name: Any) -> int:
         name = value(name).decode()
         if f'extern "C" __global__ void {name}(' not in self._module_source.get(value(module), b"").decode():
@@ -194,11 +141,6 @@ class FakeHip(FakeLibrary):
                                 shared: Any, stream: Any, params: Any, extra: Any) -> int:
         self.node.run_kernel(self._functions_by_handle[value(function)], params, value(gx), value(bx), value(stream))
         return hipSuccess
-
-    def leaks(self) -> dict[str, int]:
-        held = {"device_memory": len(self.node.allocations), "pinned_memory": len(self.node.host),
-                "streams": len(self.node.streams), "events": len(self.node.events), "modules": len(self.node.modules)}
-        return {k: v for k, v in held.items() if v}
 
 
 class FakeHiprtc(FakeLibrary):

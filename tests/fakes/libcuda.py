@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from gpudiag.active import kernels
-from tests.fakes.gpu_sim import FakeLibrary, SimDevice, SimNode, SimStream, out, value
+from tests.fakes.gpu_sim import SimDevice, SimRuntime, out, value
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
@@ -39,10 +39,9 @@ ERROR_NAMES = {
 }
 
 
-class FakeCuda(FakeLibrary):
+class FakeCuda(SimRuntime):
     def __init__(self, devices: list[SimDevice], init_result: int = CUDA_SUCCESS):
-        super().__init__()
-        self.node = SimNode(devices)
+        super().__init__(devices)
         self.init_result = init_result
         self.initialised = False
         self.retained: dict[int, int] = {}  # device → primary context refcount
@@ -55,7 +54,7 @@ class FakeCuda(FakeLibrary):
 
     # --- helpers ----------------------------------------------------------------------------------------------
 
-    def _device_of_current(self) -> int:
+    def _device(self) -> int:
         context = getattr(self._current, "context", None)
         if context is None:
             raise LookupError("no current context")
@@ -128,70 +127,23 @@ class FakeCuda(FakeLibrary):
         self._current.context = value(context)
         return CUDA_SUCCESS
 
-    def c_cuMemGetInfo_v2(self, free: Any, total: Any) -> int:
-        device = self._device_of_current()
-        out(free).value = self.node.free_bytes(device)
-        out(total).value = self.node.devices[device].total_bytes
-        return CUDA_SUCCESS
+    # --- memory, streams, events, modules: as HIP has them (gpu_sim.SimRuntime) ----------------------------------
 
-    # --- memory ------------------------------------------------------------------------------------------------
-
-    def c_cuMemAlloc_v2(self, pointer: Any, nbytes: Any) -> int:
-        address = self.node.alloc(self._device_of_current(), value(nbytes))
-        if address is None:
-            return CUDA_ERROR_OUT_OF_MEMORY
-        out(pointer).value = address
-        return CUDA_SUCCESS
-
-    def c_cuMemFree_v2(self, pointer: Any) -> int:
-        return CUDA_SUCCESS if self.node.free(value(pointer)) else CUDA_ERROR_INVALID_VALUE
-
-    def c_cuMemAllocHost_v2(self, pointer: Any, nbytes: Any) -> int:
-        out(pointer).value = self.node.alloc_host(value(nbytes))
-        return CUDA_SUCCESS
-
-    def c_cuMemFreeHost(self, pointer: Any) -> int:
-        return CUDA_SUCCESS if self.node.free_host(value(pointer)) else CUDA_ERROR_INVALID_VALUE
-
-    # --- streams and events ---------------------------------------------------------------------------------------
-
-    def c_cuStreamCreate(self, stream: Any, flags: Any) -> int:
-        handle = self.node.handle()
-        self.node.streams[handle] = SimStream(self._device_of_current())
-        out(stream).value = handle
-        return CUDA_SUCCESS
-
-    def c_cuStreamDestroy_v2(self, stream: Any) -> int:
-        return CUDA_SUCCESS if self.node.streams.pop(value(stream), None) else CUDA_ERROR_INVALID_HANDLE
-
-    def c_cuStreamSynchronize(self, stream: Any) -> int:
-        return CUDA_SUCCESS if value(stream) in self.node.streams else CUDA_ERROR_INVALID_HANDLE
-
-    def c_cuEventCreate(self, event: Any, flags: Any) -> int:
-        handle = self.node.handle()
-        self.node.events[handle] = None
-        out(event).value = handle
-        return CUDA_SUCCESS
-
-    def c_cuEventDestroy_v2(self, event: Any) -> int:
-        if value(event) not in self.node.events:
-            return CUDA_ERROR_INVALID_HANDLE
-        del self.node.events[value(event)]
-        return CUDA_SUCCESS
-
-    def c_cuEventRecord(self, event: Any, stream: Any) -> int:
-        self.node.events[value(event)] = self.node.streams[value(stream)].clock
-        return CUDA_SUCCESS
-
-    def c_cuEventSynchronize(self, event: Any) -> int:
-        return CUDA_SUCCESS if value(event) in self.node.events else CUDA_ERROR_INVALID_HANDLE
-
-    def c_cuEventElapsedTime(self, milliseconds: Any, start: Any, end: Any) -> int:
-        began, ended = self.node.events.get(value(start)), self.node.events.get(value(end))
-        if began is None or ended is None:
-            return CUDA_ERROR_INVALID_HANDLE
-        out(milliseconds).value = (ended - began) * 1000
-        return CUDA_SUCCESS
+    c_cuMemGetInfo_v2 = SimRuntime.mem_get_info
+    c_cuMemAlloc_v2 = SimRuntime.malloc
+    c_cuMemFree_v2 = SimRuntime.free
+    c_cuMemAllocHost_v2 = SimRuntime.alloc_host
+    c_cuMemFreeHost = SimRuntime.free_host
+    c_cuStreamCreate = SimRuntime.stream_create
+    c_cuStreamDestroy_v2 = SimRuntime.stream_destroy
+    c_cuStreamSynchronize = SimRuntime.stream_synchronize
+    c_cuEventCreate = SimRuntime.event_create
+    c_cuEventDestroy_v2 = SimRuntime.event_destroy
+    c_cuEventRecord = SimRuntime.event_record
+    c_cuEventSynchronize = SimRuntime.event_synchronize
+    c_cuEventElapsedTime = SimRuntime.event_elapsed
+    c_cuDeviceCanAccessPeer = SimRuntime.can_access_peer
+    c_cuModuleUnload = SimRuntime.module_unload
 
     # --- copies ---------------------------------------------------------------------------------------------------
 
@@ -208,12 +160,8 @@ class FakeCuda(FakeLibrary):
         self.node.copy_peer(value(dst), value(src), value(nbytes), value(stream))
         return CUDA_SUCCESS
 
-    def c_cuDeviceCanAccessPeer(self, result: Any, device: Any, peer: Any) -> int:
-        out(result).value = int(value(peer) in self.node.devices[value(device)].peer_gbps)
-        return CUDA_SUCCESS
-
     def c_cuCtxEnablePeerAccess(self, peer_context: Any, flags: Any) -> int:
-        pair = (self._device_of_current(), self._context_of[value(peer_context)])
+        pair = (self._device(), self._context_of[value(peer_context)])
         if pair in self.node.peer_access:
             return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
         self.node.peer_access.add(pair)
@@ -235,12 +183,6 @@ class FakeCuda(FakeLibrary):
         out(module).value = handle
         return CUDA_SUCCESS
 
-    def c_cuModuleUnload(self, module: Any) -> int:
-        if value(module) not in self.node.modules:
-            return CUDA_ERROR_INVALID_HANDLE
-        self.node.modules.discard(value(module))
-        return CUDA_SUCCESS
-
     def c_cuModuleGetFunction(self, function: Any, module: Any, name: Any) -> int:
         name = value(name).decode()
         if value(module) not in self.node.modules or f".entry {name}(" not in self._ptx_of[value(module)].decode():
@@ -257,13 +199,9 @@ class FakeCuda(FakeLibrary):
         self.node.run_kernel(name, params, value(gx), value(bx), value(stream))
         return CUDA_SUCCESS
 
-    # --- what a test asserts after a run ---------------------------------------------------------------------------
-
-    def leaks(self) -> dict[str, Any]:
-        """What is still held: device memory, pinned memory, streams, events, modules, retained contexts."""
-        held = {
-            "device_memory": len(self.node.allocations), "pinned_memory": len(self.node.host),
-            "streams": len(self.node.streams), "events": len(self.node.events), "modules": len(self.node.modules),
-            "contexts": sum(self.retained.values()),
-        }
-        return {k: v for k, v in held.items() if v}
+    def leaks(self) -> dict[str, int]:
+        """What is still held, retained primary contexts included."""
+        held = super().leaks()
+        if sum(self.retained.values()):
+            held["contexts"] = sum(self.retained.values())
+        return held
