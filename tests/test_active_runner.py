@@ -45,11 +45,17 @@ def test_memory_held_by_an_invisible_job_skips_the_gpu(monkeypatch):
     assert "59.5 GiB of its memory is in use although no process is listed" in results.devices[0].skipped
 
 
-def test_memory_taken_between_snapshot_and_test_skips_the_gpu(monkeypatch):
-    fake = install_cuda(monkeypatch, sim_devices(1, total_bytes=64 * 2**30, reserved_bytes=10 * 2**30))
-    results = run_active(snapshot_of(idle_device(0)), fast_options())
-    assert "10.0 GiB of its memory is already in use" in results.devices[0].skipped
-    assert fake.count("cuMemAlloc_v2") == 0 and fake.leaks() == {}
+def test_memory_taken_between_snapshot_and_test_skips_the_gpu_and_lets_it_go_at_once(monkeypatch):
+    devices = sim_devices(2)
+    devices[0].reserved_bytes = 3 * 2**20  # someone took GPU 0's memory after the snapshot
+    fake = install_cuda(monkeypatch, devices)
+    results = run_active(snapshot_of(idle_device(0), idle_device(1)),
+                         fast_options(tests=("pcie",), busy_memory_bytes=2 * 2**20))
+    assert "3.0 MiB of its memory is already in use" in results.devices[0].skipped
+    assert results.devices[1].h2d.gb_per_second == 50.0
+    # GPU 0's context is released before GPU 1 is loaded, not at the end of the run.
+    assert fake.calls.index("cuDevicePrimaryCtxRelease_v2") < fake.calls.index("cuMemAlloc_v2")
+    assert fake.leaks() == {}
 
 
 def test_mig_and_unreachable_gpus_are_skipped_with_their_reason(monkeypatch):

@@ -203,12 +203,17 @@ class CudaRuntime(Binding):
     def launch(self, function: int, grid: int, block: int, args: Sequence[ctypes._SimpleCData], stream: int) -> None:
         self._call("cuLaunchKernel", function, grid, 1, 1, block, 1, 1, 0, stream, kernel_params(args), None)
 
-    def close(self) -> None:
-        """Release the primary contexts retained here; the driver frees what they still hold."""
+    def release(self, ordinal: int) -> None:
+        """Release the primary context retained on `ordinal` (a GPU found busy after all must not keep it)."""
         with self._lock:
-            contexts, self._contexts = self._contexts, {}
-        for device, _ in contexts.values():
+            device, _ = self._contexts.pop(ordinal, (None, None))
+        if device is not None:
             try:
                 self._call("cuDevicePrimaryCtxRelease_v2", device)
             except GpuCallError as error:  # the others are still released
                 log.warning("releasing the primary context of CUDA device %d failed: %s", device, error)
+
+    def close(self) -> None:
+        """Release the primary contexts retained here; the driver frees what they still hold."""
+        for ordinal in list(self._contexts):
+            self.release(ordinal)

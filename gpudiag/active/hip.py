@@ -218,5 +218,9 @@ class HipRuntime(Binding):
     def launch(self, function: int, grid: int, block: int, args: Sequence[ctypes._SimpleCData], stream: int) -> None:
         self._call("hipModuleLaunchKernel", function, grid, 1, 1, block, 1, 1, 0, stream, kernel_params(args), None)
 
+    def release(self, ordinal: int) -> None:
+        """HIP's per-device context cannot be given back short of hipDeviceReset, which would also tear down what
+        this process has on the device; it holds no allocation of ours."""
+
     def close(self) -> None:
         """HIP keeps its per-device contexts for the life of the process; what the tests took is already freed."""

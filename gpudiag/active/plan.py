@@ -9,9 +9,13 @@ from gpudiag.active.options import GIB, ActiveOptions
 from gpudiag.model import DeviceSnapshot, GpuProcess, normalize_pci_bus_id
 
 
+def size_text(nbytes: int) -> str:
+    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB else f"{nbytes / 2**20:.1f} MiB"
+
+
 def _describe(process: GpuProcess) -> str:
     who = ", ".join(part for part in (process.name, process.user) if part)
-    memory = f", {process.used_memory_bytes / GIB:.1f} GiB" if process.used_memory_bytes else ""
+    memory = f", {size_text(process.used_memory_bytes)}" if process.used_memory_bytes else ""
     return f"pid {process.pid}{f' ({who})' if who else ''}{memory}"
 
 
@@ -34,7 +38,7 @@ def skip_reason(device: DeviceSnapshot, options: ActiveOptions) -> Optional[str]
         return f"busy with another job, not disturbed: {busy}% utilised"
     held = held_memory(device)
     if held is not None and held > options.busy_memory_bytes:
-        return (f"busy with another job, not disturbed: {held / GIB:.1f} GiB of its memory is in use "
+        return (f"busy with another job, not disturbed: {size_text(held)} of its memory is in use "
                 f"although no process is listed (another container?)")
     return None
 

@@ -19,8 +19,8 @@ from typing import Callable, Optional
 
 from gpudiag.active.bandwidth import host_copies, peer_matrix
 from gpudiag.active.memtest import memtest
-from gpudiag.active.options import GIB, ActiveOptions
-from gpudiag.active.plan import runtime_ordinals, skip_reason
+from gpudiag.active.options import ActiveOptions
+from gpudiag.active.plan import runtime_ordinals, size_text, skip_reason
 from gpudiag.active.runtime import GpuCallError, GpuRuntime, RuntimeUnavailable
 from gpudiag.active.session import Control, Progress, Session
 from gpudiag.active.stress import stress
@@ -176,12 +176,12 @@ def _run_vendor(session: Session, devices: list[DeviceSnapshot], entries: list[A
 
 def _claim(session: Session, ordinal: int) -> Optional[str]:
     """Open the GPU and look at its memory once more: the snapshot may be minutes old, and a job in another
-    container shows no process."""
+    container shows no process. A GPU found busy is let go at once."""
     session.runtime.use(ordinal)
     free, total = session.runtime.memory_info()
     if total - free > session.options.busy_memory_bytes:
-        return (f"busy with another job, not disturbed: {(total - free) / GIB:.1f} GiB of its memory is already "
-                f"in use")
+        session.runtime.release(ordinal)
+        return f"busy with another job, not disturbed: {size_text(total - free)} of its memory is already in use"
     return None
 
 
