@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Record a lab node for the test fixtures and the README: the checklist in every format, the snapshot (what
+# `check --replay` reads), the raw sysfs/procfs the host probe reads, and the check-vs-nvidia-smi benchmark.
+# Run from the repository root on the node: tools/lab_record.sh OUTDIR NAME
+set -u
+out=$1; name=$2
+mkdir -p "$out/$name"
+d="$out/$name"
+export PYTHONPATH=.
+python3 -m gpudiag check > "$d/check.txt" 2> "$d/check.stderr"; echo "exit $?" >> "$d/check.stderr"
+python3 -m gpudiag check --verbose --no-color > "$d/check-verbose.txt" 2>> "$d/check.stderr"
+python3 -m gpudiag check --json > "$d/check.json" 2>> "$d/check.stderr"; echo "json exit $?" >> "$d/check.stderr"
+python3 -m gpudiag check --format junit > "$d/check.junit.xml" 2>> "$d/check.stderr"
+python3 -m gpudiag snapshot --output "$d/snapshot.json" 2>> "$d/check.stderr"
+python3 -X importtime -m gpudiag check --json > /dev/null 2> "$d/importtime.txt"
+python3 tools/nvml_survey.py "$d/nvml-survey.json" 2>> "$d/check.stderr"
+bash tools/capture_sysfs.sh "$d/sysfs.tar.gz"
+{ cat /proc/driver/nvidia/version; echo ---; cat /proc/version; echo ---; cat /proc/modules; } > "$d/proc.txt" 2>&1
+nvidia-smi -q > "$d/nvidia-smi-q.txt" 2>&1
+python3 bench/check_vs_nvidia_smi.py --runs 15 --json "$d/bench.json" > "$d/bench.txt" 2>&1
