@@ -79,6 +79,23 @@ class Expectations:
     # links accumulate a few CRC/replay events over weeks; hundreds mean a marginal link or cable/cartridge.
     link_error_warn_count: int = 100
 
+    # --- active (load tests, `gpudiag check --level 2`) ------------------------------------------------------
+    # None: the default of checks/active_links.ActiveExpectations, where each is explained and sourced. The
+    # *_expected_gbps fields pin the achievable copy rate instead of deriving it from the link (e.g. a platform
+    # known to reach less); the ratios are shares of that figure below which a result warns or fails.
+    active_h2d_expected_gbps: Optional[float] = None
+    active_d2h_expected_gbps: Optional[float] = None
+    active_p2p_expected_gbps: Optional[float] = None
+    active_pcie_efficiency: Optional[float] = None  # achievable share of the raw PCIe rate (default 0.85)
+    active_pcie_warn_ratio: Optional[float] = None
+    active_pcie_fail_ratio: Optional[float] = None
+    active_nvlink_gbps_per_link: Optional[float] = None  # per direction (default 25, 50 on NVLink 5)
+    active_xgmi_gbps_per_link: Optional[float] = None
+    active_p2p_efficiency: Optional[float] = None
+    active_p2p_warn_ratio: Optional[float] = None
+    active_p2p_fail_ratio: Optional[float] = None
+    active_stress_clock_fail_ratio: Optional[float] = None
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import types
 
 import pytest
 
@@ -111,11 +110,11 @@ def test_a_gen4_slot_is_judged_against_gen4_and_a_middling_figure_warns():
 
 
 def test_profile_can_pin_the_expected_figures():
-    # An Expectations that carries the optional `active_*` field, as a node profile would set it.
-    expect = types.SimpleNamespace(**dataclasses.asdict(DEFAULT_EXPECTATIONS), active_h2d_expected_gbps=70.0)
+    expect = dataclasses.replace(DEFAULT_EXPECTATIONS, active_h2d_expected_gbps=70.0, active_pcie_warn_ratio=0.9)
     (first, _) = by_check(active_checks(node(), expect), "active.pcie_h2d_bandwidth")
     assert first.status == Status.WARN and "of the 70 GB/s a node profile sets" in first.message
-    assert ActiveExpectations.of(expect).h2d_expected_gbps == 70.0
+    limits = ActiveExpectations.of(expect)
+    assert (limits.h2d_expected_gbps, limits.pcie_warn_ratio, limits.pcie_fail_ratio) == (70.0, 0.9, 0.7)
 
 
 def test_a_slow_nvlink_pair_fails_and_missing_peer_access_says_fabric_manager():
@@ -212,3 +211,8 @@ def test_without_load_tests_each_check_says_so_once():
     results = active_checks(dataclasses.replace(node(), active=None), DEFAULT_EXPECTATIONS)
     assert [(r.status, r.device) for r in results] == [(Status.SKIP, None)] * len(CHECKS)
     assert "gpudiag check --level 2" in results[0].message
+
+
+def test_every_active_threshold_can_be_set_in_the_profile():
+    profile_keys = {f.name for f in dataclasses.fields(DEFAULT_EXPECTATIONS)}
+    assert {f"active_{f.name}" for f in dataclasses.fields(ActiveExpectations)} <= profile_keys
