@@ -43,13 +43,6 @@ def test_saturated_cpus_on_the_other_socket_do_not_count():
     assert for_gpu(run(snap, "workload.cpu_starved"), 1).status == Status.PASS
 
 
-def test_locality_from_sysfs_cpulist_when_the_library_has_none():
-    snap = nvidia_h200_node()
-    _starve(snap, 0, 97.0)
-    snap.devices[0].cpu_affinity = None  # local_cpulist "0-47" remains
-    assert for_gpu(run(snap, "workload.cpu_starved"), 0).status == Status.WARN
-
-
 def test_busy_gpu_or_no_process_is_not_starved():
     snap = nvidia_h200_node()
     snap.host.per_cpu_percent = [100.0] * 96

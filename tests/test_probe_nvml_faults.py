@@ -96,11 +96,5 @@ def test_processes_are_listed_with_their_memory():
     ]
 
 
-def test_cpu_affinity_spans_several_mask_words(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 192)
-    cpus = (0, 1, 2, 3, 96, 97, 130, 191)
-    assert probe_one(FakeGpu(cpus=cpus)).cpu_affinity == list(cpus)
-
-
 def test_no_numa_affinity_is_none():
     assert probe_one(FakeGpu(numa_node=-1)).numa_node is None

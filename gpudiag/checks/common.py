@@ -263,17 +263,6 @@ def vendors_present(snapshot: NodeSnapshot) -> set[Vendor]:
     return {p.vendor for p in snapshot.pci_gpus} | {d.vendor for d in snapshot.devices}
 
 
-def parse_cpulist(text: str) -> list[int]:
-    """`0-23,48-71` (sysfs local_cpulist) → [0, …, 23, 48, …, 71]."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        low, _, high = part.partition("-")
-        cpus.extend(range(int(low), int(high or low) + 1))
-    return cpus
-
-
 def generation_width(generation: Optional[int], width: Optional[int]) -> str:
     """`Gen4 x16`, with `?` for what is not known."""
     return f"Gen{generation if generation is not None else '?'} x{width if width is not None else '?'}"

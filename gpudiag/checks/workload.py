@@ -9,7 +9,6 @@ from gpudiag.checks.common import (
     device_check,
     for_each_device,
     not_available,
-    parse_cpulist,
     passed,
     reset_command,
     skipped,
@@ -42,10 +41,7 @@ def _processes(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
 
 
 def _local_cpus(device: DeviceSnapshot, snapshot: NodeSnapshot) -> list[int]:
-    if device.cpu_affinity:
-        return device.cpu_affinity
-    pci = snapshot.pci_gpu(device.pci_bus_id)
-    return parse_cpulist(pci.local_cpulist) if pci and pci.local_cpulist else []
+    return device.cpu_affinity or []
 
 
 def _cpu_starved(device: DeviceSnapshot, snapshot: NodeSnapshot, expect: Expectations) -> CheckResult:

@@ -121,6 +121,7 @@ class Collector:
         self._finish_kernel_log(snapshot, kernel_log_job, until)
 
         snapshot.host.cpu_percent, snapshot.host.per_cpu_percent = cpu.finish()
+        _local_cpus_from_sysfs(snapshot)
         self._describe_processes(snapshot)
         if snapshot.host.hostname:
             snapshot.hostname = snapshot.host.hostname
@@ -299,6 +300,19 @@ def collect(options: Optional[CollectOptions] = None) -> NodeSnapshot:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def _local_cpus_from_sysfs(snapshot: NodeSnapshot) -> None:
+    """A GPU's local CPUs come from the kernel (sysfs local_cpulist) unless its backend said otherwise."""
+    from gpudiag.probe.pci import parse_cpulist
+
+    for device in snapshot.devices:
+        pci = snapshot.pci_gpu(device.physical_pci_bus_id or device.pci_bus_id)
+        if device.cpu_affinity is None and pci is not None and pci.local_cpulist:
+            try:
+                device.cpu_affinity = parse_cpulist(pci.local_cpulist) or None
+            except ValueError:
+                snapshot.errors.append(ProbeError("sysfs:local_cpulist", ErrorKind.ERROR, f"unparsable {pci.local_cpulist!r}"))
 
 
 def _remaining(until: float) -> float:

@@ -4,7 +4,6 @@ nvml_links. Units are converted here, once."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuProcess
@@ -142,11 +141,9 @@ def read_affinity(call: NvmlCall, handle: Any, device: DeviceSnapshot) -> None:
     node = call("nvmlDeviceGetNumaNodeId", handle)
     # -1: the GPU has no NUMA affinity (single-node host); that is "no node", not node -1.
     device.numa_node = node if node is not None and node >= 0 else None
-    words = max(1, -(-(os.cpu_count() or 1) // 64))  # the mask is an array of 64-bit words, one bit per CPU
-    mask = call("nvmlDeviceGetCpuAffinity", handle, words)
-    if mask is not None:
-        cpus = [word_index * 64 + bit for word_index, word in enumerate(mask) for bit in range(64) if word >> bit & 1]
-        device.cpu_affinity = cpus or None  # an empty mask says NVML could not tell, not "no CPU"
+    # CPU affinity is not asked of NVML: nvmlDeviceGetCpuAffinity cost 9 ms per GPU on the lab's H200s
+    # (tools/nvml_timing.py), and the kernel's sysfs local_cpulist says the same for free (the collector fills
+    # device.cpu_affinity from it).
 
 
 def read_processes(call: NvmlCall, handle: Any) -> Optional[list[GpuProcess]]:

@@ -135,3 +135,14 @@ def _upstream_port(device: Path) -> Optional[Path]:
     in VMs) has no upstream port."""
     parent = Path(os.path.realpath(device)).parent
     return parent if _BDF.match(parent.name) else None
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """`0-23,48-71` (sysfs local_cpulist, cpuset list format) → [0, …, 23, 48, …, 71]."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return cpus
