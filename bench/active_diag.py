@@ -23,47 +23,30 @@ from typing import Any, Optional
 
 from gpudiag.active import ALL_TESTS, ActiveOptions, run_active
 from gpudiag.active.plan import held_memory
-from gpudiag.model import ActiveResults, DeviceSnapshot, NodeSnapshot, Vendor, to_dict
-from gpudiag.probe.deadline import CallTracker
+from gpudiag.model import ActiveResults, DeviceSnapshot, NodeSnapshot, to_dict
 
 GEN5_X16_RAW_GB_PER_SECOND = 32 * 16 * 128 / 130 / 8  # 63.0: 32 GT/s a lane, 16 lanes, 128b/130b
 
 
-def collect_snapshot() -> tuple[NodeSnapshot, Optional[str]]:
+def collect_snapshot(collector: Any) -> tuple[NodeSnapshot, Optional[str]]:
     """The probe's snapshot (devices, PCIe links, NVLinks, processes), which decides which GPUs may be loaded."""
     try:
-        from gpudiag.probe import CollectOptions, collect
-
-        return collect(CollectOptions(timeout_seconds=30.0, read_kernel_log=False)), None
+        return collector.collect(), None
     except Exception as exc:  # noqa: BLE001 - the bench reports it and stops: without a snapshot, nothing is safe
         return NodeSnapshot(hostname=socket.gethostname()), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
-def live_reader(snapshot: NodeSnapshot) -> tuple[Any, dict]:
-    """A DeviceReader over the probe's vendor backend, for the stress samples and the ECC counters around the
-    memory test; and how long one read takes."""
-    vendors = {d.vendor for d in snapshot.devices}
-    try:
-        if Vendor.NVIDIA in vendors:
-            from gpudiag.probe.nvml import NvmlBackend as Backend
-        else:
-            from gpudiag.probe.amdsmi_backend import AmdsmiBackend as Backend
-        backend = Backend()
-        info = backend.open(CallTracker())
-        if not info.available:
-            return None, {"error": f"{backend.name} not available: {info.error}"}
-
-        def read(device: DeviceSnapshot) -> DeviceSnapshot:
-            return backend.probe_device(device.index, CallTracker())
-
-        timing: dict = {"backend": backend.name}
-        if snapshot.devices:
-            began = time.perf_counter()
-            read(snapshot.devices[0])
-            timing["seconds_per_read"] = round(time.perf_counter() - began, 3)
-        return read, timing
-    except Exception as exc:  # noqa: BLE001 - the load tests still run, unwatched
-        return None, {"error": f"{type(exc).__name__}: {exc}"}
+def live_reader(snapshot: NodeSnapshot, collector: Any) -> tuple[Any, dict]:
+    """The collector's own re-read of a device (its vendor backend stays open), for the stress samples and the
+    ECC counters around the memory test; and how long one read takes."""
+    if not snapshot.devices:
+        return None, {"error": "no device to read"}
+    began = time.perf_counter()
+    first = collector.reprobe(snapshot.devices[0])
+    timing = {"backend": first.source, "seconds_per_read": round(time.perf_counter() - began, 3)}
+    if not first.reachable:
+        return None, {**timing, "error": f"re-reading GPU {first.index} failed: {first.errors}"}
+    return collector.reprobe, timing
 
 
 def describe_link(device: DeviceSnapshot) -> str:
@@ -138,18 +121,22 @@ def main() -> int:
     args = parser.parse_args()
 
     began = time.monotonic()
-    snapshot, probe_error = collect_snapshot()
+    from gpudiag.probe import CollectOptions, Collector
+
+    collector = Collector(CollectOptions(timeout_seconds=30.0, read_kernel_log=False))
+    snapshot, probe_error = collect_snapshot(collector)
     if probe_error:
         print(f"the probe failed, nothing was loaded: {probe_error}", file=sys.stderr)
     for device in snapshot.devices:
         print(f"found GPU {device.index} {device.pci_bus_id} {device.name}: processes {device.processes}, "
               f"utilisation {device.utilization.gpu_percent}%, memory held {held_memory(device)} bytes, "
               f"{sum(1 for link in device.links if link.up)} NVLink/XGMI links up", file=sys.stderr)
-    reader, reader_info = live_reader(snapshot)
+    reader, reader_info = live_reader(snapshot, collector)
     print(f"telemetry reader: {reader_info}", file=sys.stderr)
     options = ActiveOptions(tests=tuple(t for t in args.tests.split(",") if t), deadline_seconds=args.deadline,
                             stress_seconds=args.stress_seconds, reader=reader)
     results = run_active(snapshot, options) if snapshot.devices else ActiveResults(tests=list(options.tests))
+    collector.close()
     snapshot.active = results
     checks, checks_error = judge(snapshot)
 

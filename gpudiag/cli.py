@@ -49,7 +49,10 @@ RootOption = typer.Option(Path("/"), "--root", help="Read ROOT/sys, ROOT/proc an
 KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
-TimeoutOption = typer.Option(10.0, "--timeout", min=0.1, help="Deadline in seconds for probing the whole node.")
+PASSIVE_DEFAULT_TIMEOUT, ACTIVE_DEFAULT_TIMEOUT = 10.0, 600.0
+TimeoutOption = typer.Option(
+    None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2)."
+)
 
 
 @contextlib.contextmanager
@@ -71,9 +74,10 @@ def _split_ids(values: Optional[List[str]]) -> list[str]:
     return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
 
 
-def _collect_options(root: Path, kernel_log: Optional[Path], timeout: float):
+def _collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float]):
     from gpudiag.probe import CollectOptions
 
+    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
     if not (root / "sys").is_dir() and root != Path("/"):
         raise UsageProblem(f"--root {root}: no sys/ directory under it")
     if kernel_log is not None and not kernel_log.is_file():
@@ -81,12 +85,28 @@ def _collect_options(root: Path, kernel_log: Optional[Path], timeout: float):
     return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout)
 
 
-def _collect(root: Path, kernel_log: Optional[Path], timeout: float):
-    from gpudiag.probe import collect
+def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1):
+    """Probe the node; at level 2 also run the load tests on its idle GPUs (progress on stderr), all within one
+    deadline: --timeout, by default 10 s for the passive checks and 600 s with the load tests."""
+    import time
 
-    options = _collect_options(root, kernel_log, timeout)
-    with stdout_to_stderr():
-        return collect(options)
+    from gpudiag.probe import Collector
+
+    if timeout is None:
+        timeout = ACTIVE_DEFAULT_TIMEOUT if level >= 2 else PASSIVE_DEFAULT_TIMEOUT
+    started = time.monotonic()
+    # The passive probe keeps its usual deadline; the load tests get the rest.
+    options = _collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout)
+    with stdout_to_stderr(), Collector(options) as collector:
+        snapshot = collector.collect()
+        if level >= 2:
+            from gpudiag.active import ActiveOptions, run_active
+
+            left = max(1.0, timeout - (time.monotonic() - started))
+            snapshot.active = run_active(
+                snapshot, ActiveOptions(deadline_seconds=left, progress=sys.stderr, reader=collector.reprobe)
+            )
+        return snapshot
 
 
 def _load_replay(path: Path):
@@ -111,12 +131,16 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Run only these check IDs or families (repeat or comma-separate)."),
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these check IDs or families."),
-    timeout: float = TimeoutOption,
+    timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
     replay: Optional[Path] = typer.Option(None, "--replay", help="Judge a recorded snapshot instead of this node."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List passing checks one by one."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the checklist (default: when a terminal)."),
+    level: int = typer.Option(
+        1, "--level", min=1, max=2,
+        help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, memory test, stress).",
+    ),
 ) -> None:
     """Run every check and print the troubleshooting checklist."""
     from gpudiag.checks import resolve_selection, run_checks
@@ -128,7 +152,7 @@ def check(
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
 
-    snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout)
+    snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout, level)
     results = run_checks(snapshot, None, only=only_ids, skip=skip_ids)
 
     output_format = "json" if as_json else fmt.value
@@ -145,7 +169,7 @@ def check(
 @app.command()
 def snapshot(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the snapshot to this file (atomically) instead of stdout."),
-    timeout: float = TimeoutOption,
+    timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:
@@ -171,7 +195,7 @@ def serve(
     listen: str = typer.Option(":9858", "--listen", help="HOST:PORT to serve /metrics and /healthz on; :PORT is every interface."),
     web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth (exporter-toolkit web-config YAML)."),
     interval: float = typer.Option(15.0, "--interval", min=0.5, help="Seconds between collections."),
-    timeout: float = TimeoutOption,
+    timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:
@@ -184,7 +208,7 @@ def serve(
 @app.command()
 def textfile(
     output: Path = typer.Option(..., "--output", "-o", help="The .prom file to replace atomically, in node_exporter's textfile directory."),
-    timeout: float = TimeoutOption,
+    timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:

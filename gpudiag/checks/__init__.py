@@ -10,6 +10,7 @@ import logging
 from typing import Iterable, Optional
 
 from gpudiag.checks import (
+    active,
     driver,
     ecc,
     firmware,
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 REGISTRY: tuple[Check, ...] = (
     driver.CHECKS + inventory.CHECKS + pcie.CHECKS + ecc.CHECKS + thermal.CHECKS + power.CHECKS
     + topology.CHECKS + firmware.CHECKS + kernel_log.CHECKS + host.CHECKS + workload.CHECKS
+    + active.CHECKS  # judged from snapshot.active (`check --level 2`); skipped with that hint otherwise
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.id for c in REGISTRY)
 FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(c.family for c in REGISTRY))

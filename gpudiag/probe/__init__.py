@@ -128,6 +128,20 @@ class Collector:
         snapshot.duration_seconds = round(time.monotonic() - started, 4)
         return snapshot
 
+    def reprobe(self, device: DeviceSnapshot, timeout_seconds: float = 5.0) -> DeviceSnapshot:
+        """A fresh reading of one device through its open backend (the load tests watch clocks, temperatures and
+        ECC counters with it), bounded like every vendor call; an unreachable stand-in if it misses the deadline."""
+        slot = self._slots.get(device.vendor)
+        if slot is None or slot.active is None:
+            raise RuntimeError(f"no open backend for {device.vendor} devices")
+        backend = slot.active
+        outcome = deadline.run_one(lambda t: backend.probe_device(device.index, t), timeout_seconds, "reprobe")
+        if outcome.done and outcome.error is None:
+            return outcome.value
+        if outcome.done and isinstance(outcome.error, DeviceLost):
+            return _lost(device.vendor, backend.name, device.index, outcome)
+        return _unreachable(device.vendor, backend.name, device.index, outcome)
+
     def close(self) -> None:
         for slot in self._slots.values():
             if slot.active is not None:
