@@ -234,8 +234,9 @@ def test_recorded_h200_vm_host():
     info, errors = host.probe_host(H200X2)
     assert errors == []
     assert info.os_name == "Ubuntu 24.04.3 LTS"
-    assert info.kernel_release is None  # the capture holds an empty osrelease: no value, not ""
-    assert info.modules_loaded == {"nvidia": "580.159.04"}  # no /proc/modules captured: found under /sys/module
+    assert info.kernel_release == "6.18.44-fc-v657-gpu"
+    assert info.modules_loaded == {"nvidia": "580.159.04", "nvidia_uvm": None}  # the open module, no /sys version
+    assert info.nvidia_proc_version == "580.159.04"  # "NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 …"
     assert info.iommu_cmdline == {}
 
 
