@@ -63,7 +63,8 @@ def stdout_to_stderr() -> Iterator[None]:
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
-        yield
+        with contextlib.redirect_stdout(sys.stderr):  # Python-level prints, whatever sys.stdout writes to
+            yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
@@ -161,7 +162,7 @@ def check(
     sys.stdout.flush()
 
     if nothing_probed(snapshot):
-        log.error("nothing could be probed: no usable GPU library and no GPU on the PCI bus")
+        print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_PROBED)
     raise typer.Exit(EXIT_FAILED if summarize(results).failed else EXIT_OK)
 
