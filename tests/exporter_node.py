@@ -5,6 +5,8 @@ Also a runnable script, for tests that need `gpudiag serve` as a real process (s
 
     python -m tests.exporter_node ROOT GPUS [--hang SYMBOL] -- <gpudiag serve arguments>
 
+GPUS up to 8 are an HGX H200 board; more (the exporter benchmark's 64) sit on made-up buses.
+
 It installs the fake and runs the CLI. Deliberately without the context manager's clean-up: a call hung in the
 fake stays hung until the process exits, as a call hung in a real driver would.
 """
@@ -16,8 +18,17 @@ from pathlib import Path
 
 from gpudiag.model import normalize_pci_bus_id
 from tests.fakes import fake_nvml_events  # noqa: F401 - registers the event symbols with the fake library
-from tests.fakes.fake_nvml import FakeNode, installed
+from tests.fakes.fake_nvml import FakeGpu, FakeNode, installed
 from tests.sysfs_tree import SysfsTree
+
+
+def fake_node(count: int) -> FakeNode:
+    """`count` H200s: those of an HGX board up to 8, beyond that on made-up buses (a new PCI domain every 32)."""
+    if count <= 8:
+        return FakeNode.hgx_h200(count)
+    return FakeNode(gpus=[FakeGpu(bus_id=f"{i // 32:08X}:{0x10 + i % 32:02X}:00.0", minor_number=i,
+                                  uuid=f"GPU-3f6e2a1b-8c4d-4e5f-9a0b-{i:012x}", serial=f"1654824{i:06d}")
+                          for i in range(count)])
 
 
 def fake_root(root: Path, node: FakeNode, kmsg: tuple[str, ...] = ()) -> SysfsTree:
@@ -41,7 +52,7 @@ def main(argv: list[str]) -> int:
     separator = argv.index("--")
     own, serve_args = argv[:separator], argv[separator + 1:]
     root, gpus = Path(own[0]), int(own[1])
-    node = FakeNode.hgx_h200(gpus)
+    node = fake_node(gpus)
     if "--hang" in own:
         node.gpus[-1].hang = own[own.index("--hang") + 1]
     fake_root(root, node)

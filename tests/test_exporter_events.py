@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from gpudiag.exporter.events import EventTally, KernelLogFollower
-from gpudiag.exporter.families import FamilySet, exposition
+from gpudiag.exporter.families import FamilySet
 from gpudiag.model import KernelEvent, Vendor
 from gpudiag.probe.nvml_events import XidWatcher
 from tests.exporter_support import series, wait_for
@@ -80,7 +80,7 @@ def test_tally_labels_counts_with_the_last_known_identity():
     tally.add("0000:05:00.0", "ring_timeout")
     fs = FamilySet()
     tally.add_to(fs, {"0000:19:00.0": ("0", "GPU-a")})
-    text = exposition(fs).decode()
+    text = fs.exposition().decode()
     assert series(text, "gpudiag_gpu_xid_errors_total", code="79") == [
         ({"gpu": "0", "uuid": "GPU-a", "pci_bus_id": "0000:19:00.0", "code": "79"}, 2.0)]
     assert series(text, "gpudiag_gpu_xid_errors_total", code="unknown")[0][0]["pci_bus_id"] == ""

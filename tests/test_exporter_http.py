@@ -86,13 +86,18 @@ def test_unknown_paths_are_404(exporter, method, path):
     assert request(exporter, method, path)[0].status == 404
 
 
-def test_keep_alive_serves_several_requests_on_one_connection(exporter):
-    conn = http.client.HTTPConnection(*exporter.address, timeout=5)
-    for _ in range(3):
-        conn.request("GET", "/metrics")
-        response = conn.getresponse()
-        assert response.status == 200 and response.read()
-    conn.close()
+def test_keep_alive_connection_outlives_the_request_limit():
+    exporter = start(max_request_seconds=0.3)
+    try:
+        conn = http.client.HTTPConnection(*exporter.address, timeout=5)
+        for _ in range(4):  # 0.8 s on one connection: each request is short, so none is cut
+            conn.request("GET", "/metrics")
+            response = conn.getresponse()
+            assert response.status == 200 and response.read()
+            time.sleep(0.2)
+        conn.close()
+    finally:
+        exporter.stop()
 
 
 def test_healthz_is_503_until_a_collection_completes():
@@ -134,8 +139,8 @@ def test_a_client_that_never_finishes_its_request_is_dropped():
         exporter.stop()
 
 
-def test_a_trickling_client_is_cut_off_at_the_connection_lifetime():
-    exporter = start(request_timeout_seconds=1.0, connection_lifetime_seconds=0.4)
+def test_a_trickling_client_is_cut_off_when_its_request_takes_too_long():
+    exporter = start(request_timeout_seconds=1.0, max_request_seconds=0.4)
     try:
         sock = socket.create_connection(exporter.address)
         sock.settimeout(0.05)

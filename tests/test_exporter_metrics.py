@@ -214,3 +214,15 @@ def test_amd_only_series():
     assert value(text, "gpudiag_gpu_link_up", link="6", kind="xgmi", **amd0) == 1
     assert value(text, "gpudiag_gpu_ecc_enabled", mode="pending", **amd0) is None  # NVIDIA-only notion
 
+
+
+def test_sample_values_round_trip_through_the_prometheus_parser():
+    from gpudiag.exporter.families import FamilySet
+
+    fs = FamilySet()
+    spec = catalog.POWER
+    inputs = [True, 0, 7, 585.4, 9.1e8, 1e20, 2.5e-7, 1.7960375145220861e9, float("inf")]
+    for index, number in enumerate(inputs):
+        fs.add(spec, (str(index), "", ""), number)
+    parsed = [v for _, v in series(fs.exposition().decode(), "gpudiag_gpu_power_watts")]
+    assert parsed == [float(n) for n in inputs]

@@ -4,8 +4,9 @@ Defences for a daemon on every GPU node:
 - bounded concurrency: at most `max_connections` connections are served at once; one more is closed at accept
   (no thread is started for it), so a flood costs the node nothing but a refused connection;
 - timeouts: every socket operation (TLS handshake, reading a request, writing a response, waiting for the next
-  keep-alive request) gives up after `request_timeout_seconds`, and a reaper closes any connection older than
-  `connection_lifetime_seconds`, so a client that trickles bytes cannot hold a slot either;
+  keep-alive request) gives up after `request_timeout_seconds`, and a reaper closes the connection of any request
+  (handshake included) still in progress after `max_request_seconds`, so a client that trickles one byte at a
+  time cannot hold a slot either; an idle keep-alive connection is never cut in the middle of a request;
 - nothing is resolved: the listen address is bound as given (http.server would look up its FQDN in DNS at start-up,
   which hangs on a node whose resolver is down);
 - handler errors are logged, never printed as tracebacks on stderr.
@@ -19,7 +20,7 @@ import socketserver
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 from urllib.parse import urlsplit
 
 from gpudiag.exporter.web_config import WebConfig
@@ -33,7 +34,7 @@ ALLOWED_METHODS = "GET, HEAD"
 class Routes:
     """What the handler serves; plain callables so that the HTTP layer knows nothing of collections."""
 
-    def __init__(self, metrics: Callable[[], bytes], health: Callable[[], tuple[bool, str]]):
+    def __init__(self, metrics: Callable[[], list[bytes]], health: Callable[[], tuple[bool, str]]):
         self.metrics = metrics
         self.health = health
 
@@ -47,18 +48,26 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.request_timeout_seconds
         self.request.settimeout(self.timeout)
+        # The body goes out in several writes (headers, metrics, process metrics): without NODELAY the last small
+        # segment waits for the client's delayed ACK, 40 ms on Linux.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.server.web.tls is not None:
             # The handshake runs here, on the connection's own thread and under its timeout, not in the accept loop.
             self.request = self.server.web.tls.wrap_socket(self.request, server_side=True)
-            self.server.track(self.request)
         super().setup()
+
+    def handle_one_request(self) -> None:
+        self.server.track(self.connection)  # from the first byte of this request to the end of its response
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.untrack(self.connection)
 
     def finish(self) -> None:
         try:
             super().finish()
         finally:
             if self.server.web.tls is not None:
-                self.server.untrack(self.request)
                 self.request.close()
 
     def do_GET(self) -> None:
@@ -97,11 +106,12 @@ class Handler(BaseHTTPRequestHandler):
         self._send(401, b"unauthorized\n", extra={"WWW-Authenticate": 'Basic realm="gpudiag"'})
         return False
 
-    def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
+    def _send(self, code: int, body: Union[bytes, list[bytes]], content_type: str = "text/plain; charset=utf-8",
               send_body: bool = True, extra: Optional[dict[str, str]] = None) -> None:
+        chunks = [body] if isinstance(body, bytes) else body
         self.send_response(code)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(sum(len(chunk) for chunk in chunks)))
         for name, value in (extra or {}).items():
             self.send_header(name, value)
         if self.server.stopping:
@@ -109,7 +119,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         if send_body:
-            self.wfile.write(body)
+            for chunk in chunks:
+                self.wfile.write(chunk)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the name http.server uses
         log.debug("%s %s", self.address_string(), format % args)
@@ -120,12 +131,12 @@ class ExporterHTTPServer(HTTPServer):
 
     def __init__(self, family: socket.AddressFamily, address: tuple, routes: Routes, web: WebConfig,
                  max_connections: int = 16, request_timeout_seconds: float = 10.0,
-                 connection_lifetime_seconds: float = 60.0):
+                 max_request_seconds: float = 30.0):
         self.address_family = family
         self.routes = routes
         self.web = web
         self.request_timeout_seconds = request_timeout_seconds
-        self.connection_lifetime_seconds = connection_lifetime_seconds
+        self.max_request_seconds = max_request_seconds
         self.stopping = False
         self.rejected_connections = 0
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -154,7 +165,7 @@ class ExporterHTTPServer(HTTPServer):
             self.rejected_connections += 1
             self.shutdown_request(request)
             return
-        self.track(request)
+        self.track(request)  # the TLS handshake counts as part of the first request
         threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
 
     def _serve_one(self, request, client_address) -> None:
@@ -169,19 +180,19 @@ class ExporterHTTPServer(HTTPServer):
 
     def track(self, sock: socket.socket) -> None:
         with self._open_lock:
-            self._open.setdefault(sock, time.monotonic())
+            self._open[sock] = time.monotonic()
 
     def untrack(self, sock: socket.socket) -> None:
         with self._open_lock:
             self._open.pop(sock, None)
 
     def _reap(self) -> None:
-        period = min(1.0, self.connection_lifetime_seconds / 2)
+        period = min(1.0, self.max_request_seconds / 2)
         while not self.stopping:
             time.sleep(period)
             now = time.monotonic()
             with self._open_lock:
-                expired = [s for s, since in self._open.items() if now - since > self.connection_lifetime_seconds]
+                expired = [s for s, since in self._open.items() if now - since > self.max_request_seconds]
                 for sock in expired:
                     self._open.pop(sock, None)
             for sock in expired:

@@ -75,7 +75,7 @@ class Exporter:
         watcher_factory: Optional[WatcherFactory] = XidWatcher,
         max_connections: int = 16,
         request_timeout_seconds: float = 10.0,
-        connection_lifetime_seconds: float = 60.0,
+        max_request_seconds: float = 30.0,
     ):
         # The Collector bounds itself to collect_timeout_seconds; the margin covers the checks and bookkeeping.
         cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)
@@ -84,10 +84,10 @@ class Exporter:
         self.poller = Poller(lambda: collect_and_judge(collect, judge), self.state.on_cycle, interval_seconds,
                              cycle_deadline)
         host, port = parse_listen(listen)
-        routes = Routes(self.state.render, self._health)
+        routes = Routes(self.state.body, self._health)
         self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
             family, address, routes, web, max_connections=max_connections,
-            request_timeout_seconds=request_timeout_seconds, connection_lifetime_seconds=connection_lifetime_seconds))
+            request_timeout_seconds=request_timeout_seconds, max_request_seconds=max_request_seconds))
         self.scheme = "https" if web.tls is not None else "http"
         self._http_thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.2},
                                              name="gpudiag-http", daemon=True)

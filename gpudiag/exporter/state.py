@@ -17,7 +17,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.events import XID, EventTally, KernelLogFollower
-from gpudiag.exporter.families import FamilySet, exposition
+from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.exporter.poller import COMPLETE, OUTCOMES, Collection, Cycle
 from gpudiag.model import NodeSnapshot, Vendor
@@ -115,13 +115,17 @@ class ExporterState:
             return False, f"the last complete collection was {age:.0f}s ago"
         return True, "ok"
 
-    def render(self) -> bytes:
+    def body(self) -> list[bytes]:
+        """The /metrics body in chunks (sent one after the other: no copy of a body that is megabytes at 64 GPUs)."""
         status = self.watcher.status() if self.watcher is not None else None
         key = (self._generation, self.tally.version, status)
         cached = self._cache
         if cached is None or cached[0] != key:
-            cached = self._cache = (key, exposition(self.families(status)))
-        return cached[1] + generate_latest(self._process)
+            cached = self._cache = (key, self.families(status).exposition())
+        return [cached[1], generate_latest(self._process)]
+
+    def render(self) -> bytes:
+        return b"".join(self.body())
 
     def families(self, watcher: Optional[WatcherStatus] = None) -> FamilySet:
         with self._lock:

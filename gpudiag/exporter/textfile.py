@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.families import FamilySet, exposition
+from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_snapshot
 from gpudiag.fileio import write_atomically
 from gpudiag.model import CheckResult, NodeSnapshot
@@ -25,7 +25,7 @@ def render_textfile(snapshot: NodeSnapshot, results: list[CheckResult], finished
     add_snapshot(fs, snapshot)
     add_checks(fs, results)
     fs.add(m.LAST_COLLECTION, (), time.time() if finished_at is None else finished_at)
-    return exposition(fs).decode("utf-8")
+    return fs.exposition().decode("utf-8")
 
 
 def write_textfile(path: Path, snapshot: NodeSnapshot, results: list[CheckResult]) -> None:
