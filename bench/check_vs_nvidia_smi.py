@@ -4,6 +4,10 @@ Target (issue: the checklist on NVIDIA nodes): gpudiag's full checklist no slowe
 Both commands run as fresh processes, interleaved so that both see the same machine state; the figure is the
 median of N runs of each, after one warm-up run of each (page cache, driver state).
 
+Python modules are byte-compiled first, as `pip install` does on a real node: the lab machines set
+PYTHONDONTWRITEBYTECODE=1 and ship nvidia-ml-py without .pyc files, so without this step every run would
+recompile pynvml (6,000 lines) and gpudiag from source. `--no-compile` measures that case too.
+
 Usage: python3 bench/check_vs_nvidia_smi.py [--runs N] [--json OUT]
 """
 
@@ -27,11 +31,41 @@ def timed(cmd: list[str], env: dict) -> tuple[float, int]:
     return time.perf_counter() - started, done.returncode
 
 
+# What `gpudiag check` imports (gpudiag itself and its dependencies), byte-compiled before timing.
+MODULES = ("gpudiag", "pynvml", "psutil", "typer", "click", "rich", "pydantic", "pydantic_core", "shellingham",
+           "annotated_doc", "typing_extensions")
+
+
+def precompile() -> list[str]:
+    import compileall
+    import importlib.util
+
+    compiled = []
+    for name in MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin:
+            continue
+        target = Path(spec.origin)
+        ok = compileall.compile_dir(str(target.parent), quiet=2) if target.name == "__init__.py" else \
+            compileall.compile_file(str(target), quiet=2)
+        compiled.append(name if ok else f"{name} (not writable)")
+    return compiled
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-compile", action="store_true", help="do not byte-compile the modules first")
     args = parser.parse_args()
+    import shutil
+
+    if shutil.which("nvidia-smi") is None:
+        print("nvidia-smi not found: this benchmark runs on an NVIDIA node", file=sys.stderr)
+        return 2
+    if not args.no_compile:
+        sys.path.insert(0, str(REPO))
+        print("byte-compiled:", ", ".join(precompile()))
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     commands = {
