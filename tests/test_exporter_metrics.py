@@ -205,7 +205,11 @@ def test_node_with_no_gpu_at_all_still_renders_self_health():
 
 
 def test_amd_only_series():
-    text = render(amd_mi300x_node())
+    snapshot = amd_mi300x_node()
+    snapshot.devices[0].xgmi_error_status = "error"
+    text = render(snapshot)
+    assert {labels["state"]: v for labels, v in series(text, "gpudiag_gpu_xgmi_error_state", gpu="0")} == {
+        "no_errors": 0, "error": 1, "multiple_errors": 0}
     amd0 = {"gpu": "0", "pci_bus_id": "0000:05:00.0"}
     assert value(text, "gpudiag_gpu_bad_pages_threshold", **amd0) == 128
     assert value(text, "gpudiag_gpu_bad_pages", state="reserved", **amd0) == 0

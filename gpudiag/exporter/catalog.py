@@ -186,6 +186,12 @@ THROTTLE = _gpu(
     "gpudiag_gpu_throttle_reason_active", "gauge", "1 while this reason holds the clocks down, else 0.", ("reason",)
 )
 LINK_UP = _gpu("gpudiag_gpu_link_up", "gauge", "1 when the NVLink/XGMI link is up, else 0.", ("link", "kind"))
+XGMI_ERROR_STATE = _gpu(
+    "gpudiag_gpu_xgmi_error_state",
+    "gauge",
+    "AMD XGMI error status: 1 on the current state (no_errors, error, multiple_errors), 0 on the others.",
+    ("state",),
+)
 LINK_ERRORS = _gpu(
     "gpudiag_gpu_link_errors_total", "counter", "NVLink/XGMI link error counters.", ("link", "kind", "counter")
 )

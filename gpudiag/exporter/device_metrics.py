@@ -32,6 +32,7 @@ VENDOR_THROTTLE_REASONS = {
     Vendor.AMD: ("ppt_power", "socket_thermal", "prochot", "vr_thermal", "hbm_thermal"),
 }
 
+_XGMI_STATES = ("no_errors", "error", "multiple_errors")  # amdsmi_gpu_xgmi_error_status (vendor-api.md §4)
 _THRESHOLDS = (("slowdown", "slowdown_celsius"), ("shutdown", "shutdown_celsius"), ("max_operating", "max_operating_celsius"))
 
 
@@ -49,6 +50,9 @@ def add_device(fs: FamilySet, device: DeviceSnapshot, driver_version: Optional[s
     _pcie(fs, ids, device)
     _ecc(fs, ids, device)
     _memory_health(fs, ids, device)
+    if device.xgmi_error_status is not None:
+        for state in _XGMI_STATES:
+            fs.add(m.XGMI_ERROR_STATE, ids + (state,), int(device.xgmi_error_status == state))
     for link in device.links:
         link_ids = ids + (str(link.index), link.kind)
         fs.add(m.LINK_UP, link_ids, flag(link.up))
