@@ -14,86 +14,26 @@ Usage: python3 bench/exporter_fake.py [--devices 8 64] [--scrapes 10000] [--idle
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-REPO = Path(__file__).resolve().parent.parent
-MIB = 1024 * 1024
+from bench.exporter_process import ExporterProcess, percentile  # noqa: E402
+
 INTERVAL_SECONDS = 15.0  # the scrape and collection interval the CPU target is stated for
 COLLECT_EVERY = 1.0  # how often the exporter under test collects (faster than production: more samples)
 TARGET_CPU_PERCENT = 0.5
 TARGET_RSS_MIB = 60
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
-
-
-class Target:
-    """The exporter process and a keep-alive connection to it."""
-
-    def __init__(self, root: Path, devices: int):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.exporter_node", str(root), str(devices), "--",
-             "--listen", "127.0.0.1:0", "--interval", str(COLLECT_EVERY), "--timeout", "10"],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)})
-        line = self.proc.stderr.readline()
-        match = re.search(r"serving http://([\d.]+):(\d+)/metrics", line)
-        if not match:
-            self.stop()
-            raise SystemExit(f"the exporter did not start: {line!r}")
-        self.conn = http.client.HTTPConnection(match.group(1), int(match.group(2)), timeout=30)
-        self.process = psutil.Process(self.proc.pid)
-
-    def get(self, path: str = "/metrics") -> bytes:
-        for attempt in (1, 2):
-            try:
-                self.conn.request("GET", path)
-                response = self.conn.getresponse()
-                body = response.read()
-                if response.status != 200:
-                    raise SystemExit(f"GET {path}: HTTP {response.status}")
-                return body
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.conn.close()  # the server closed an idle keep-alive connection: reconnect once
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def collections(self) -> int:
-        body = self.get().decode()
-        return int(float(re.search(r'^gpudiag_collections_total\{outcome="complete"\} (\S+)$', body, re.M).group(1)))
-
-    def cpu_seconds(self) -> float:
-        times = self.process.cpu_times()
-        return times.user + times.system
-
-    def rss_mib(self) -> float:
-        return self.process.memory_info().rss / MIB
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def bench(devices: int, scrapes: int, idle_seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as root:
-        target = Target(Path(root), devices)
+        target = ExporterProcess([sys.executable, "-m", "tests.exporter_node", root, str(devices), "--", "--listen",
+                                  "127.0.0.1:0", "--interval", str(COLLECT_EVERY), "--timeout", "10"])
         try:
             while target.collections() < 3:  # warm: imports done, NVML open, caches filled
                 time.sleep(0.2)

@@ -15,9 +15,7 @@ Usage: PYTHONPATH=. python3 bench/exporter_h200.py --save /tmp/h200-metrics.txt 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import os
 import re
 import shutil
 import statistics
@@ -26,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.exporter_process import ExporterProcess, percentile  # noqa: E402
 
 # nvidia-smi fields for what gpudiag exports per GPU (fields this driver does not know are dropped, and listed).
 SMI_FIELDS = [
@@ -42,11 +40,6 @@ SMI_FIELDS = [
     "clocks_throttle_reasons.active", "utilization.gpu", "utilization.memory", "memory.total", "memory.used",
     "pstate", "persistence_mode", "total_energy_consumption",
 ]
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
 def summary(seconds: list[float]) -> dict:
@@ -66,56 +59,6 @@ def usable_fields() -> tuple[list[str], list[str]]:
     return usable, [f for f in SMI_FIELDS if f not in usable]
 
 
-class Exporter:
-    def __init__(self, interval: float, timeout: float):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpudiag", "serve", "--listen", "127.0.0.1:0", "--interval", str(interval),
-             "--timeout", str(timeout)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)})
-        line = self.proc.stderr.readline()
-        match = re.search(r"serving http://([\d.]+):(\d+)/metrics", line)
-        if not match:
-            self.stop()
-            raise SystemExit(f"gpudiag serve did not start: {line!r}{self.proc.stderr.read()}")
-        self.address = (match.group(1), int(match.group(2)))
-        self.conn = http.client.HTTPConnection(*self.address, timeout=30)
-        self.process = psutil.Process(self.proc.pid)
-
-    def get(self) -> bytes:
-        for attempt in (1, 2):
-            try:
-                self.conn.request("GET", "/metrics")
-                response = self.conn.getresponse()
-                body = response.read()
-                if response.status != 200:
-                    raise SystemExit(f"/metrics: HTTP {response.status}")
-                return body
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.conn.close()  # an idle keep-alive connection closed by the server: reconnect once
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def sample(self, name: str, **labels: str) -> float | None:
-        wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        pattern = rf"^{name}{{{wanted}}} (\S+)$" if labels else rf"^{name} (\S+)$"
-        found = re.search(pattern, self.get().decode(), re.M)
-        return float(found.group(1)) if found else None
-
-    def cpu_seconds(self) -> float:
-        times = self.process.cpu_times()
-        return times.user + times.system
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", type=Path, required=True, help="write one /metrics response here")
@@ -128,10 +71,11 @@ def main() -> int:
 
     have_smi = shutil.which("nvidia-smi") is not None
     fields, dropped = usable_fields() if have_smi else ([], [])
-    exporter = Exporter(args.interval, args.timeout)
+    exporter = ExporterProcess([sys.executable, "-m", "gpudiag", "serve", "--listen", "127.0.0.1:0",
+                                "--interval", str(args.interval), "--timeout", str(args.timeout)])
     try:
         deadline = time.monotonic() + 120
-        while (exporter.sample("gpudiag_collections_total", outcome="complete") or 0) < 2:
+        while exporter.collections() < 2:
             if time.monotonic() > deadline:
                 raise SystemExit("gpudiag serve completed no collection within 120 s")
             time.sleep(0.5)
@@ -139,9 +83,9 @@ def main() -> int:
         args.save.write_bytes(body)
 
         # What a real collection costs: exporter CPU over a quiet period, per collection completed in it.
-        n0, cpu0 = exporter.sample("gpudiag_collections_total", outcome="complete"), exporter.cpu_seconds()
+        n0, cpu0 = exporter.collections(), exporter.cpu_seconds()
         time.sleep(max(3 * args.interval, 10))
-        n1, cpu1 = exporter.sample("gpudiag_collections_total", outcome="complete"), exporter.cpu_seconds()
+        n1, cpu1 = exporter.collections(), exporter.cpu_seconds()
         collection_wall = exporter.sample("gpudiag_collector_duration_seconds", collector="collection")
 
         ours: list[float] = []
@@ -158,7 +102,7 @@ def main() -> int:
                 started = time.perf_counter()
                 exporter.get()
                 ours.append(time.perf_counter() - started)
-        rss_mib = exporter.process.memory_info().rss / 2**20
+        rss_mib = exporter.rss_mib()
     finally:
         exporter.stop()
 
@@ -172,7 +116,7 @@ def main() -> int:
         "nvidia_smi_fields": len(fields),
         "nvidia_smi_fields_dropped": dropped,
         "collection_wall_s": collection_wall,
-        "collection_cpu_ms": (cpu1 - cpu0) / max(1.0, (n1 or 0) - (n0 or 0)) * 1000,
+        "collection_cpu_ms": (cpu1 - cpu0) / max(1, n1 - n0) * 1000,
         "exporter_rss_mib": rss_mib,
     }
     g = figures["gpudiag_metrics"]

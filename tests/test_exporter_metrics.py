@@ -86,7 +86,7 @@ def test_unsupported_values_produce_no_series_not_zero():
     assert value(text, "gpudiag_gpu_link_up", link="3", **GPU0) is None
     # the other GPU, fully supported, still has them all
     assert value(text, "gpudiag_gpu_power_watts", gpu="1") is not None
-    assert len(series(text, "gpudiag_gpu_throttle_reason_active", gpu="1")) == 9
+    assert len(series(text, "gpudiag_gpu_throttle_reason_active", gpu="1")) == 11  # every NVIDIA reason bit
     # H200s have no AMD bad-page accounting: no series at all, not a row of zeros
     assert "gpudiag_gpu_bad_pages" not in names(text)
 

@@ -10,26 +10,17 @@ from typing import Optional
 
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.families import FamilySet, flag, gpu_labels
-from gpudiag.model import DeviceSnapshot, PciGpu, Vendor
+from gpudiag.model import THROTTLE_REASONS, DeviceSnapshot, PciGpu, Vendor
 
 MHZ = 1_000_000.0
 
-# Throttle reasons each vendor's probe reads as a whole (a bit of one mask / one violation record), so that an
-# absent reason really means "not active" and can be exported as 0. NVIDIA: the nvmlClocksEventReason* bits
-# (vendor-api.md §8); AMD: amdsmi_get_violation_status's active_* flags.
+# Throttle reasons each vendor's probe reads as a whole (one clock-event mask / one violation record), so that a
+# reason not listed as active really is inactive and can be exported as 0. model.THROTTLE_REASONS lists NVIDIA's
+# (the nvmlClocksEventReason / ThrottleReason bits, vendor-api.md §8), then AMD's (amdsmi_get_violation_status).
+_FIRST_AMD_REASON = THROTTLE_REASONS.index("ppt_power")
 VENDOR_THROTTLE_REASONS = {
-    Vendor.NVIDIA: (
-        "gpu_idle",
-        "applications_clocks",
-        "sw_power_cap",
-        "hw_slowdown",
-        "sync_boost",
-        "sw_thermal_slowdown",
-        "hw_thermal_slowdown",
-        "hw_power_brake",
-        "display_clocks",
-    ),
-    Vendor.AMD: ("ppt_power", "socket_thermal", "prochot", "vr_thermal", "hbm_thermal"),
+    Vendor.NVIDIA: THROTTLE_REASONS[:_FIRST_AMD_REASON],
+    Vendor.AMD: THROTTLE_REASONS[_FIRST_AMD_REASON:],
 }
 
 _XGMI_STATES = ("no_errors", "error", "multiple_errors")  # amdsmi_gpu_xgmi_error_status (vendor-api.md §4)
