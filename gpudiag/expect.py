@@ -8,10 +8,34 @@ cites it, otherwise the comment says why the number was chosen.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Optional
 
+from gpudiag.baseline import NodeBaseline
+
 GIB = 1024**3
+
+COMPUTE_PARTITIONS = ("SPX", "DPX", "TPX", "QPX", "CPX")  # AmdSmiComputePartitionType (vendor-api.md §10)
+MEMORY_PARTITIONS = ("NPS1", "NPS2", "NPS4", "NPS8")  # AmdSmiMemoryPartitionType
+# How the IOMMU treats the GPUs' DMA: "passthrough" (identity domain, `iommu=pt`), "translated" (DMA / DMA-FQ
+# domains), "off" (no IOMMU registered).
+IOMMU_MODES = ("passthrough", "translated", "off")
+_DOTTED_VERSION = re.compile(r"^\d+(\.\d+)*$")
+
+
+class ExpectationError(ValueError):
+    """An expectation has a value it cannot have; `key` names the field at fault."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """`560.35.03` → (560, 35, 3): driver versions compare numerically, part by part."""
+    return tuple(int(part) for part in version.split("."))
 
 
 @dataclass(frozen=True)
@@ -45,6 +69,12 @@ class Expectations:
     # AMD: fraction of the device's bad_page_threshold at which to warn. amdgpu itself logs "RAS records:%u
     # exceeds 90%% of threshold" at 90% and reports an RMA reason at 100% (amdgpu_ras_eeprom.c).
     bad_pages_warn_fraction: float = 0.9
+    # AMD: fail when more bad pages than this are reserved, whatever the device's own threshold (an acceptance
+    # policy, e.g. 0: a new GPU carries no retired memory). None: only the device's threshold decides.
+    max_bad_pages: Optional[int] = None
+    # The ECC mode the node must run: True (ECC off fails), False (a fleet that runs without ECC on purpose: ECC on
+    # fails), None (not judged).
+    expected_ecc_enabled: Optional[bool] = True
 
     # --- kernel log ------------------------------------------------------------------------------------------
     # Overrides of the XID catalog's verdict (gpudiag/checks/xid_catalog.py). Precedence: ignore > fail > warn >
@@ -52,6 +82,14 @@ class Expectations:
     xid_fail_codes: tuple[int, ...] = ()
     xid_warn_codes: tuple[int, ...] = ()
     xid_ignore_codes: tuple[int, ...] = ()
+    # The same for amdgpu events, by the kinds the log scanner gives them (AMDGPU_EVENT_KINDS in
+    # gpudiag/probe/kernel_log_events.py: "ring_timeout", "gpu_reset_failed", "ras_uncorrectable", …).
+    amdgpu_fail_kinds: tuple[str, ...] = ()
+    amdgpu_warn_kinds: tuple[str, ...] = ()
+    amdgpu_ignore_kinds: tuple[str, ...] = ()
+    # Judge only events logged in the last this-many seconds before the snapshot (by the kernel's since-boot
+    # stamps); None ("boot" in a profile): everything since boot. Events without a stamp always count.
+    kernel_log_window_seconds: Optional[float] = None
 
     # --- power -----------------------------------------------------------------------------------------------
     # Warn when the enforced power limit is below this fraction of the default limit: someone capped the GPU
@@ -60,6 +98,10 @@ class Expectations:
     # Warn when the GPU draws more than this multiple of its enforced limit: the power controller is not holding
     # the limit, or the sensor is wrong. Short excursions of a few percent are normal; 10% is not.
     power_over_limit_warn_ratio: float = 1.10
+    # The power limit every GPU must enforce (the SKU's board power unless the site caps it), within the tolerance.
+    # None: the limit is judged only against the GPU's default (power_limit_warn_ratio).
+    expected_power_limit_watts: Optional[float] = None
+    power_limit_tolerance_watts: float = 5.0
 
     # --- workload --------------------------------------------------------------------------------------------
     # A GPU below this utilisation is "near idle".
@@ -73,11 +115,31 @@ class Expectations:
     # --- inventory and topology ------------------------------------------------------------------------------
     # None: do not check the count (a node profile sets it, e.g. 8 for an HGX board).
     expected_gpu_count: Optional[int] = None
+    # The model name the vendor library reports ("NVIDIA H200", "AMD Instinct MI300X"), compared case-insensitively;
+    # shell wildcards allowed ("AMD Instinct MI300X*"). None: not checked.
+    expected_gpu_model: Optional[str] = None
     # Active NVLink/XGMI links per GPU. None: infer from the best-connected GPU of the same model on this node.
     expected_links_per_gpu: Optional[int] = None
     # Any NVLink/XGMI error counter (replay, recovery, CRC) above this count since driver load warns. Healthy
     # links accumulate a few CRC/replay events over weeks; hundreds mean a marginal link or cable/cartridge.
     link_error_warn_count: int = 100
+
+    # --- partitions, driver, host prerequisites (None / False: not required) ----------------------------------
+    expected_compute_partition: Optional[str] = None  # AMD: one of COMPUTE_PARTITIONS
+    expected_memory_partition: Optional[str] = None  # AMD: one of MEMORY_PARTITIONS
+    expected_mig_enabled: Optional[bool] = None  # NVIDIA MIG mode
+    expected_driver_version: Optional[str] = None  # exactly this driver version
+    min_driver_version: Optional[str] = None  # at least this one (dotted numbers, compared part by part)
+    # Persistence mode off warns by default; a profile that requires it makes it a failure.
+    persistence_mode_required: bool = False
+    expected_iommu_mode: Optional[str] = None  # one of IOMMU_MODES; None: translated DMA only warns
+    # A BAR smaller than GPU memory fails by default (P2P and GPUDirect need it); False makes it a warning.
+    large_bar_required: bool = True
+    # Kernel modules that must be loaded, from those the host probe reads (probe/host.py MODULES_OF_INTEREST).
+    required_kernel_modules: tuple[str, ...] = ()
+
+    # --- golden baseline (gpudiag check --baseline FILE; not a profile key) ---------------------------------
+    baseline: Optional[NodeBaseline] = None
 
     # --- active (load tests, `gpudiag check --level 2`) ------------------------------------------------------
     # None: the default of checks/active_links.ActiveExpectations, where each is explained and sourced. The
@@ -97,20 +159,58 @@ class Expectations:
     active_stress_clock_fail_ratio: Optional[float] = None
 
     def __post_init__(self) -> None:
+        """Reject values no node can be judged by; ExpectationError names the field at fault."""
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise ValueError(f"expectation {f.name} must not be negative, got {value!r}")
+                raise ExpectationError(f.name, f"must not be negative, got {value!r}")
         if self.retired_pages_warn_count > self.retired_pages_fail_count:
-            raise ValueError(
-                f"retired_pages_warn_count ({self.retired_pages_warn_count}) is above "
-                f"retired_pages_fail_count ({self.retired_pages_fail_count})"
-            )
+            raise ExpectationError("retired_pages_warn_count", f"{self.retired_pages_warn_count} is above "
+                                   f"retired_pages_fail_count ({self.retired_pages_fail_count})")
         for name in ("bad_pages_warn_fraction", "power_limit_warn_ratio"):
             if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"expectation {name} must be in (0, 1], got {getattr(self, name)!r}")
-        if self.gpu_idle_percent > 100 or self.host_cpu_busy_percent > 100:
-            raise ValueError("gpu_idle_percent and host_cpu_busy_percent are percentages (0-100)")
+                raise ExpectationError(name, f"must be in (0, 1], got {getattr(self, name)!r}")
+        for name in ("gpu_idle_percent", "host_cpu_busy_percent"):
+            if getattr(self, name) > 100:
+                raise ExpectationError(name, f"is a percentage (0-100), got {getattr(self, name)!r}")
+        for name in ("expected_gpu_count", "kernel_log_window_seconds", "expected_power_limit_watts"):
+            if getattr(self, name) == 0:
+                raise ExpectationError(name, "must be above 0")
+        self._check_choices()
+        self._check_overlaps()
+        self._check_driver_versions()
+        for test in ("pcie", "p2p"):  # the load tests warn below one share of the expected rate, fail below another
+            warn, fail = getattr(self, f"active_{test}_warn_ratio"), getattr(self, f"active_{test}_fail_ratio")
+            if warn is not None and fail is not None and fail > warn:
+                raise ExpectationError(f"active_{test}_fail_ratio", f"{fail} is above active_{test}_warn_ratio "
+                                                                    f"({warn}): nothing would only warn")
+
+    def _check_choices(self) -> None:
+        for name, choices in (("expected_compute_partition", COMPUTE_PARTITIONS),
+                              ("expected_memory_partition", MEMORY_PARTITIONS),
+                              ("expected_iommu_mode", IOMMU_MODES)):
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                raise ExpectationError(name, f"{value!r} is not one of {', '.join(choices)}")
+
+    def _check_overlaps(self) -> None:
+        for kind, lists in (("xid", ("xid_fail_codes", "xid_warn_codes", "xid_ignore_codes")),
+                            ("amdgpu", ("amdgpu_fail_kinds", "amdgpu_warn_kinds", "amdgpu_ignore_kinds"))):
+            seen: dict[object, str] = {}
+            for name in lists:
+                for item in getattr(self, name):
+                    if item in seen and seen[item] != name:
+                        raise ExpectationError(name, f"{item!r} is also in {seen[item]}: one verdict per {kind}")
+                    seen[item] = name
+
+    def _check_driver_versions(self) -> None:
+        if self.min_driver_version is not None and not _DOTTED_VERSION.match(self.min_driver_version):
+            raise ExpectationError("min_driver_version", f"{self.min_driver_version!r} is not a dotted version "
+                                                         f"(e.g. 550.54.15)")
+        exact, minimum = self.expected_driver_version, self.min_driver_version
+        if exact is not None and minimum is not None and _DOTTED_VERSION.match(exact) \
+                and version_tuple(exact) < version_tuple(minimum):
+            raise ExpectationError("expected_driver_version", f"{exact} is below min_driver_version ({minimum})")
 
 
 DEFAULT_EXPECTATIONS = Expectations()

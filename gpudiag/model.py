@@ -528,6 +528,10 @@ class CheckResult:
     observed: Any = None
     expected: Any = None
     remediation: str = ""
+    # What automation should do with the GPU (or node): "none" | "watch" | "drain" | "reset" | "reboot" | "rma",
+    # and a stable code naming the fault ("GPUDIAG-PCIE-DOWNTRAINED"). Set by gpudiag.checks.verdicts.
+    action: Optional[str] = None
+    fault_code: Optional[str] = None
 
 
 # ---------------------------------------------------------------------------------------------------------------

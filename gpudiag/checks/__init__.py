@@ -11,6 +11,7 @@ from typing import Iterable, Optional
 
 from gpudiag.checks import (
     active,
+    baseline,
     driver,
     ecc,
     firmware,
@@ -24,6 +25,7 @@ from gpudiag.checks import (
     workload,
 )
 from gpudiag.checks.common import Check, unknown
+from gpudiag.checks.verdicts import INTERNAL_ERROR, assign, with_verdict
 from gpudiag.expect import DEFAULT_EXPECTATIONS, Expectations
 from gpudiag.model import CheckResult, NodeSnapshot
 
@@ -34,6 +36,7 @@ REGISTRY: tuple[Check, ...] = (
     driver.CHECKS + inventory.CHECKS + pcie.CHECKS + ecc.CHECKS + thermal.CHECKS + power.CHECKS
     + topology.CHECKS + firmware.CHECKS + kernel_log.CHECKS + host.CHECKS + workload.CHECKS
     + active.CHECKS  # judged from snapshot.active (`check --level 2`); skipped with that hint otherwise
+    + baseline.CHECKS  # judged against Expectations.baseline (`check --baseline FILE`); skipped otherwise
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.id for c in REGISTRY)
 FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(c.family for c in REGISTRY))
@@ -64,14 +67,16 @@ def resolve_selection(only: Iterable[str] = (), skip: Iterable[str] = ()) -> lis
 
 
 def _run_one(check: Check, snapshot: NodeSnapshot, expectations: Expectations) -> list[CheckResult]:
+    """The check's results, each with its automation verdict (checks/verdicts.py)."""
     try:
-        return list(check.run(snapshot, expectations))
+        return [assign(result) for result in check.run(snapshot, expectations)]
     except Exception as exc:  # a bug in one check must not take the checklist down
         log.exception("check %s raised", check.id)
-        return [unknown(check.id, None, f"internal error in check {check.id}: {type(exc).__name__}: {exc}",
-                        observed=f"{type(exc).__name__}: {exc}", expected="the check completes",
-                        remediation="This is a gpudiag bug: report it with the log (traceback on stderr) and a "
-                                    "snapshot of this node.")]
+        error = f"{type(exc).__name__}: {exc}"
+        return [with_verdict(unknown(check.id, None, f"internal error in check {check.id}: {error}",
+                                     observed=error, expected="the check completes",
+                                     remediation="This is a gpudiag bug: report it with the log (traceback on "
+                                                 "stderr) and a snapshot of this node."), *INTERNAL_ERROR)]
 
 
 def run_checks(snapshot: NodeSnapshot, expectations: Optional[Expectations] = None, only: Iterable[str] = (),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
+from gpudiag.checks.verdicts import UNREACHABLE, with_verdict
 from gpudiag.expect import Expectations
 from gpudiag.model import (
     CheckResult,
@@ -116,7 +117,7 @@ def unreachable(check_id: str, device: DeviceSnapshot) -> CheckResult:
                    f"GPU fell off the bus)")
     else:
         confirm = f"`amd-smi list` and `{kernel_log_command(device.vendor)}`"
-    return unknown(
+    return with_verdict(unknown(
         check_id, device, f"{device.label} did not answer its vendor library; this check could not be judged",
         observed={"reachable": False, "errors": [_error_text(e) for e in device.errors]},
         expected="the device answers its vendor library",
@@ -125,7 +126,7 @@ def unreachable(check_id: str, device: DeviceSnapshot) -> CheckResult:
             f"reset fails or the GPU is missing from `lspci`, power-cycle the node (cold boot, not a warm reboot) "
             f"and reseat the GPU and its riser/cable. A GPU that drops off again is an RMA candidate."
         ),
-    )
+    ), *UNREACHABLE)
 
 
 # Timeouts and lost devices end a device's probe early: every value read after them is missing for that reason,

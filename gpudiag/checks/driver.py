@@ -16,7 +16,7 @@ from gpudiag.checks.common import (
     vendors_present,
     warned,
 )
-from gpudiag.expect import Expectations
+from gpudiag.expect import Expectations, version_tuple
 from gpudiag.model import BackendInfo, CheckResult, ErrorKind, NodeSnapshot, PciGpu, Vendor
 
 KERNEL_MODULE = {Vendor.NVIDIA: "nvidia", Vendor.AMD: "amdgpu"}
@@ -208,9 +208,56 @@ def version_consistent(snapshot: NodeSnapshot, expect: Expectations) -> list[Che
     return [_version_result(snapshot, vendor) for vendor in sorted(vendors)]
 
 
+def _expected_version_result(snapshot: NodeSnapshot, vendor: Vendor, expect: Expectations) -> CheckResult:
+    check_id = "driver.version"
+    name = VENDOR_NAMES[vendor]
+    reported = _nvidia_versions(snapshot) if vendor == Vendor.NVIDIA else _amd_versions(snapshot)
+    versions = {source: v for source, v in reported.items() if v is not None}
+    exact, minimum = expect.expected_driver_version, expect.min_driver_version
+    expected = exact if exact is not None else f">= {minimum}"
+    confirm = (f"Confirm with `modinfo -F version {KERNEL_MODULE[vendor]}` and "
+               + ("`cat /proc/driver/nvidia/version`." if vendor == Vendor.NVIDIA else "`amd-smi version`."))
+    # The loaded kernel module's version comes first (it is what runs); the others are checked for agreement by
+    # driver.version_consistent.
+    version = next(iter(versions.values()), None)
+    if version is None:
+        why = "" if vendor == Vendor.NVIDIA else " (the in-tree amdgpu has no version of its own: pin the kernel)"
+        return unknown(check_id, None, f"no {name} driver version is reported, so it cannot be compared with "
+                                       f"{expected}{why}",
+                       observed=reported, expected=expected,
+                       remediation=f"Fix the driver first (driver.module_loaded, driver.library). {confirm}")
+    install = (f"Install the {name} driver the profile names ({expected}) from the site's package repository and "
+               f"reboot (or reload the driver stack), so that this node runs what its siblings run. {confirm}")
+    if exact is not None and version != exact:
+        return failed(check_id, None, f"{name} driver {version} is not the expected {exact}", observed=versions,
+                      expected=expected, remediation=install)
+    if minimum is not None:
+        try:
+            too_old = version_tuple(version) < version_tuple(minimum)
+        except ValueError:
+            return unknown(check_id, None, f"{name} driver version {version!r} cannot be compared with {expected}",
+                           observed=versions, expected=expected, remediation=confirm)
+        if too_old:
+            return failed(check_id, None, f"{name} driver {version} is older than the required {minimum}",
+                          observed=versions, expected=expected, remediation=install)
+    return passed(check_id, None, f"{name} driver {version} as expected ({expected})", observed=versions,
+                  expected=expected)
+
+
+def expected_version(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    if expect.expected_driver_version is None and expect.min_driver_version is None:
+        return [skipped("driver.version", None, "no driver version configured (expected_driver_version, "
+                                                "min_driver_version)")]
+    vendors = vendors_present(snapshot)
+    if not vendors:
+        return [skipped("driver.version", None, "no GPU on this node")]
+    return [_expected_version_result(snapshot, vendor, expect) for vendor in sorted(vendors)]
+
+
 CHECKS = (
     Check("driver.module_loaded", module_loaded, "the GPU kernel module (nvidia / amdgpu) is loaded"),
     Check("driver.device_bound", device_bound, "each GPU on the PCI bus is bound to its vendor driver"),
     Check("driver.library", library, "the vendor management library (NVML / amdsmi) initialised"),
     Check("driver.version_consistent", version_consistent, "kernel module and library report one driver version"),
+    Check("driver.version", expected_version, "the driver is the profile's version (exact or minimum)"),
 )

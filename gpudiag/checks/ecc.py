@@ -16,8 +16,10 @@ from gpudiag.checks.common import (
     passed,
     query_command,
     reset_command,
+    skipped,
     warned,
 )
+from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, DeviceSnapshot, Vendor
 
@@ -46,11 +48,33 @@ def _rma_advice(device: DeviceSnapshot) -> str:
     return "run `amd-smi bad-pages` and AGFHC/RVS memory tests, and open an RMA with their output"
 
 
+def _mode_off_expected(device: DeviceSnapshot, observed: dict) -> CheckResult:
+    """A profile that runs the fleet without ECC (for the memory it frees and the bandwidth): ECC on is the drift."""
+    confirm = f"Confirm with `{_ecc_query(device)}`."
+    if device.vendor == Vendor.NVIDIA:
+        disable = f"`nvidia-smi -i {device.index} -e 0`, then reset the GPU (`{reset_command(device)}`) or reboot"
+    else:
+        disable = "boot with amdgpu.ras_enable=0 on the kernel command line"
+    if device.ecc.enabled:
+        return failed(MODE, device, f"{device.label}: ECC is enabled; the profile expects it off",
+                      observed=observed, expected="ECC disabled", remediation=f"Disable ECC: {disable}. {confirm}")
+    if device.ecc.pending_enabled:
+        return warned(MODE, device, f"{device.label}: ECC is off but set to turn on at the next reset",
+                      observed=observed, expected="ECC disabled, no pending change",
+                      remediation=f"Undo it with `nvidia-smi -i {device.index} -e 0` before the next reset. {confirm}")
+    return passed(MODE, device, f"{device.label}: ECC disabled, as the profile expects", observed=observed,
+                  expected="ECC disabled")
+
+
 def _mode(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     ecc = device.ecc
+    if expect.expected_ecc_enabled is None:
+        return skipped(MODE, device, "ECC mode is not judged (expected_ecc_enabled is unset)")
     if ecc.enabled is None:
         return not_available(MODE, device, "ECC mode", _ECC_TOPICS)
     observed = {"enabled": ecc.enabled, "pending_enabled": ecc.pending_enabled}
+    if expect.expected_ecc_enabled is False:
+        return _mode_off_expected(device, observed)
     confirm = f"Confirm with `{_ecc_query(device)}`."
     if not ecc.enabled and ecc.pending_enabled:
         return warned(MODE, device, f"{device.label}: ECC is off but enabled for the next reset",
@@ -172,11 +196,12 @@ def _retired_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
                       remediation=f"The GPU is running out of retirement slots: drain it and {_rma_advice(device)}. "
                                   f"{confirm}")
     if health.retired_pages_pending:
-        return failed(RETIRED_PAGES, device, f"{device.label}: a page retirement is pending; the bad page stays in "
-                                             f"use until the driver reloads",
-                      observed=observed, expected=expected,
-                      remediation=f"Drain the GPU and reset it (`{reset_command(device)}`) or reboot to retire the "
-                                  f"page. {confirm}")
+        pending = failed(RETIRED_PAGES, device, f"{device.label}: a page retirement is pending; the bad page stays in "
+                                                f"use until the driver reloads",
+                         observed=observed, expected=expected,
+                         remediation=f"Drain the GPU and reset it (`{reset_command(device)}`) or reboot to retire the "
+                                     f"page. {confirm}")
+        return with_verdict(pending, "reset", "GPUDIAG-MEMORY-RETIREMENT-PENDING")
     if total >= expect.retired_pages_warn_count:
         return warned(RETIRED_PAGES, device,
                       f"{device.label}: {total} retired pages (warn at {expect.retired_pages_warn_count})",
@@ -199,12 +224,20 @@ def _bad_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     expected = "none pending or unreservable"
     if threshold:
         expected = f"reserved < {expect.bad_pages_warn_fraction:.0%} of the threshold {threshold}, {expected}"
+    if expect.max_bad_pages is not None:
+        expected = f"at most {expect.max_bad_pages} reserved, {expected}"
     confirm = f"Confirm with `amd-smi bad-pages -g {device.index}`."
     if health.bad_pages_unreservable:
         return failed(BAD_PAGES, device, f"{device.label}: {health.bad_pages_unreservable} bad page(s) could not be "
                                          f"reserved and stay in use",
                       observed=observed, expected=expected,
                       remediation=f"Drain the GPU and {_rma_advice(device)}. {confirm}")
+    if expect.max_bad_pages is not None and reserved > expect.max_bad_pages:
+        return failed(BAD_PAGES, device, f"{device.label}: {reserved} bad pages reserved, more than the profile's "
+                                         f"{expect.max_bad_pages}",
+                      observed=observed, expected=expected,
+                      remediation=f"The GPU has more retired memory than this fleet accepts: drain it and "
+                                  f"{_rma_advice(device)} (or raise max_bad_pages if the policy allows). {confirm}")
     if threshold and reserved >= threshold:
         # amdgpu reports an RMA reason once the records reach the threshold (amdgpu_ras_eeprom.c).
         return failed(BAD_PAGES, device, f"{device.label}: {reserved} bad pages reserved, at the device's "
@@ -213,11 +246,11 @@ def _bad_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
                       remediation=f"The GPU has reached its bad-page limit (amdgpu flags it for RMA): drain it and "
                                   f"{_rma_advice(device)}. {confirm}")
     if health.bad_pages_pending:
-        return warned(BAD_PAGES, device, f"{device.label}: {health.bad_pages_pending} bad page(s) pending "
-                                         f"reservation",
-                      observed=observed, expected=expected,
-                      remediation=f"Reset the GPU (`{reset_command(device)}`) or reload amdgpu to reserve them. "
-                                  f"{confirm}")
+        return with_verdict(warned(BAD_PAGES, device, f"{device.label}: {health.bad_pages_pending} bad page(s) "
+                                                      f"pending reservation",
+                                   observed=observed, expected=expected,
+                                   remediation=f"Reset the GPU (`{reset_command(device)}`) or reload amdgpu to "
+                                               f"reserve them. {confirm}"), "reset", "GPUDIAG-MEMORY-BAD-PAGES-PENDING")
     if threshold and reserved >= expect.bad_pages_warn_fraction * threshold:
         return warned(BAD_PAGES, device, f"{device.label}: {reserved} bad pages reserved, near the threshold of "
                                          f"{threshold}",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+from typing import Any
+
 from gpudiag.checks.common import (
     VENDOR_NAMES,
     Check,
+    for_each_device,
     failed,
     kernel_log_command,
+    not_available,
     passed,
     physical_devices,
     skipped,
@@ -19,6 +24,8 @@ from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, Ven
 _LIST_COMMAND = {Vendor.NVIDIA: "nvidia-smi -L", Vendor.AMD: "amd-smi list"}
 GPUS_VISIBLE = "inventory.gpus_visible"
 GPU_COUNT = "inventory.gpu_count"
+GPU_MODEL = "inventory.gpu_model"
+PARTITION_MODE = "inventory.partition_mode"
 
 
 def _missing_gpu(pci: PciGpu) -> CheckResult:
@@ -89,7 +96,85 @@ def gpu_count(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]
                                 "count is short, inventory.gpus_visible names the GPU that failed."))]
 
 
+def model_matches(name: str, wanted: str) -> bool:
+    """Case-insensitive; `wanted` may carry shell wildcards ("AMD Instinct MI300X*")."""
+    return fnmatchcase(name.strip().lower(), wanted.strip().lower())
+
+
+def _model(device: DeviceSnapshot, wanted: str) -> CheckResult:
+    if device.name is None:
+        return not_available(GPU_MODEL, device, "GPU model name", ("name", "asic", "board"))
+    observed = {"model": device.name, "board_part_number": device.board_part_number}
+    if model_matches(device.name, wanted):
+        return passed(GPU_MODEL, device, f"{device.label} is a {device.name}", observed=observed, expected=wanted)
+    return failed(GPU_MODEL, device, f"{device.label} is a {device.name}, not the expected {wanted}",
+                  observed=observed, expected=wanted,
+                  remediation=(f"This node does not carry the GPUs its profile describes: check that the right "
+                               f"profile is applied to it, and the purchase order / asset record against "
+                               f"`{_LIST_COMMAND[device.vendor]}`. A single odd GPU is a wrong replacement part."))
+
+
+def _partition_expectations(device: DeviceSnapshot, expect: Expectations) -> dict[str, tuple[Any, Any]]:
+    """Setting → (expected, observed) for the partition settings that apply to this GPU's vendor."""
+    if device.vendor == Vendor.NVIDIA:
+        wanted = {"mig_enabled": (expect.expected_mig_enabled, device.mig_enabled)}
+    else:
+        wanted = {"compute_partition": (expect.expected_compute_partition, device.compute_partition),
+                  "memory_partition": (expect.expected_memory_partition, device.memory_partition)}
+    return {name: pair for name, pair in wanted.items() if pair[0] is not None}
+
+
+def _partition_fix(device: DeviceSnapshot, expected: dict[str, Any]) -> str:
+    if device.vendor == Vendor.NVIDIA:
+        mode = 1 if expected.get("mig_enabled") else 0
+        return (f"Set it with `nvidia-smi -i {device.index} -mig {mode}` and reset the GPU (`nvidia-smi -r -i "
+                f"{device.index}`) with no process on it; confirm with `nvidia-smi -q -i {device.index} | grep -A2 "
+                f"'MIG Mode'`.")
+    commands = [f"`amd-smi set -g {device.index} --{name.replace('_', '-')} {value}`"
+                for name, value in expected.items()]
+    return (f"Set it with {' and '.join(commands)} with no process on the GPU (a memory-partition change reloads "
+            f"the driver); make it persistent the way the site does (amdgpu module options or a boot-time unit). "
+            f"Confirm with `amd-smi partition -g {device.index}`.")
+
+
+def gpu_model(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    wanted = expect.expected_gpu_model
+    if wanted is None:
+        return [skipped(GPU_MODEL, None, "no expected GPU model configured (expected_gpu_model)")]
+    return for_each_device(snapshot, GPU_MODEL, lambda device: _model(device, wanted))
+
+
+def _partition(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    settings = _partition_expectations(device, expect)
+    if not settings:
+        return skipped(PARTITION_MODE, device, f"no partition mode configured for {VENDOR_NAMES[device.vendor]} "
+                                               f"GPUs")
+    expected = {name: wanted for name, (wanted, _) in settings.items()}
+    observed = {name: seen for name, (_, seen) in settings.items()}
+    if all(seen is None for seen in observed.values()):
+        return not_available(PARTITION_MODE, device, "partition mode", ("partition", "mig"))
+    wrong = {name: seen for name, seen in observed.items() if seen != expected[name]}
+    if not wrong:
+        listing = ", ".join(f"{name} {value}" for name, value in observed.items())
+        return passed(PARTITION_MODE, device, f"{device.label}: {listing}", observed=observed, expected=expected)
+    listing = "; ".join(f"{name} {seen}, expected {expected[name]}" for name, seen in wrong.items())
+    return failed(PARTITION_MODE, device, f"{device.label}: {listing}", observed=observed, expected=expected,
+                  remediation=(f"A GPU in another partition mode than its siblings exposes a different number or size "
+                               f"of GPUs to the scheduler. {_partition_fix(device, expected)}"))
+
+
+def partition_mode(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    wanted = (expect.expected_compute_partition, expect.expected_memory_partition, expect.expected_mig_enabled)
+    if all(setting is None for setting in wanted):
+        return [skipped(PARTITION_MODE, None, "no partition mode configured (expected_compute_partition, "
+                                              "expected_memory_partition, expected_mig_enabled)")]
+    return for_each_device(snapshot, PARTITION_MODE, lambda device: _partition(device, expect))
+
+
 CHECKS = (
     Check(GPUS_VISIBLE, gpus_visible, "every GPU on the PCI bus is enumerated and answering its library"),
     Check(GPU_COUNT, gpu_count, "the node has the expected number of GPUs"),
+    Check(GPU_MODEL, gpu_model, "each GPU is the profile's model"),
+    Check(PARTITION_MODE, partition_mode,
+          "each GPU runs the profile's partition mode (AMD compute/memory, NVIDIA MIG)"),
 )

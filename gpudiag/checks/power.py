@@ -53,9 +53,33 @@ def _set_limit_command(device: DeviceSnapshot, watts: float) -> str:
     return f"amd-smi set -g {device.index} --power-cap {watts:g}"
 
 
+def _limit_against_profile(device: DeviceSnapshot, wanted: float, tolerance: float) -> CheckResult:
+    """The profile names the limit (the SKU's board power, or the site's cap): anything else is drift."""
+    power = device.power
+    if power.limit_watts is None:
+        return not_available(LIMIT, device, "power limit", _POWER_TOPICS)
+    observed = {"limit_watts": power.limit_watts, "default_limit_watts": power.default_limit_watts,
+                "max_limit_watts": power.max_limit_watts}
+    expected = f"{wanted:g} W ± {tolerance:g} W"
+    if abs(power.limit_watts - wanted) <= tolerance:
+        return passed(LIMIT, device, f"{device.label}: power limit {power.limit_watts:g} W", observed=observed,
+                      expected=expected)
+    if power.max_limit_watts is not None and wanted > power.max_limit_watts + tolerance:
+        fix = (f"The GPU cannot be set that high (its maximum is {power.max_limit_watts:g} W): it is another SKU or "
+               f"board than the profile describes, or its VBIOS caps it; check inventory.gpu_model and the VBIOS.")
+    else:
+        fix = (f"Set it with `{_set_limit_command(device, wanted)}` (not persistent across reboots: find the script "
+               f"or BMC policy that set {power.limit_watts:g} W, and persist the right value the way the site does).")
+    return failed(LIMIT, device, f"{device.label}: power limit {power.limit_watts:g} W, expected {expected}",
+                  observed=observed, expected=expected,
+                  remediation=f"{fix} Confirm with `{_power_query(device)}`.")
+
+
 def _limit(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     check_id = LIMIT
     power = device.power
+    if expect.expected_power_limit_watts is not None:
+        return _limit_against_profile(device, expect.expected_power_limit_watts, expect.power_limit_tolerance_watts)
     if power.limit_watts is None or power.default_limit_watts is None:
         return not_available(check_id, device, "power limit and default limit", _POWER_TOPICS)
     observed = {"limit_watts": power.limit_watts, "default_limit_watts": power.default_limit_watts}
@@ -98,6 +122,6 @@ def _draw(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
 
 CHECKS = (
     device_check(BRAKE, "no hardware power brake asserted", _brake),
-    device_check(LIMIT, "the enforced power limit is not set below the default", _limit),
+    device_check(LIMIT, "the enforced power limit is the profile's, or not below the default", _limit),
     device_check(DRAW, "power draw is held at or below the limit", _draw),
 )

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from gpudiag.checks.verdicts import strongest
 from gpudiag.expect import Expectations
 from gpudiag.model import Status
 
@@ -157,6 +158,25 @@ def xid_severity(code: int, expect: Expectations) -> Optional[Status]:
         return Status.WARN
     info = XID_CATALOG.get(code)
     return info.severity if info else Status.WARN
+
+
+# NVIDIA's resolution buckets as automation actions (checks/verdicts.py). Buckets that name a workflow or ask to
+# check hardware take the GPU out of service (drain) until a person has followed them.
+_BUCKET_ACTIONS = {
+    "RESTART_APP": "watch", "IGNORE": "watch", "CHECK_UVM": "watch", "WORKFLOW_XID_45": "watch",
+    "RESET_GPU": "reset", "WORKFLOW_XID_48": "reset", "WORKFLOW_NVLINK_ERR": "reset",
+    "RESTART_BM": "reboot", "RESTART_VM": "reboot",
+    "CHECK_MECHANICALS": "drain", "WORKFLOW_NVLINK5_ERR": "drain", "XID_154": "drain",
+}
+# Where this tool's severity departs from the bucket (see the module docstring), the action follows the remediation.
+_ACTION_OVERRIDES = {63: "reset", 94: "reset"}
+
+
+def automation_action(code: int, severity: Status) -> str:
+    """What automation does on this Xid: the bucket's action, at least drain when the Xid fails the GPU."""
+    info = XID_CATALOG.get(code)
+    action = _ACTION_OVERRIDES.get(code) or (_BUCKET_ACTIONS.get(info.bucket or "") if info else None) or "watch"
+    return strongest([action, "drain" if severity == Status.FAIL else "watch"])
 
 
 def describe(code: int) -> str:
