@@ -119,6 +119,22 @@ def _load_replay(path: Path):
         raise UsageProblem(str(exc)) from None
 
 
+def _expectations(profile: Optional[str], params: list[str], baseline_file: Optional[Path]):
+    """Defaults, then the profile, the -p overrides and the golden baseline; bad input is one line, exit 2."""
+    import dataclasses
+
+    from gpudiag.baseline import BaselineError, load_baseline
+    from gpudiag.profile import ProfileError, load_expectations
+
+    try:
+        expectations = load_expectations(profile, params)
+        if baseline_file is not None:
+            expectations = dataclasses.replace(expectations, baseline=load_baseline(baseline_file))
+    except (ProfileError, BaselineError) as exc:
+        raise UsageProblem(str(exc)) from None
+    return expectations
+
+
 def nothing_probed(snapshot) -> bool:
     return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
 
@@ -142,6 +158,9 @@ def check(
         1, "--level", min=1, max=2,
         help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, memory test, stress).",
     ),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Node profile: a TOML file, or a shipped profile's name (h200-8x, mi300x-8x, …)."),
+    params: Optional[List[str]] = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable)."),
+    baseline_file: Optional[Path] = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it."),
 ) -> None:
     """Run every check and print the troubleshooting checklist."""
     from gpudiag.checks import resolve_selection, run_checks
@@ -152,9 +171,10 @@ def check(
         resolve_selection(only_ids, skip_ids)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
+    expectations = _expectations(profile, params or [], baseline_file)
 
     snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout, level)
-    results = run_checks(snapshot, None, only=only_ids, skip=skip_ids)
+    results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)
 
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
@@ -187,6 +207,39 @@ def snapshot(
             raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
         log.info("snapshot written to %s", output)
     raise typer.Exit(EXIT_NOTHING_PROBED if nothing_probed(node) else EXIT_OK)
+
+
+@app.command()
+def baseline(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the baseline to this file (atomically) instead of stdout."),
+    replay: Optional[Path] = typer.Option(None, "--replay", help="Make the baseline from a recorded snapshot instead of this node."),
+    timeout: Optional[float] = TimeoutOption,
+    root: Path = RootOption,
+    kernel_log: Optional[Path] = KernelLogOption,
+) -> None:
+    """Record this known-good node as a golden baseline (JSON) that `check --baseline FILE` compares its siblings with."""
+    from gpudiag.baseline import baseline_json, save_baseline
+    from gpudiag.checks import run_checks
+    from gpudiag.checks.baseline_of import baseline_of
+    from gpudiag.report import summarize
+
+    node = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout)
+    if nothing_probed(node):
+        print("gpudiag: error: nothing could be probed: no GPU to record a baseline of", file=sys.stderr)
+        raise typer.Exit(EXIT_NOTHING_PROBED)
+    failing = sorted({r.check for r in run_checks(node) if summarize([r]).failed})
+    if failing:  # a baseline is only as good as the node it was taken from
+        log.warning("this node fails %s: is it really known-good?", ", ".join(failing))
+    golden = baseline_of(node)
+    if output is None:
+        sys.stdout.write(baseline_json(golden))
+    else:
+        try:
+            save_baseline(golden, output)
+        except OSError as exc:
+            raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+        log.info("baseline of %d GPU(s) written to %s", len(golden.gpus), output)
+    raise typer.Exit(EXIT_OK)
 
 
 @app.command()

@@ -31,6 +31,8 @@ def result_dict(result: CheckResult) -> dict:
         "expected": to_dict(result.expected),
         "message": result.message,
         "remediation": result.remediation,
+        "action": result.action or "none",  # what automation does: checks/verdicts.py ACTIONS
+        "fault_code": result.fault_code,
     }
 
 

@@ -1,11 +1,17 @@
 """JUnit XML for CI systems: one testsuite per check family, one testcase per result.
 
 fail → <failure>, unknown → <error> (the check could not decide: a CI must not read it as a pass), skip →
-<skipped>; a warning passes, with its message in <system-out> so it is visible without failing the job.
+<skipped>; a warning passes, with its message in <system-out> so it is visible without failing the job. A
+failure's or error's `type` is the result's fault code, so a CI can group by it.
+
+The output validates against the JUnit schema Jenkins' xUnit plugin uses (junit-10.xsd, vendored in tests/schemas
+with its source and licence): that schema has no `skipped` attribute on <testsuites>, so the skip count is given
+per <testsuite> only. Text is stripped of the characters XML 1.0 cannot carry (a kernel log line may hold any byte).
 """
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
@@ -19,6 +25,15 @@ def _case_name(result: CheckResult) -> str:
     return f"{result.check}[gpu{result.device.index} {result.device.pci_bus_id or ''}]".replace(" ]", "]")
 
 
+# Characters XML 1.0 forbids (https://www.w3.org/TR/xml/#charsets): C0 controls other than tab, LF, CR; surrogates;
+# U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
 def _details(result: CheckResult) -> str:
     parts = [result.message]
     if result.observed is not None:
@@ -27,7 +42,9 @@ def _details(result: CheckResult) -> str:
         parts.append(f"expected: {result.expected}")
     if result.remediation:
         parts.append(f"remediation: {result.remediation}")
-    return "\n".join(parts)
+    if result.action and result.action != "none":
+        parts.append(f"action: {result.action}" + (f" ({result.fault_code})" if result.fault_code else ""))
+    return _xml("\n".join(parts))
 
 
 def render_junit(snapshot: NodeSnapshot, results: list[CheckResult]) -> str:
@@ -36,7 +53,7 @@ def render_junit(snapshot: NodeSnapshot, results: list[CheckResult]) -> str:
         families[family_of(result.check)].append(result)
 
     root = ET.Element("testsuites", name="gpudiag")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    totals = {"tests": 0, "failures": 0, "errors": 0}
     for family, members in families.items():
         counts = {
             "tests": len(members),
@@ -54,13 +71,17 @@ def render_junit(snapshot: NodeSnapshot, results: list[CheckResult]) -> str:
             **{k: str(v) for k, v in counts.items()},
         )
         for result in members:
-            case = ET.SubElement(suite, "testcase", classname=f"gpudiag.{family}", name=_case_name(result), time="0")
+            case = ET.SubElement(suite, "testcase", classname=f"gpudiag.{family}", name=_xml(_case_name(result)),
+                                 time="0")
+            message = _xml(result.message)
             if result.status is Status.FAIL:
-                ET.SubElement(case, "failure", message=result.message, type="fail").text = _details(result)
+                ET.SubElement(case, "failure", message=message, type=result.fault_code or "fail").text = \
+                    _details(result)
             elif result.status is Status.UNKNOWN:
-                ET.SubElement(case, "error", message=result.message, type="unknown").text = _details(result)
+                ET.SubElement(case, "error", message=message, type=result.fault_code or "unknown").text = \
+                    _details(result)
             elif result.status is Status.SKIP:
-                ET.SubElement(case, "skipped", message=result.message)
+                ET.SubElement(case, "skipped", message=message)
             elif result.status is Status.WARN:
                 ET.SubElement(case, "system-out").text = "WARN: " + _details(result)
         for key in totals:

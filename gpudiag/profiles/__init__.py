@@ -1,0 +1,1 @@
+"""Node profiles shipped with gpudiag (TOML; `gpudiag check --profile NAME`)."""
