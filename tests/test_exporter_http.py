@@ -81,6 +81,18 @@ def test_other_methods_on_known_paths_are_405(exporter, method):
     assert response.status == 405 and response.getheader("Allow") == "GET, HEAD"
 
 
+def test_a_refused_request_with_a_body_closes_the_connection(exporter):
+    sock = socket.create_connection(exporter.address, timeout=5)
+    sock.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\n"
+                 b"GET /metrics HTTP/1.1\r\nX: y\r\n")  # a body that looks like a request is never served
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+    sock.close()
+    assert reply.startswith(b"HTTP/1.1 405 ") and b"Connection: close" in reply
+    assert reply.count(b"HTTP/1.1") == 1
+
+
 @pytest.mark.parametrize("method,path", [("GET", "/"), ("GET", "/metrics/x"), ("POST", "/debug"), ("HEAD", "/x")])
 def test_unknown_paths_are_404(exporter, method, path):
     assert request(exporter, method, path)[0].status == 404
@@ -241,6 +253,8 @@ def test_basic_auth_with_bcrypt_hashes(tmp_path):
         assert request(exporter, "GET", "/metrics", basic("nobody", "s3cret"))[0].status == 401
         assert request(exporter, "GET", "/healthz")[0].status == 401
         assert request(exporter, "POST", "/metrics")[0].status == 401  # no method probing without credentials
+        response, body = request(exporter, "HEAD", "/metrics")
+        assert response.status == 401 and body == b""
         assert request(exporter, "GET", "/metrics", basic("prometheus", "s3cret"))[0].status == 200
         assert request(exporter, "GET", "/metrics", {"Authorization": "Basic !!notbase64"})[0].status == 401
     finally:

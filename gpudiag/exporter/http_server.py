@@ -71,12 +71,24 @@ class Handler(BaseHTTPRequestHandler):
                 self.request.close()
 
     def do_GET(self) -> None:
-        self._respond(send_body=True)
+        if not self._authorised():
+            return
+        path = urlsplit(self.path).path
+        routes = self.server.routes
+        if path == "/metrics":
+            self._send(200, routes.metrics(), CONTENT_TYPE_METRICS)
+        elif path == "/healthz":
+            healthy, message = routes.health()
+            self._send(200 if healthy else 503, message.encode() + b"\n")
+        else:
+            self._send(404, b"not found\n")
 
-    def do_HEAD(self) -> None:
-        self._respond(send_body=False)
+    do_HEAD = do_GET  # _send leaves the body out
 
     def _not_allowed(self) -> None:
+        # Whatever body the request carries is not read: the connection closes after the answer, so that its
+        # bytes are never taken for the next request.
+        self.close_connection = True
         if self._authorised():
             path = urlsplit(self.path).path
             if path in ("/metrics", "/healthz"):
@@ -86,19 +98,6 @@ class Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
 
-    def _respond(self, send_body: bool) -> None:
-        if not self._authorised():
-            return
-        path = urlsplit(self.path).path
-        routes = self.server.routes
-        if path == "/metrics":
-            self._send(200, routes.metrics(), CONTENT_TYPE_METRICS, send_body=send_body)
-        elif path == "/healthz":
-            healthy, message = routes.health()
-            self._send(200 if healthy else 503, message.encode() + b"\n", send_body=send_body)
-        else:
-            self._send(404, b"not found\n", send_body=send_body)
-
     def _authorised(self) -> bool:
         auth = self.server.web.auth
         if auth is None or auth.check(self.headers.get("Authorization")):
@@ -107,18 +106,18 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def _send(self, code: int, body: Union[bytes, list[bytes]], content_type: str = "text/plain; charset=utf-8",
-              send_body: bool = True, extra: Optional[dict[str, str]] = None) -> None:
+              extra: Optional[dict[str, str]] = None) -> None:
         chunks = [body] if isinstance(body, bytes) else body
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(sum(len(chunk) for chunk in chunks)))
         for name, value in (extra or {}).items():
             self.send_header(name, value)
-        if self.server.stopping:
+        if self.server.stopping or self.close_connection:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
-        if send_body:
+        if self.command != "HEAD":
             for chunk in chunks:
                 self.wfile.write(chunk)
 

@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
 from gpudiag.exporter.poller import Poller, collect_and_judge
@@ -25,10 +25,12 @@ from gpudiag.model import CheckResult, NodeSnapshot
 from gpudiag.probe import deadline
 from gpudiag.probe.nvml_events import XidWatcher
 
+if TYPE_CHECKING:
+    from gpudiag.probe import CollectOptions
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = ":9858"
-DEFAULT_INTERVAL_SECONDS = 15.0
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
@@ -123,7 +125,7 @@ class Exporter:
         return self.state.health()
 
 
-def serve(listen: str, web_config: Optional[Path], options, interval_seconds: float) -> int:
+def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", interval_seconds: float) -> int:
     """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address or web config."""
     from gpudiag.probe import Collector
 

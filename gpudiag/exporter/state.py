@@ -1,8 +1,8 @@
 """What the exporter knows between collections, and the /metrics body rendered from it.
 
 Written by the poller thread (one cycle at a time) and the Xid watcher thread (event counts); read by HTTP handler
-threads. The rendered body is cached until something it depends on changes, so a scrape costs a dictionary lookup
-and a copy, whatever the number of GPUs.
+threads. The rendered body is cached until something it depends on changes (a collection, an event, the Xid
+watcher's health), so a scrape only sends bytes already made, whatever the number of GPUs.
 """
 
 from __future__ import annotations
