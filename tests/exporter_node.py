@@ -19,6 +19,7 @@ from pathlib import Path
 from gpudiag.model import normalize_pci_bus_id
 from tests.fakes import fake_nvml_events  # noqa: F401 - registers the event symbols with the fake library
 from tests.fakes.fake_nvml import FakeGpu, FakeNode, installed
+from tests.nvidia_node import sysfs_for
 from tests.sysfs_tree import SysfsTree
 
 
@@ -32,13 +33,11 @@ def fake_node(count: int) -> FakeNode:
 
 
 def fake_root(root: Path, node: FakeNode, kmsg: tuple[str, ...] = ()) -> SysfsTree:
-    """The host view of `node`: its GPUs on the PCI bus (bound to nvidia), the nvidia module, a kernel log."""
-    tree = SysfsTree(root)
-    for gpu in node.gpus:
-        tree.add_pci_gpu(normalize_pci_bus_id(gpu.bus_id), aer={"correctable": {"Receiver Error": 0}})
-    tree.add_module("nvidia", node.driver_version)
-    tree.set_hostname("fake-h200")
-    tree.add_kmsg(kmsg or ("6,1,1000,-;Linux version 6.8.0",))
+    """The host view of `node` (tests.nvidia_node): its GPUs on the PCI bus, the nvidia module, a kernel log with
+    `kmsg` records added."""
+    tree = sysfs_for(node, root)
+    if kmsg:
+        tree.add_kmsg(kmsg)
     return tree
 
 
