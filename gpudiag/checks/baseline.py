@@ -98,6 +98,14 @@ def _no_baseline(check_id: str) -> list[CheckResult]:
     return [skipped(check_id, None, "no baseline given (gpudiag check --baseline FILE)")]
 
 
+def _other_vendor(check_id: str, golden: NodeBaseline, now: NodeBaseline) -> Optional[CheckResult]:
+    """Node-wide facts of another vendor's node are not comparable: baseline.inventory already says why."""
+    if golden.vendors == now.vendors:
+        return None
+    return skipped(check_id, None, f"the baseline is of a {_vendors(golden)} node, this one has {_vendors(now)} GPUs "
+                                   f"(see baseline.inventory)")
+
+
 def gpu_check(check_id: str, summary: str, names: tuple[str, ...], remediation: str) -> Check:
     """A baseline check comparing `names` of every GPU the baseline and this node have in common."""
 
@@ -179,8 +187,11 @@ def driver(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         return _no_baseline(check_id)
     if not expect.baseline.driver_versions:
         return [skipped(check_id, None, "the baseline recorded no driver version")]
-    return [_node_drift(check_id, "driver versions", expect.baseline.driver_versions,
-                        baseline_of(snapshot).driver_versions,
+    now = baseline_of(snapshot)
+    mismatch = _other_vendor(check_id, expect.baseline, now)
+    if mismatch:
+        return [mismatch]
+    return [_node_drift(check_id, "driver versions", expect.baseline.driver_versions, now.driver_versions,
                         "Install the golden node's driver version (the site's driver package) and reboot, or the "
                         "library named was not usable here: see driver.library.")]
 
@@ -195,10 +206,14 @@ def _peer_value(peer: Optional[PeerBaseline]) -> Optional[str]:
     return f"{peer.path}" + (f" ×{peer.link_count}" if peer.link_count is not None else "")
 
 
-def peers(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+def peers(snapshot: NodeSnapshot, golden_node: NodeBaseline) -> list[CheckResult]:
     check_id = "baseline.fabric"
-    now = {_peer_key(p): _peer_value(p) for p in baseline_of(snapshot).peers}
-    golden = {_peer_key(p): _peer_value(p) for p in expect.baseline.peers} if expect.baseline else {}
+    now_node = baseline_of(snapshot)
+    mismatch = _other_vendor(check_id, golden_node, now_node)
+    if mismatch:
+        return [mismatch]
+    now = {_peer_key(p): _peer_value(p) for p in now_node.peers}
+    golden = {_peer_key(p): _peer_value(p) for p in golden_node.peers}
     return [_node_drift(check_id, "GPU peer paths", golden, now,
                         "GPU pairs now reach each other over another path than on the golden node (a link down, a "
                         "GPU moved, P2P disabled): see topology.links_up and topology.p2p.")]
@@ -212,7 +227,7 @@ def _fabric_check() -> Check:
     def run(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         results = per_gpu.run(snapshot, expect)
         if expect.baseline is not None and expect.baseline.peers:
-            results += peers(snapshot, expect)
+            results += peers(snapshot, expect.baseline)
         return results
 
     return Check("baseline.fabric", run, "NVLink/XGMI links per GPU and the GPU peer paths match the baseline")

@@ -149,6 +149,11 @@ def kernel_modules(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckRe
     missing = [m for m in required if m not in loaded]
     observed = {"loaded": {m: loaded[m] for m in required if m in loaded}, "missing": missing}
     expected = f"loaded: {', '.join(required)}"
+    unreadable = [f"{e.source}: {e.message}" for e in snapshot.errors if "module" in e.source.lower()]
+    if missing and unreadable:
+        return [unknown(KERNEL_MODULES, None, f"could not tell whether {', '.join(missing)} are loaded",
+                        observed={**observed, "errors": unreadable}, expected=expected,
+                        remediation="Check that /proc/modules and /sys/module are readable (or run `lsmod`).")]
     if missing:
         return [failed(KERNEL_MODULES, None, f"required kernel module(s) not loaded: {', '.join(missing)}",
                        observed=observed, expected=expected,

@@ -74,6 +74,7 @@ TABLE: dict[str, dict[Status, tuple[str, str]]] = {
     "host.iommu": {F: ("drain", "GPUDIAG-HOST-IOMMU-MODE"), W: ("watch", "GPUDIAG-HOST-IOMMU-TRANSLATED")},
     "host.large_bar": {F: ("drain", "GPUDIAG-HOST-SMALL-BAR"), W: ("watch", "GPUDIAG-HOST-SMALL-BAR")},
     "host.kernel_modules": {F: ("drain", "GPUDIAG-HOST-MODULE-MISSING")},
+    "workload.processes": {},  # informational: always passes
     "workload.cpu_starved": {W: ("watch", "GPUDIAG-WORKLOAD-CPU-STARVED")},
     "workload.leaked_memory": {W: ("watch", "GPUDIAG-WORKLOAD-LEAKED-MEMORY")},
     "active.pcie_h2d_bandwidth": {F: ("drain", "GPUDIAG-ACTIVE-PCIE-BANDWIDTH"),
