@@ -7,18 +7,12 @@ import json
 
 import pytest
 
-from gpudiag import cli
 from gpudiag.recording import save_snapshot
 from tests.acceptance_nodes import nvidia_h200_8x
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.nvidia_node import sysfs_for
 from tests.snapshots import amd_mi300x_node
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.test_cli import run
 
 
 @pytest.fixture
