@@ -71,3 +71,11 @@ def test_the_fake_refuses_pynvmls_read_index_tuple_as_ctypes_would():
             pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_READ)
         assert pynvml.nvmlDeviceGetP2PStatus(a, b, 0) == pynvml.NVML_P2P_STATUS_OK
         pynvml.nvmlShutdown()
+
+
+def test_an_nvswitch_end_nvml_cannot_name_is_no_bus_id():
+    # What the lab's H200s answered for every link (tests/fixtures/h200x2/nvml-survey.json): all ones.
+    node = FakeNode.hgx_h200(2)
+    node.gpus[0].nvlinks[0].remote_bus_id = "FFFFFFFF:FF:FF.0"
+    link = probe(node).devices[0].links[0]
+    assert (link.up, link.remote_pci_bus_id, link.remote_device_type) == (True, None, "switch")

@@ -45,12 +45,19 @@ P2P_CAPS = (("p2p_read", 0), ("p2p_write", 1), ("p2p_nvlink", 2), ("p2p_atomics"
 _NO_SUCH_LINK = frozenset({NOT_SUPPORTED, INVALID_ARGUMENT, FUNCTION_NOT_FOUND})
 
 
+# The far end of an NVLink that NVML cannot name: on the lab's HGX H200s every link ends at an NVSwitch that
+# the VM does not see, and nvmlDeviceGetNvLinkRemotePciInfo answers domain/bus/device all ones
+# ("FFFFFFFF:FF:FF.0", tests/fixtures/h200x2/nvml-survey.json).
+_UNNAMED_REMOTE = "ffffffff:ff:ff.0"
+
+
 def pci_bus_id(raw: Optional[str]) -> Optional[str]:
-    """NVML's `00000000:3B:00.0` → `0000:3b:00.0`; None for an empty or malformed ID."""
+    """NVML's `00000000:3B:00.0` → `0000:3b:00.0`; None for an empty, malformed or all-ones ID."""
     try:
-        return normalize_pci_bus_id(raw) if raw else None
+        normalized = normalize_pci_bus_id(raw) if raw else None
     except ValueError:
         return None
+    return None if normalized == _UNNAMED_REMOTE else normalized
 
 
 def read_nvlinks(call: NvmlCall, handle: Any, link_count: Optional[int]) -> list[GpuLink]:
