@@ -113,8 +113,8 @@ def _error_text(error: ProbeError) -> str:
 
 def unreachable(check_id: str, device: DeviceSnapshot) -> CheckResult:
     if device.vendor == Vendor.NVIDIA:
-        confirm = (f"`nvidia-smi -q -i {device.pci_bus_id}` and `{kernel_log_command(device.vendor)}` (Xid 79: the "
-                   f"GPU fell off the bus)")
+        confirm = (f"`nvidia-smi -q -i {device.pci_bus_id or device.index}` and `{kernel_log_command(device.vendor)}`"
+                   f" (Xid 79: the GPU fell off the bus)")
     else:
         confirm = f"`amd-smi list` and `{kernel_log_command(device.vendor)}`"
     return with_verdict(unknown(

@@ -24,9 +24,9 @@ def render_text(snapshot: NodeSnapshot, results: list[CheckResult], verbose: boo
     paint = _painter(color)
     lines = _header(snapshot, results, paint)
     attention = [r for r in worst_first(results) if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
-    for result in attention:
+    for group in _same_finding(attention):
         lines.append("")
-        lines.extend(_detailed(result, paint))
+        lines.extend(_detailed(group, paint))
     lines.append("")
     lines.extend(_passed_block(results, verbose, paint))
     return "\n".join(lines) + "\n"
@@ -85,8 +85,24 @@ def _where(result: CheckResult) -> str:
     return f"GPU {device.index} {device.pci_bus_id or ''}".rstrip()
 
 
-def _detailed(result: CheckResult, paint) -> list[str]:
-    lines = [f"{paint(result.status, _TAGS[result.status])}  {result.check}  {_where(result)}"]
+def _same_finding(results: list[CheckResult]) -> list[list[CheckResult]]:
+    """Results that say the same thing about the same device, differing only in the check (a GPU that stopped
+    answering makes every per-device check unknown for one reason): shown once, naming every check."""
+    groups: dict[tuple, list[CheckResult]] = {}
+    for result in results:
+        key = (result.status, _where(result), result.message, _compact(result.observed), _compact(result.expected),
+               result.remediation)
+        groups.setdefault(key, []).append(result)
+    return list(groups.values())
+
+
+def _detailed(group: list[CheckResult], paint) -> list[str]:
+    result = group[0]
+    checks = ", ".join(r.check for r in group)
+    head = result.check if len(group) == 1 else f"{len(group)} checks"
+    lines = [f"{paint(result.status, _TAGS[result.status])}  {head}  {_where(result)}"]
+    if len(group) > 1:
+        lines.extend(textwrap.wrap(f"checks: {checks}", WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT))
     lines.extend(textwrap.wrap(result.message, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT) or [])
     seen = []
     if result.observed is not None:
