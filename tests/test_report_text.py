@@ -1,0 +1,31 @@
+"""The text checklist: verdict first, failures before warnings, one entry per finding."""
+
+from __future__ import annotations
+
+from gpudiag.checks import run_checks
+from gpudiag.model import ErrorKind, ProbeError
+from gpudiag.report.text import render_text
+from tests.snapshots import nvidia_h200_node
+
+
+def test_a_gpu_that_stopped_answering_is_one_entry_naming_every_check():
+    snapshot = nvidia_h200_node()
+    lost = snapshot.devices[1]
+    lost.reachable = False
+    lost.errors.append(ProbeError("nvml.device", ErrorKind.GPU_LOST, "the GPU is lost"))
+    text = render_text(snapshot, run_checks(snapshot))
+    unknown_entries = [line for line in text.splitlines() if line.startswith("UNKN")]
+    assert len(unknown_entries) == 1 and "checks  GPU 1" in unknown_entries[0]
+    assert "pcie.link_generation" in text and "thermal.temperature" in text  # the checks it stands for are named
+
+
+def test_failures_lead_and_a_healthy_node_is_short():
+    snapshot = nvidia_h200_node()
+    healthy = render_text(snapshot, run_checks(snapshot))
+    assert healthy.splitlines()[2].startswith("Verdict: PASS")
+    assert not any(line.startswith(("FAIL", "WARN", "UNKN")) for line in healthy.splitlines())
+
+    snapshot.devices[0].memory_health.remap_pending = True
+    failing = render_text(snapshot, run_checks(snapshot)).splitlines()
+    assert failing[2].startswith("Verdict: FAIL")
+    assert failing[4].startswith("FAIL  memory.row_remap_pending  GPU 0")
