@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from gpudiag.fileio import write_atomically
+from gpudiag.fileio import DocumentError, read_json, write_atomically
 from gpudiag.model import SchemaError, Vendor, from_dict, normalize_pci_bus_id, to_dict
 
 BASELINE_KIND = "gpudiag-baseline"
@@ -88,11 +88,9 @@ def save_baseline(baseline: NodeBaseline, path: Path) -> None:
 def load_baseline(path: Path) -> NodeBaseline:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BaselineError(f"baseline {path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BaselineError(f"baseline {path}: not JSON: {exc}") from None
+        data = read_json(path)
+    except DocumentError as exc:
+        raise BaselineError(f"baseline {path}: {exc}") from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:
         raise BaselineError(f"baseline {path}: kind: not a gpudiag baseline (expected \"kind\": \"{BASELINE_KIND}\"; "
                             f"write one with `gpudiag baseline --output FILE`)")

@@ -135,6 +135,20 @@ def _expectations(profile: Optional[str], params: list[str], baseline_file: Opti
     return expectations
 
 
+def _write_output(output: Optional[Path], text: str, what: str) -> None:
+    """`text` to stdout, or atomically to the file `--output` names."""
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from gpudiag.fileio import write_atomically
+
+    try:
+        write_atomically(output, text)
+    except OSError as exc:
+        raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+    log.info("%s written to %s", what, output)
+
+
 def nothing_probed(snapshot) -> bool:
     return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
 
@@ -195,17 +209,10 @@ def snapshot(
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:
     """Print everything the probes read, as JSON: what a bug report needs, and a recording `check --replay` reads."""
-    from gpudiag.recording import save_snapshot, snapshot_json
+    from gpudiag.recording import snapshot_json
 
     node = _collect(root, kernel_log, timeout)
-    if output is None:
-        sys.stdout.write(snapshot_json(node))
-    else:
-        try:
-            save_snapshot(node, output)
-        except OSError as exc:
-            raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-        log.info("snapshot written to %s", output)
+    _write_output(output, snapshot_json(node), "snapshot")
     raise typer.Exit(EXIT_NOTHING_PROBED if nothing_probed(node) else EXIT_OK)
 
 
@@ -218,7 +225,7 @@ def baseline(
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:
     """Record this known-good node as a golden baseline (JSON) that `check --baseline FILE` compares its siblings with."""
-    from gpudiag.baseline import baseline_json, save_baseline
+    from gpudiag.baseline import baseline_json
     from gpudiag.checks import run_checks
     from gpudiag.checks.baseline_of import baseline_of
     from gpudiag.report import summarize
@@ -231,14 +238,7 @@ def baseline(
     if failing:  # a baseline is only as good as the node it was taken from
         log.warning("this node fails %s: is it really known-good?", ", ".join(failing))
     golden = baseline_of(node)
-    if output is None:
-        sys.stdout.write(baseline_json(golden))
-    else:
-        try:
-            save_baseline(golden, output)
-        except OSError as exc:
-            raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-        log.info("baseline of %d GPU(s) written to %s", len(golden.gpus), output)
+    _write_output(output, baseline_json(golden), f"baseline of {len(golden.gpus)} GPU(s)")
     raise typer.Exit(EXIT_OK)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
@@ -39,3 +41,18 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+class DocumentError(ValueError):
+    """A file that should hold JSON does not; the message says why in a few words."""
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document in `path` (recordings, baselines), or DocumentError: cannot read / not JSON."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DocumentError(f"cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DocumentError(f"not JSON: {exc}") from None
+    return data

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpudiag.fileio import write_atomically
+from gpudiag.fileio import DocumentError, read_json, write_atomically
 from gpudiag.model import SNAPSHOT_SCHEMA_VERSION, NodeSnapshot, SchemaError, from_dict, to_dict
 
 
@@ -27,11 +27,9 @@ def save_snapshot(snapshot: NodeSnapshot, path: Path) -> None:
 def load_snapshot(path: Path) -> NodeSnapshot:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RecordingError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordingError(f"{path}: not JSON: {exc}") from None
+        data = read_json(path)
+    except DocumentError as exc:
+        raise RecordingError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise RecordingError(f"{path}: not a gpudiag snapshot (expected a JSON object)")
     version = data.get("schema_version")
