@@ -83,7 +83,7 @@ def _judge_gpu(check_id: str, snapshot: NodeSnapshot, golden: GpuBaseline, now: 
         return passed(check_id, device, f"{where} matches the baseline ({', '.join(names)})",
                       observed=_compared(golden, now, names), expected=_compared(golden, golden, names))
     listing = "; ".join(_describe(name, old, new) for name, (old, new) in drifts.items())
-    return failed(check_id, device, f"{where} ({golden.pci_bus_id}) drifted from the baseline: {listing}",
+    return failed(check_id, device, f"{where} drifted from the baseline: {listing}",
                   observed={name: new for name, (_, new) in drifts.items()},
                   expected={name: old for name, (old, _) in drifts.items()},
                   remediation=f"{remediation} {_RERECORD}")
