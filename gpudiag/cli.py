@@ -265,6 +265,9 @@ def textfile(
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
+    level: int = typer.Option(
+        1, "--level", min=1, max=2, help="2: also load-test idle GPUs and export what they measured (acceptance windows)."
+    ),
 ) -> None:
     """Write the metrics and check results once, for node_exporter's textfile collector (gpudiag-check.timer)."""
     from gpudiag.checks import run_checks
@@ -272,7 +275,7 @@ def textfile(
 
     if output.suffix != ".prom":
         log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
-    node = _collect(root, kernel_log, timeout)
+    node = _collect(root, kernel_log, timeout, level)
     try:
         write_textfile(output, node, run_checks(node))
     except OSError as exc:

@@ -197,5 +197,33 @@ LINK_ERRORS = _gpu(
 )
 
 
+# -- load tests (`check --level 2`, `textfile --level 2`): what the last run measured ---------------------------
+
+ACTIVE_RUN = _define(
+    "gpudiag_active_run_timestamp_seconds", "gauge", "Unix time at which the load tests of this output started."
+)
+ACTIVE_COPY_BANDWIDTH = _gpu(
+    "gpudiag_active_copy_bandwidth_bytes_per_second",
+    "gauge",
+    "Pinned host<->GPU copy bandwidth the load test measured (direction h2d or d2h).",
+    ("direction",),
+)
+ACTIVE_P2P_BANDWIDTH = _gpu(
+    "gpudiag_active_p2p_bandwidth_bytes_per_second",
+    "gauge",
+    "GPU-to-GPU copy bandwidth from this GPU to peer_gpu that the load test measured.",
+    ("peer_gpu",),
+)
+ACTIVE_MEMTEST_BYTES = _gpu(
+    "gpudiag_active_memtest_tested_bytes", "gauge", "GPU memory the memory test wrote and read back in every pass."
+)
+ACTIVE_MEMTEST_MISMATCHES = _gpu(
+    "gpudiag_active_memtest_mismatched_words", "gauge", "32-bit words that read back wrong in the memory test."
+)
+ACTIVE_STRESS_FLOPS = _gpu(
+    "gpudiag_active_stress_fp32_flops", "gauge", "FP32 FMA throughput (FLOP/s) the GPU held during the stress test."
+)
+
+
 def all_metrics() -> dict[str, MetricSpec]:
     return dict(_ALL)

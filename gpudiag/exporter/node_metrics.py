@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import platform
 from collections import Counter
 from typing import Iterable
@@ -37,6 +38,36 @@ def add_snapshot(fs: FamilySet, snapshot: NodeSnapshot) -> None:
     log = snapshot.kernel_log
     if log.source is not None or log.error is not None:
         fs.add(m.KERNEL_LOG_READABLE, (), int(log.readable))
+    if snapshot.active is not None:
+        add_active(fs, snapshot)
+
+
+_GB = 1e9
+
+
+def add_active(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+    """What the load tests measured; a test that did not run (or a GPU that was skipped) has no series."""
+    active = snapshot.active
+    if active.started_at:
+        fs.add(m.ACTIVE_RUN, (), datetime.datetime.fromisoformat(active.started_at).timestamp())
+    devices = {d.index: d for d in snapshot.devices}
+    for result in active.devices:
+        device = devices.get(result.index)
+        if device is None:
+            continue
+        ids = gpu_labels(device)
+        for direction, copy in (("h2d", result.h2d), ("d2h", result.d2h)):
+            if copy is not None and copy.gb_per_second is not None:
+                fs.add(m.ACTIVE_COPY_BANDWIDTH, ids + (direction,), copy.gb_per_second * _GB)
+        if result.memtest is not None and result.memtest.error is None:
+            fs.add(m.ACTIVE_MEMTEST_BYTES, ids, result.memtest.bytes_tested)
+            fs.add(m.ACTIVE_MEMTEST_MISMATCHES, ids, result.memtest.mismatched_words)
+        if result.stress is not None and result.stress.fp32_tflops is not None:
+            fs.add(m.ACTIVE_STRESS_FLOPS, ids, result.stress.fp32_tflops * 1e12)
+    for peer in active.peers:
+        source = devices.get(peer.src)
+        if source is not None and peer.copy.gb_per_second is not None:
+            fs.add(m.ACTIVE_P2P_BANDWIDTH, gpu_labels(source) + (str(peer.dst),), peer.copy.gb_per_second * _GB)
 
 
 def add_collector_runs(fs: FamilySet, runs: Iterable[CollectorRun]) -> None:
