@@ -13,7 +13,7 @@ VENDOR_MODULES = {"pynvml", "amdsmi"}
 
 # What each layer may import from gpudiag. Shared leaf helpers (model, fileio) are allowed everywhere.
 ALLOWED = {
-    "model": set(),
+    "model": {"model"},
     "probe": {"model", "probe", "fileio"},
     "active": {"model", "probe", "active"},  # load tests: probe-level code that drives the vendor runtimes
     "checks": {"model", "checks", "expect", "baseline"},

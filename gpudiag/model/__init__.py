@@ -1,0 +1,68 @@
+"""Plain data shared by every layer: what the probes saw and what the checks concluded.
+
+Conventions:
+- Units live in field names (`_celsius`, `_watts`, `_bytes`, `_mhz`) and are converted once, in the probe.
+- `None` means "not supported or not read"; it is never a stand-in for zero. Why a value is missing is in
+  `errors` (a probe error) or simply absent (the device does not support it).
+- PCI bus IDs are lowercase with a 4-digit domain and a function: `0000:3b:00.0`.
+- Everything here round-trips through JSON (`to_dict` / `from_dict`), which is how snapshots are recorded and
+  replayed.
+
+One module per concern (common vocabulary, one GPU, the node, load-test results, check results, JSON); import
+from `gpudiag.model` itself.
+"""
+
+from gpudiag.model.active import (
+    ActiveDevice,
+    ActiveResults,
+    CopyBandwidth,
+    MemtestResult,
+    PeerBandwidth,
+    StressResult,
+    TelemetrySample,
+)
+from gpudiag.model.common import (
+    REPORT_SCHEMA_VERSION,
+    SNAPSHOT_SCHEMA_VERSION,
+    STATUS_SEVERITY,
+    ErrorKind,
+    ProbeError,
+    Status,
+    Vendor,
+    normalize_pci_bus_id,
+)
+from gpudiag.model.device import (
+    THROTTLE_REASONS,
+    ClockInfo,
+    DeviceSnapshot,
+    EccInfo,
+    GpuLink,
+    GpuProcess,
+    MemoryHealth,
+    MemoryUsage,
+    PcieInfo,
+    PeerLink,
+    PowerInfo,
+    TemperatureSensor,
+    Utilization,
+)
+from gpudiag.model.node import (
+    BackendInfo,
+    CollectorRun,
+    HostInfo,
+    KernelEvent,
+    KernelLogInfo,
+    NodeSnapshot,
+    PciGpu,
+)
+from gpudiag.model.results import CheckResult, DeviceRef
+from gpudiag.model.serialize import SchemaError, from_dict, to_dict
+
+__all__ = [
+    "ActiveDevice", "ActiveResults", "CopyBandwidth", "MemtestResult", "PeerBandwidth", "StressResult",
+    "TelemetrySample", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
+    "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "ClockInfo", "DeviceSnapshot",
+    "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo", "PeerLink", "PowerInfo",
+    "TemperatureSensor", "Utilization", "BackendInfo", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo",
+    "NodeSnapshot", "PciGpu", "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
+]

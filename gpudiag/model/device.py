@@ -1,0 +1,226 @@
+"""What the probes read about one GPU (and about a pair of GPUs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gpudiag.model.common import ProbeError, Vendor
+
+
+@dataclass
+class PcieInfo:
+    """PCIe link as the vendor library reports it. `max_*` is what this slot allows (the lesser of device and
+    link partner); `device_max_*` is what the GPU itself supports."""
+
+    current_generation: Optional[int] = None
+    current_width: Optional[int] = None
+    max_generation: Optional[int] = None
+    max_width: Optional[int] = None
+    device_max_generation: Optional[int] = None
+    device_max_width: Optional[int] = None
+    replay_count: Optional[int] = None
+    replay_rollover_count: Optional[int] = None
+    # Further link error counters by name (e.g. "correctable_errors", "nak_received", "fatal_errors").
+    error_counters: dict[str, int] = field(default_factory=dict)
+    tx_kbytes_per_second: Optional[int] = None
+    rx_kbytes_per_second: Optional[int] = None
+
+
+@dataclass
+class EccInfo:
+    enabled: Optional[bool] = None
+    pending_enabled: Optional[bool] = None  # the mode after the next reset (NVIDIA)
+    volatile_corrected: Optional[int] = None  # since the driver loaded
+    volatile_uncorrected: Optional[int] = None
+    aggregate_corrected: Optional[int] = None  # over the device's lifetime
+    aggregate_uncorrected: Optional[int] = None
+    deferred: Optional[int] = None  # AMD: poisoned data consumed later
+    # Per-block counts (AMD: "umc", "gfx", …; NVIDIA: "dram", "sram", …): {"corrected", "uncorrected", "deferred"}.
+    by_block: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class MemoryHealth:
+    """Row remapping (NVIDIA Ampere+), retired pages (NVIDIA pre-Ampere) and bad pages (AMD)."""
+
+    remapped_rows_correctable: Optional[int] = None
+    remapped_rows_uncorrectable: Optional[int] = None
+    remap_pending: Optional[bool] = None
+    remap_failure: Optional[bool] = None
+    # Row-remapper bank histogram: how many banks have max/high/partial/low/none spare rows left.
+    remap_histogram: dict[str, int] = field(default_factory=dict)
+    retired_pages_single_bit: Optional[int] = None
+    retired_pages_double_bit: Optional[int] = None
+    retired_pages_pending: Optional[bool] = None
+    bad_pages_reserved: Optional[int] = None
+    bad_pages_pending: Optional[int] = None
+    bad_pages_unreservable: Optional[int] = None
+    bad_page_threshold: Optional[int] = None
+
+
+@dataclass
+class TemperatureSensor:
+    current_celsius: Optional[float] = None
+    slowdown_celsius: Optional[float] = None  # NVIDIA SLOWDOWN; AMD CRITICAL
+    shutdown_celsius: Optional[float] = None  # NVIDIA SHUTDOWN; AMD EMERGENCY
+    max_operating_celsius: Optional[float] = None  # NVIDIA GPU_MAX / MEM_MAX
+
+
+@dataclass
+class PowerInfo:
+    draw_watts: Optional[float] = None
+    limit_watts: Optional[float] = None  # the limit in force
+    default_limit_watts: Optional[float] = None
+    min_limit_watts: Optional[float] = None
+    max_limit_watts: Optional[float] = None
+    energy_joules: Optional[float] = None  # since driver load (NVIDIA) or accumulator start (AMD)
+
+
+# Vendor-neutral names for clock-event / throttle reasons.
+THROTTLE_REASONS = (
+    "gpu_idle",
+    "applications_clocks",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake",
+    "display_clocks",
+    "board_limit",
+    "reliability",
+    # AMD violation/throttle sources
+    "ppt_power",
+    "socket_thermal",
+    "prochot",
+    "vr_thermal",
+    "hbm_thermal",
+)
+
+
+@dataclass
+class ClockInfo:
+    graphics_mhz: Optional[int] = None
+    sm_mhz: Optional[int] = None
+    memory_mhz: Optional[int] = None
+    max_graphics_mhz: Optional[int] = None
+    max_sm_mhz: Optional[int] = None
+    max_memory_mhz: Optional[int] = None
+    # Active throttle / clock-event reasons (names from THROTTLE_REASONS). None: not readable.
+    throttle_reasons: Optional[list[str]] = None
+    throttle_reasons_mask: Optional[int] = None
+    performance_state: Optional[int] = None  # NVIDIA P-state, 0 = max performance
+
+
+@dataclass
+class MemoryUsage:
+    total_bytes: Optional[int] = None
+    used_bytes: Optional[int] = None  # excludes reserved_bytes where that is reported (NVML v2 memory info)
+    reserved_bytes: Optional[int] = None  # held by the driver/firmware, not by processes
+    bar1_total_bytes: Optional[int] = None
+    bar1_used_bytes: Optional[int] = None
+
+
+@dataclass
+class Utilization:
+    gpu_percent: Optional[int] = None
+    memory_percent: Optional[int] = None
+
+
+@dataclass
+class GpuLink:
+    """One NVLink or XGMI link of a GPU."""
+
+    index: int
+    kind: str  # "nvlink" | "xgmi"
+    up: Optional[bool] = None
+    version: Optional[int] = None
+    remote_pci_bus_id: Optional[str] = None
+    remote_device_type: Optional[str] = None  # "gpu" | "switch" | "npu" | "unknown"
+    # Error counters by name: "replay", "recovery", "crc_flit", "crc_data", "ecc_data", …
+    error_counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    kind: str  # "compute" | "graphics"
+    used_memory_bytes: Optional[int] = None
+    name: Optional[str] = None  # from psutil; None when the PID is not visible (another PID namespace)
+    user: Optional[str] = None
+    cpu_percent: Optional[float] = None
+
+
+@dataclass
+class DeviceSnapshot:
+    index: int
+    vendor: Vendor
+    source: str  # which backend filled it: "nvml" | "amdsmi" | "sysfs"
+    pci_bus_id: Optional[str] = None
+    uuid: Optional[str] = None
+    name: Optional[str] = None
+    serial: Optional[str] = None
+    architecture: Optional[str] = None
+    board_part_number: Optional[str] = None
+    minor_number: Optional[int] = None
+
+    vbios_version: Optional[str] = None
+    # InfoROM object versions (NVIDIA: "oem", "ecc", "power", "image") or firmware blocks (AMD: "SMC", "PSP_SOSDRV"…)
+    firmware_versions: dict[str, str] = field(default_factory=dict)
+
+    pcie: PcieInfo = field(default_factory=PcieInfo)
+    ecc: EccInfo = field(default_factory=EccInfo)
+    memory_health: MemoryHealth = field(default_factory=MemoryHealth)
+    # Sensor name ("gpu", "memory", "edge", "hotspot", "vram", "hbm0"…) → readings.
+    temperatures: dict[str, TemperatureSensor] = field(default_factory=dict)
+    power: PowerInfo = field(default_factory=PowerInfo)
+    clocks: ClockInfo = field(default_factory=ClockInfo)
+    memory: MemoryUsage = field(default_factory=MemoryUsage)
+    utilization: Utilization = field(default_factory=Utilization)
+
+    persistence_mode: Optional[bool] = None
+    compute_mode: Optional[str] = None  # "default" | "exclusive_process" | "prohibited"
+    mig_enabled: Optional[bool] = None
+    mig_pending_enabled: Optional[bool] = None
+    # AMD partitioning. A logical GPU of a partitioned device points at its physical GPU by `physical_pci_bus_id`.
+    compute_partition: Optional[str] = None  # "SPX" | "DPX" | "CPX" …
+    memory_partition: Optional[str] = None  # "NPS1" | "NPS4" …
+    partition_id: Optional[int] = None
+    physical_pci_bus_id: Optional[str] = None
+
+    links: list[GpuLink] = field(default_factory=list)
+    # AMD: the device's XGMI error status, "no_errors" | "error" | "multiple_errors" (amdsmi_gpu_xgmi_error_status).
+    xgmi_error_status: Optional[str] = None
+    numa_node: Optional[int] = None
+    cpu_affinity: Optional[list[int]] = None
+    processes: Optional[list[GpuProcess]] = None
+
+    # The device could not be talked to at all (lost, or its probe timed out): every check on it is unknown/fail.
+    reachable: bool = True
+    errors: list[ProbeError] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index} ({self.pci_bus_id or 'unknown bus'})"
+
+    @property
+    def is_logical_partition(self) -> bool:
+        """A partition of a physical GPU other than its first (which stands for the physical device)."""
+        return self.physical_pci_bus_id is not None and self.physical_pci_bus_id != self.pci_bus_id
+
+
+@dataclass
+class PeerLink:
+    """How two GPUs reach each other."""
+
+    gpu_a: int
+    gpu_b: int
+    # Common ancestor: "internal" | "nvlink" | "xgmi" | "pix" (one switch) | "pxb" (several switches) |
+    # "phb" (host bridge) | "node" (same NUMA node) | "sys" (across sockets)
+    path: Optional[str] = None
+    p2p_read: Optional[str] = None  # "ok" | "chipset_not_supported" | "gpu_not_supported" | … | "not_supported"
+    p2p_write: Optional[str] = None
+    p2p_nvlink: Optional[str] = None
+    p2p_atomics: Optional[str] = None
+    link_count: Optional[int] = None  # direct NVLink/XGMI links between the two

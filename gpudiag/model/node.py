@@ -1,0 +1,131 @@
+"""What the probes read about the whole node: backends, the PCI bus, the host, the kernel log; the snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gpudiag.model.active import ActiveResults
+from gpudiag.model.common import SNAPSHOT_SCHEMA_VERSION, ProbeError, Vendor
+from gpudiag.model.device import DeviceSnapshot, PeerLink
+
+
+@dataclass
+class BackendInfo:
+    """One vendor library: did it load, and what does it report about the driver stack."""
+
+    name: str  # "nvml" | "amdsmi" | "amdgpu-sysfs"
+    vendor: Vendor
+    available: bool = False  # library loaded and initialised
+    error: Optional[ProbeError] = None
+    library_version: Optional[str] = None  # NVML version / amdsmi lib version
+    driver_version: Optional[str] = None
+    runtime_version: Optional[str] = None  # CUDA driver API version "12.4" / ROCm version
+    device_count: Optional[int] = None
+
+
+@dataclass
+class PciGpu:
+    """A GPU seen on the PCI bus by the host probe, independent of any vendor library."""
+
+    pci_bus_id: str
+    vendor: Vendor
+    vendor_id: str  # "0x10de"
+    device_id: str  # "0x2335"
+    class_code: str  # "0x030200"
+    driver: Optional[str] = None  # the kernel driver bound to it ("nvidia", "amdgpu", "vfio-pci"), None if unbound
+    current_link_generation: Optional[int] = None
+    current_link_width: Optional[int] = None
+    max_link_generation: Optional[int] = None  # the device's capability
+    max_link_width: Optional[int] = None
+    # The upstream port (slot) the GPU hangs off: its BDF and capability.
+    upstream_pci_bus_id: Optional[str] = None
+    upstream_max_link_generation: Optional[int] = None
+    upstream_max_link_width: Optional[int] = None
+    # AER counters: {"correctable": {"Receiver Error": 0, …, "TOTAL_ERR_COR": 0}, "nonfatal": …, "fatal": …}
+    aer: dict[str, dict[str, int]] = field(default_factory=dict)
+    numa_node: Optional[int] = None
+    local_cpulist: Optional[str] = None
+    iommu_group: Optional[int] = None
+    iommu_domain_type: Optional[str] = None  # "identity" (passthrough) | "DMA" | "DMA-FQ" | "unmanaged"
+    # Memory BAR sizes in bytes by BAR index, from `resource`.
+    bar_sizes_bytes: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class HostInfo:
+    hostname: Optional[str] = None
+    kernel_release: Optional[str] = None
+    kernel_cmdline: Optional[str] = None
+    os_name: Optional[str] = None
+    # Kernel modules of interest that are loaded, with their version where /sys/module/<m>/version exists.
+    modules_loaded: dict[str, Optional[str]] = field(default_factory=dict)
+    nvidia_proc_version: Optional[str] = None  # driver version from /proc/driver/nvidia/version
+    iommu_enabled: Optional[bool] = None  # any IOMMU registered under /sys/class/iommu
+    iommu_cmdline: dict[str, str] = field(default_factory=dict)  # intel_iommu / amd_iommu / iommu from cmdline
+    cpu_count: Optional[int] = None
+    cpu_percent: Optional[float] = None  # whole host
+    per_cpu_percent: Optional[list[float]] = None
+    load_average: Optional[list[float]] = None
+    memory_total_bytes: Optional[int] = None
+    memory_available_bytes: Optional[int] = None
+    boot_time: Optional[float] = None  # epoch seconds
+    numa_nodes: Optional[int] = None
+
+
+@dataclass
+class KernelEvent:
+    """One line of interest in the kernel log."""
+
+    vendor: Vendor
+    kind: str  # "xid" | "ring_timeout" | "gpu_reset" | "gpu_reset_failed" | "ras_uncorrectable" | "page_fault" | …
+    message: str
+    pci_bus_id: Optional[str] = None  # normalised; for XIDs the log omits the function, ".0" is assumed
+    code: Optional[int] = None  # the XID number
+    pid: Optional[int] = None
+    process: Optional[str] = None
+    timestamp_seconds: Optional[float] = None  # seconds since boot, as the log stamps it
+    count: Optional[int] = None  # e.g. the number of uncorrectable errors an amdgpu RAS line reports
+
+
+@dataclass
+class KernelLogInfo:
+    source: Optional[str] = None  # "/dev/kmsg" or the file given
+    readable: bool = False
+    error: Optional[ProbeError] = None
+    lines_scanned: int = 0
+    events: list[KernelEvent] = field(default_factory=list)
+
+
+@dataclass
+class CollectorRun:
+    """How one part of the collection went: the exporter's self-health comes from these."""
+
+    name: str  # "host" | "kernel_log" | "nvml" | "amdsmi" | "amdgpu-sysfs" | "peers"
+    success: bool
+    duration_seconds: float
+    error: Optional[str] = None
+
+
+@dataclass
+class NodeSnapshot:
+    schema_version: int = SNAPSHOT_SCHEMA_VERSION
+    hostname: Optional[str] = None
+    collected_at: Optional[str] = None  # ISO 8601 UTC
+    duration_seconds: Optional[float] = None
+    gpudiag_version: Optional[str] = None
+    backends: list[BackendInfo] = field(default_factory=list)
+    devices: list[DeviceSnapshot] = field(default_factory=list)
+    peers: list[PeerLink] = field(default_factory=list)
+    pci_gpus: list[PciGpu] = field(default_factory=list)
+    host: HostInfo = field(default_factory=HostInfo)
+    kernel_log: KernelLogInfo = field(default_factory=KernelLogInfo)
+    errors: list[ProbeError] = field(default_factory=list)  # node-level probe errors
+    active: Optional[ActiveResults] = None  # load tests, when they were run (gpudiag check --level 2)
+    collectors: list[CollectorRun] = field(default_factory=list)
+
+    def backend(self, name: str) -> Optional[BackendInfo]:
+        return next((b for b in self.backends if b.name == name), None)
+
+    def pci_gpu(self, pci_bus_id: Optional[str]) -> Optional[PciGpu]:
+        return next((p for p in self.pci_gpus if p.pci_bus_id == pci_bus_id), None)
