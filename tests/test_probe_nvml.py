@@ -199,6 +199,16 @@ def test_init_failures_say_why(code, kind, words):
     assert result.lib.shutdown_calls == 0
 
 
+def test_an_open_that_fails_after_nvml_init_shuts_nvml_down_again():
+    # The collector closes only the backends it uses, and retries a failed open later (the exporter): an open
+    # that initialised NVML and then failed must not leave one more NVML init behind each time.
+    node = FakeNode.hgx_h200(2, missing_symbols={"nvmlDeviceGetCount_v2"})
+    with installed(node) as lib:
+        info = NvmlBackend().open(CallTracker())
+        assert not info.available and "device count" in info.error.message
+        assert lib.init_count == 0 and lib.shutdown_calls == 1
+
+
 # -- lost and hung GPUs -------------------------------------------------------------------------------------------
 
 

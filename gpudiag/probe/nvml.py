@@ -81,6 +81,7 @@ class NvmlBackend:
         if count is None:
             info.error = errors[-1] if errors else ProbeError("nvml.nvmlDeviceGetCount", ErrorKind.ERROR,
                                                               "NVML did not report a device count")
+            self.close()  # the collector closes only backends it uses, and retries a failed open: undo the init
             return info
         for error in errors:  # the library works; a version it could not report is left None
             log.warning("%s: %s", error.source, error.message)
