@@ -104,6 +104,27 @@ def test_every_alert_rule_is_unit_tested():
     assert rules == firing
 
 
+def _xid_code_regexes() -> dict[str, set[str]]:
+    """alert → the code regexes its expression uses (code=~"…" for critical, code!~"…" for the rest)."""
+    rules = {r["alert"]: r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    return {name: set(re.findall(r'code[!=]~"([^"]+)"', rules[name])) for name in ("GpudiagXidCritical",
+                                                                                     "GpudiagXidError")}
+
+
+def test_every_xid_the_checks_fail_on_pages_as_critical():
+    """An Xid that fails kernel_log.xid (reset, reboot, RMA: xid_catalog) must not page as the warning alert whose
+    description calls it "usually an application fault"."""
+    from gpudiag.checks.xid_catalog import XID_CATALOG
+    from gpudiag.model import Status
+
+    regexes = _xid_code_regexes()
+    (critical,) = regexes["GpudiagXidCritical"]
+    assert regexes["GpudiagXidError"] == {critical}  # the two alerts split the codes between them
+    failing = sorted(code for code, info in XID_CATALOG.items() if info.severity == Status.FAIL)
+    assert [code for code in failing if not re.fullmatch(critical, str(code))] == []
+    assert not re.fullmatch(critical, "13") and not re.fullmatch(critical, "31")  # application faults stay warnings
+
+
 def dashboard_queries() -> list[str]:
     dashboard = json.loads(DASHBOARD.read_text())
     queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
