@@ -130,3 +130,11 @@ def test_reprobe_reads_one_device_again(tmp_path, node):
         node.gpus[0].temperature = 71
         again = collector.reprobe(snapshot.devices[0])
     assert again.temperatures["gpu"].current_celsius == 71
+
+
+def test_an_open_that_leaves_the_library_unusable_is_a_failed_collector_run(tmp_path, node):
+    node.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    with installed(node):
+        snapshot = collect(options(tmp_path, node))
+    (run,) = [c for c in snapshot.collectors if c.name == "open:nvml"]
+    assert not run.success and "not loaded" in run.error

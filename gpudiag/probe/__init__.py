@@ -206,10 +206,15 @@ class Collector:
                 slot.infos = []
                 for backend in slot.chain:
                     outcome = deadline.run_one(backend.open, _remaining(until), f"open-{backend.name}")
-                    self._record_run(snapshot, f"open:{backend.name}", outcome)
                     info = outcome.value if outcome.done and outcome.error is None else BackendInfo(
                         name=backend.name, vendor=vendor, error=_outcome_error(f"{backend.name}.open", outcome)
                     )
+                    # An open that returned without raising but left the library unusable is a failure too.
+                    snapshot.collectors.append(CollectorRun(
+                        name=f"open:{backend.name}", success=info.available,
+                        duration_seconds=round(outcome.elapsed_seconds, 4),
+                        error=None if info.available else (info.error.message if info.error else "not available"),
+                    ))
                     slot.infos.append(info)
                     if info.available:
                         slot.active = backend
