@@ -46,6 +46,19 @@ def test_links_of_unknown_state_do_not_count_as_down():
     assert for_gpu(run(snap, "topology.links_up"), 1).status == Status.FAIL
 
 
+def test_every_link_state_unreadable_on_every_gpu_is_unknown_not_a_pass():
+    # No profile: the expected count comes from the peers, and none of them has a link known to be up. That is a
+    # node whose link states could not be read (NVML answered an error for each), not a node with 0 links to hold.
+    snap = nvidia_h200_node()
+    for device in snap.devices:
+        for link in device.links:
+            link.up = None
+        device.errors.append(ProbeError("nvml.nvmlDeviceGetNvLinkState[link 0]", ErrorKind.ERROR, "Unknown Error"))
+    results = run(snap, "topology.links_up")
+    assert {r.status for r in results} == {Status.UNKNOWN}
+    assert for_gpu(results, 0).observed["unknown_links"] == list(range(18))
+
+
 def test_links_unreadable_is_unknown():
     snap = nvidia_h200_node()
     snap.devices[0].links = []

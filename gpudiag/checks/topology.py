@@ -52,9 +52,11 @@ def _link_remediation(device: DeviceSnapshot) -> str:
 def _expected_active_links(device: DeviceSnapshot, devices: list[DeviceSnapshot], expect: Expectations) -> int:
     if expect.expected_links_per_gpu is not None:
         return expect.expected_links_per_gpu
-    # Peers: the same model on this node. The best-connected one shows what the board wires up.
+    # Peers: the same model on this node. The best-connected one shows what the board wires up. A link whose state
+    # could not be read may be wired: counting it keeps unread links from lowering the bar to what could be read
+    # (every state unreadable would otherwise expect, and pass, 0 links).
     peers = [d for d in devices if d.vendor == device.vendor and d.name == device.name and d.reachable]
-    return max(sum(1 for link in d.links if link.up) for d in peers)
+    return max(sum(1 for link in d.links if link.up is not False) for d in peers)
 
 
 def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
