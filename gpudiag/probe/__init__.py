@@ -122,7 +122,10 @@ class Collector:
 
         snapshot.host.cpu_percent, snapshot.host.per_cpu_percent = cpu.finish()
         _local_cpus_from_sysfs(snapshot)
-        self._describe_processes(snapshot)
+        # Process names and owners go through psutil, and owners through NSS (LDAP/sssd can hang): bounded too.
+        described = deadline.run_one(lambda t: self._describe_processes(snapshot), max(0.5, _remaining(until)), "processes")
+        if not described.done or described.error is not None:
+            self._record_run(snapshot, "processes", described)
         if snapshot.host.hostname:
             snapshot.hostname = snapshot.host.hostname
         snapshot.duration_seconds = round(time.monotonic() - started, 4)
