@@ -138,3 +138,15 @@ def test_an_open_that_leaves_the_library_unusable_is_a_failed_collector_run(tmp_
         snapshot = collect(options(tmp_path, node))
     (run,) = [c for c in snapshot.collectors if c.name == "open:nvml"]
     assert not run.success and "not loaded" in run.error
+
+
+def test_a_hung_first_gpu_does_not_starve_the_ones_after_it(tmp_path, node):
+    node.gpus[0].hang = "nvmlDeviceGetPowerUsage"
+    with installed(node):
+        started = time.monotonic()
+        snapshot = collect(options(tmp_path, node, timeout=2.0))
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.0
+    hung, healthy = snapshot.devices
+    assert not hung.reachable and "nvmlDeviceGetPowerUsage" in hung.errors[0].message
+    assert healthy.reachable and healthy.power.draw_watts is not None and len(healthy.links) == 18

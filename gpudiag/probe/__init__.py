@@ -3,8 +3,8 @@
 Order of work, each part bounded by what is left of `timeout_seconds`:
 1. the host (sysfs/procfs): which GPUs are on the PCI bus decides which vendor libraries are worth opening;
 2. the kernel log, concurrently with the vendor libraries being opened;
-3. every device of every open backend, each on its own thread: one hung GPU leaves that GPU unreachable and
-   named, the others are reported in full;
+3. every device of every open backend, one after the other (NVML serialises anyway), each on its own thread
+   with a bounded turn: one hung GPU leaves that GPU unreachable and named, the others are reported in full;
 4. GPU pairs (topology, P2P), then the processes on the GPUs described through psutil.
 
 `Collector` keeps the vendor libraries open between collections (the exporter); `collect()` is the one-shot form
@@ -256,7 +256,7 @@ class Collector:
                 jobs[(vendor, index)] = lambda t, b=backend, i=index: b.probe_device(i, t)
 
         started = time.monotonic()
-        outcomes = deadline.run_all(jobs, _remaining(until))
+        outcomes = deadline.run_in_turn(jobs, _remaining(until))
         devices: list[DeviceSnapshot] = []
         for (vendor, index), outcome in outcomes.items():
             backend = self._slots[vendor].active
@@ -267,8 +267,10 @@ class Collector:
             elif outcome.done:
                 log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error)
                 devices.append(_unreachable(vendor, backend.name, index, outcome))
-            else:
+            elif outcome.started:
                 self._slots[vendor].hung[index] = outcome
+                devices.append(_unreachable(vendor, backend.name, index, outcome))
+            else:
                 devices.append(_unreachable(vendor, backend.name, index, outcome))
         devices.extend(stuck)
         snapshot.devices = sorted(devices, key=lambda d: (d.vendor.value, d.index))
@@ -342,6 +344,9 @@ def _remaining(until: float) -> float:
 
 
 def _outcome_error(source: str, outcome: deadline.Outcome) -> ProbeError:
+    if not outcome.started:
+        return ProbeError(source=source, kind=ErrorKind.TIMEOUT,
+                          message="not probed: the deadline passed while earlier devices were probed")
     if not outcome.done:
         hung_in = outcome.tracker.current or "the backend"
         return ProbeError(
