@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer")
 INSTALLED = "/usr/local/bin/gpudiag"
 ANALYZE = shutil.which("systemd-analyze")
@@ -97,3 +98,14 @@ def test_timer_runs_the_check_service():
     timer = settings("gpudiag-check.timer")
     assert timer["OnUnitActiveSec"] == ["5min"] and timer["WantedBy"] == ["timers.target"]
     assert (SYSTEMD / "gpudiag-check.service").exists()  # the timer's implicit Unit=
+
+
+@pytest.mark.parametrize("unit", ["gpudiag-exporter.service", "gpudiag-check.service"])
+def test_nvidia_device_groups_of_the_lab_driver_are_allowed(unit):
+    # What /proc/devices lists on the lab's H200s (580 open kernel module): NVML opens /dev/nvidiactl and
+    # /dev/nvidia<N> (major 195, "nvidia" / "nvidiactl") and /dev/nvidia-caps; CUDA's uvm and the fabric devices
+    # are not needed to read the GPUs.
+    groups = [line.split()[1] for line in (FIXTURES / "h200x2/root/proc/devices").read_text().splitlines()]
+    allowed = {rule.split()[0].removeprefix("char-") for rule in settings(unit)["DeviceAllow"]}
+    needed = {"nvidia", "nvidiactl", "nvidia-caps"}
+    assert needed <= set(groups) and needed <= allowed
