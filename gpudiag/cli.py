@@ -186,6 +186,8 @@ def check(
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     expectations = _expectations(profile, params or [], baseline_file)
+    if replay is not None and level >= 2:
+        raise UsageProblem("--level 2 load-tests this node's GPUs; a --replay recording cannot be load-tested")
 
     snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout, level)
     results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)

@@ -65,6 +65,7 @@ def test_a_failed_check_exits_1_and_leads_the_checklist(capsys, healthy):
         (["check", "--kernel-log", "/nonexistent/dmesg.txt"], "--kernel-log /nonexistent/dmesg.txt: no such file"),
         (["check", "--root", "/nonexistent-root"], "--root /nonexistent-root: no sys/ directory"),
         (["nonsense"], "No such command"),
+        (["check", "--replay", str(RECORDED["h200x2"]), "--level", "2"], "cannot be load-tested"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(capsys, argv, message):
