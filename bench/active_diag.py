@@ -51,8 +51,10 @@ def live_reader(snapshot: NodeSnapshot, collector: Any) -> tuple[Any, dict]:
 
 def describe_link(device: DeviceSnapshot) -> str:
     pcie = device.pcie
-    return (f"Gen{pcie.max_generation} x{pcie.max_width} (GPU supports Gen{pcie.device_max_generation} "
-            f"x{pcie.device_max_width}; now Gen{pcie.current_generation} x{pcie.current_width})")
+    # NVML reports the GPU's own maximum generation but no GPU-only width (device_max_width stays None).
+    gpu_width = f" x{pcie.device_max_width}" if pcie.device_max_width is not None else ""
+    return (f"Gen{pcie.max_generation} x{pcie.max_width} (GPU supports Gen{pcie.device_max_generation}{gpu_width}; "
+            f"now Gen{pcie.current_generation} x{pcie.current_width})")
 
 
 def summary(snapshot: NodeSnapshot, results: ActiveResults) -> list[str]:
