@@ -68,8 +68,9 @@ def stress(session: Session, ordinal: int, device: DeviceSnapshot) -> StressResu
             result.fp32_tflops = round(2 * fmas / gpu_seconds / 1e12, 2)
     if sampler is not None:
         sampler.finish()
-    session.progress.say(f"GPU {device.index}: stress done: {result.launches} launches, "
-                         f"{result.fp32_tflops} FP32 TFLOPS, {len(result.samples)} telemetry samples")
+    throughput = f"{result.fp32_tflops} FP32 TFLOPS" if result.fp32_tflops is not None else "no throughput measured"
+    session.progress.say(f"GPU {device.index}: stress done: {result.launches} launches, {throughput}, "
+                         f"{len(result.samples)} telemetry samples")
     return result
 
 
