@@ -131,6 +131,18 @@ def test_gpu_without_xid_events_is_left_to_the_kernel_log(node):
             watcher.stop()
 
 
+def test_a_gpu_with_an_unreadable_bus_id_does_not_stop_the_watcher(node):
+    node.gpus[1].bus_id = "not-a-bus-id"
+    with installed(node):
+        watcher, _ = watch()
+        try:
+            status = wait_for(lambda: watcher.status() if watcher.status().healthy else None)
+            assert status.covered_bus_ids == {"0000:19:00.0"}
+            assert "GPU 1" in status.error
+        finally:
+            watcher.stop()
+
+
 def test_failed_wait_reopens_the_session(node):
     with installed(node) as lib:
         events = nvml_events(lib)

@@ -172,7 +172,7 @@ class XidWatcher:
                     problems.append(f"GPU {index} ({bus_id}) does not support Xid events")
                     continue
                 nvml.nvmlDeviceRegisterEvents(handle, XID_CRITICAL_ERROR, session.event_set)
-            except nvml.NVMLError as exc:
+            except (nvml.NVMLError, ValueError) as exc:  # ValueError: a bus ID that cannot be normalised
                 problems.append(f"GPU {index}: {exc}")
                 continue
             session.bus_by_handle[_address(handle)] = bus_id
