@@ -150,3 +150,16 @@ def test_a_hung_first_gpu_does_not_starve_the_ones_after_it(tmp_path, node):
     hung, healthy = snapshot.devices
     assert not hung.reachable and "nvmlDeviceGetPowerUsage" in hung.errors[0].message
     assert healthy.reachable and healthy.power.draw_watts is not None and len(healthy.links) == 18
+
+
+def test_a_hung_open_is_not_called_again_while_it_hangs(tmp_path, node, monkeypatch):
+    monkeypatch.setattr(probe, "REOPEN_BACKOFF_SECONDS", 0.0)
+    node.hang_init = True
+    with installed(node) as lib, Collector(options(tmp_path, node, timeout=0.5)) as collector:
+        first = collector.collect()
+        second = collector.collect()
+        attempts = lib.calls["nvmlInitWithFlags"] + lib.calls["nvmlInit_v2"]
+    assert attempts == 1
+    for snapshot in (first, second):
+        info = snapshot.backend("nvml")
+        assert not info.available and info.error.kind is ErrorKind.TIMEOUT

@@ -82,6 +82,8 @@ class _BackendSlot:
         self.infos: list[BackendInfo] = []
         self.next_attempt = 0.0
         self.backoff = REOPEN_BACKOFF_SECONDS
+        # Opens and peer probes still hung from an earlier collection, by name: never start a second one.
+        self.in_flight: dict[str, deadline.Outcome] = {}
         # Device probes still hung from an earlier collection, by device index: never start a second one.
         self.hung: dict[int, deadline.Outcome] = {}
 
@@ -208,7 +210,7 @@ class Collector:
             if slot.due(now):
                 slot.infos = []
                 for backend in slot.chain:
-                    outcome = deadline.run_one(backend.open, _remaining(until), f"open-{backend.name}")
+                    outcome = _run_unless_hung(slot, f"open:{backend.name}", backend.open, until)
                     info = outcome.value if outcome.done and outcome.error is None else BackendInfo(
                         name=backend.name, vendor=vendor, error=_outcome_error(f"{backend.name}.open", outcome)
                     )
@@ -293,7 +295,7 @@ class Collector:
             if slot.active is None or len(reachable) < 2:
                 continue
             backend = slot.active
-            outcome = deadline.run_one(lambda t: backend.probe_peers(reachable, t), _remaining(until), "peers")
+            outcome = _run_unless_hung(slot, "peers", lambda t: backend.probe_peers(reachable, t), until)
             self._record_run(snapshot, f"peers:{backend.name}", outcome)
             if outcome.done and outcome.error is None:
                 snapshot.peers.extend(outcome.value)
@@ -337,6 +339,20 @@ def _local_cpus_from_sysfs(snapshot: NodeSnapshot) -> None:
                 device.cpu_affinity = parse_cpulist(pci.local_cpulist) or None
             except ValueError:
                 snapshot.errors.append(ProbeError("sysfs:local_cpulist", ErrorKind.ERROR, f"unparsable {pci.local_cpulist!r}"))
+
+
+def _run_unless_hung(slot: _BackendSlot, name: str, fn: Callable, until: float) -> deadline.Outcome:
+    """Run `fn` under the deadline, unless the same call from an earlier collection is still hung in the library:
+    then that earlier outcome is returned as it stands (a second call would only pile up behind the first)."""
+    previous = slot.in_flight.get(name)
+    if previous is not None and previous.still_running:
+        return previous
+    outcome = deadline.run_one(fn, _remaining(until), name)
+    if outcome.done:
+        slot.in_flight.pop(name, None)
+    else:
+        slot.in_flight[name] = outcome
+    return outcome
 
 
 def _remaining(until: float) -> float:

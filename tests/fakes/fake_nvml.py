@@ -184,6 +184,7 @@ class FakeNode:
     topology: dict[tuple[int, int], int] = field(default_factory=dict)
     p2p: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
     release: threading.Event = field(default_factory=threading.Event)  # frees every hung call
+    hang_init: bool = False  # nvmlInit blocks until `release` (a driver wedged before any device is reached)
 
     def __post_init__(self) -> None:
         for gpu in self.gpus:

@@ -87,6 +87,9 @@ class FakeNvmlLib:
         with self._lock:
             self.calls[name] += 1
         if kind == "system":
+            if name in ("nvmlInitWithFlags", "nvmlInit_v2") and self.node.hang_init:
+                self._hung_threads.append(threading.current_thread())
+                self.node.release.wait(HANG_LIMIT_SECONDS)
             if name not in ("nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString") and not self.init_count:
                 return UNINITIALIZED
             return impl(self, *args)
