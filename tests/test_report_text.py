@@ -29,3 +29,10 @@ def test_failures_lead_and_a_healthy_node_is_short():
     failing = render_text(snapshot, run_checks(snapshot)).splitlines()
     assert failing[2].startswith("Verdict: FAIL")
     assert failing[4].startswith("FAIL  memory.row_remap_pending  GPU 0")
+
+
+def test_a_family_not_asked_for_says_once_how_to_ask_for_it():
+    snapshot = nvidia_h200_node()
+    lines = render_text(snapshot, run_checks(snapshot)).splitlines()
+    (active,) = [line for line in lines if line.lstrip().startswith("active")]
+    assert "load tests were not run (gpudiag check --level 2 runs them)" in active and "skipped" not in active

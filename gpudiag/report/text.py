@@ -125,11 +125,18 @@ def _compact(value: Any, limit: int = 200) -> str:
 
 def _passed_block(results: list[CheckResult], verbose: bool, paint) -> list[str]:
     by_family: dict[str, Counter] = defaultdict(Counter)
+    skip_reasons: dict[str, set[str]] = defaultdict(set)
     for result in results:
         by_family[family_of(result.check)][result.status] += 1
+        if result.status is Status.SKIP:
+            skip_reasons[family_of(result.check)].add(result.message)
     lines = ["Checks by family:"]
     width = max((len(f) for f in by_family), default=0)
     for family, counts in by_family.items():
+        if set(counts) == {Status.SKIP} and len(skip_reasons[family]) == 1:
+            # A family not asked for (load tests, a baseline) says once why, and how to ask for it.
+            lines.append(f"  {family.ljust(width)}  {paint(Status.SKIP, next(iter(skip_reasons[family])))}")
+            continue
         parts = [
             paint(status, f"{counts[status]} {label}")
             for status, label in (
