@@ -75,18 +75,20 @@ def _split_ids(values: Optional[List[str]]) -> list[str]:
     return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
 
 
-def _collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float]):
-    from gpudiag.probe import CollectOptions
+def _collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float], parts=None):
+    """What to collect; `parts` (default: all) names the optional probe parts the selected checks judge."""
+    from gpudiag.probe import PROBE_PARTS, CollectOptions
 
     timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
     if not (root / "sys").is_dir() and root != Path("/"):
         raise UsageProblem(f"--root {root}: no sys/ directory under it")
     if kernel_log is not None and not kernel_log.is_file():
         raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
-    return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout)
+    return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout,
+                          parts=PROBE_PARTS if parts is None else parts)
 
 
-def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1):
+def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None):
     """Probe the node; at level 2 also run the load tests on its idle GPUs (progress on stderr), all within one
     deadline: --timeout, by default 10 s for the passive checks and 600 s with the load tests."""
     import time
@@ -97,7 +99,8 @@ def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], l
         timeout = ACTIVE_DEFAULT_TIMEOUT if level >= 2 else PASSIVE_DEFAULT_TIMEOUT
     started = time.monotonic()
     # The passive probe keeps its usual deadline; the load tests get the rest.
-    options = _collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout)
+    options = _collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
+                               parts)
     with stdout_to_stderr(), Collector(options) as collector:
         snapshot = collector.collect()
         if level >= 2:
@@ -177,19 +180,21 @@ def check(
     baseline_file: Optional[Path] = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it."),
 ) -> None:
     """Run every check and print the troubleshooting checklist."""
-    from gpudiag.checks import resolve_selection, run_checks
+    from gpudiag.checks import probe_parts_for, resolve_selection, run_checks
     from gpudiag.report import render, summarize
 
     only_ids, skip_ids = _split_ids(only), _split_ids(skip)
     try:
-        resolve_selection(only_ids, skip_ids)
+        selected = resolve_selection(only_ids, skip_ids)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     expectations = _expectations(profile, params or [], baseline_file)
     if replay is not None and level >= 2:
         raise UsageProblem("--level 2 load-tests this node's GPUs; a --replay recording cannot be load-tested")
 
-    snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout, level)
+    # Pay only for what the selection judges: `--only pcie` reads no NVLink counters, peers or kernel log.
+    parts = probe_parts_for(selected)
+    snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout, level, parts)
     results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)
 
     output_format = "json" if as_json else fmt.value

@@ -114,3 +114,12 @@ def test_checks_do_no_io_and_import_no_vendor_library(path):
     top_level = {m.split(".")[0] for m in modules}
     assert not top_level & _FORBIDDEN_MODULES, f"{path.name} imports {top_level & _FORBIDDEN_MODULES}"
     assert not [m for m in modules if m.startswith("gpudiag.probe")], f"{path.name} imports the probe layer"
+
+
+def test_every_optional_probe_part_has_the_checks_that_judge_it():
+    from gpudiag.checks import REGISTRY, probe_parts_for, resolve_selection
+    from gpudiag.probe import PROBE_PARTS
+
+    assert probe_parts_for(REGISTRY) == PROBE_PARTS  # the full checklist collects everything
+    assert probe_parts_for(resolve_selection(["pcie"])) == frozenset()
+    assert probe_parts_for(resolve_selection(["topology.link_errors", "kernel_log"])) == {"link_errors", "kernel_log"}

@@ -204,3 +204,13 @@ def test_golden_outputs_of_the_recorded_lab_nodes(capsys, name, fmt, suffix):
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(out)
     assert out == golden.read_text(), f"output differs from {golden} (GPUDIAG_UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_a_narrow_selection_pays_only_for_what_it_judges(capsys, healthy):
+    node, root = healthy
+    with installed(node) as lib:
+        code, out, _ = run(capsys, "check", "--root", str(root), "--only", "pcie", "--json")
+        narrow_calls = lib.calls["nvmlDeviceGetNvLinkErrorCounter"]
+        run(capsys, "check", "--root", str(root), "--json")
+    assert code == 0 and {r["check"].split(".")[0] for r in json.loads(out)["results"]} == {"pcie"}
+    assert narrow_calls == 0 and lib.calls["nvmlDeviceGetNvLinkErrorCounter"] == 2 * 18 * 4

@@ -163,3 +163,22 @@ def test_a_hung_open_is_not_called_again_while_it_hangs(tmp_path, node, monkeypa
     for snapshot in (first, second):
         info = snapshot.backend("nvml")
         assert not info.available and info.error.kind is ErrorKind.TIMEOUT
+
+
+def test_parts_nothing_judges_are_not_collected(tmp_path, node):
+    from gpudiag.probe import PROBE_PARTS
+
+    with installed(node) as lib:
+        lean = collect(CollectOptions(root=sysfs_for(node, tmp_path).root, parts=frozenset()))
+        lean_counter_calls = lib.calls["nvmlDeviceGetNvLinkErrorCounter"]
+        full = collect(CollectOptions(root=tmp_path, parts=PROBE_PARTS))
+    assert lean_counter_calls == 0 and lib.calls["nvmlDeviceGetNvLinkErrorCounter"] > 0
+    assert all(link.error_counters == {} for d in lean.devices for link in d.links)
+    assert all(len(d.links) == 18 and all(link.up for link in d.links) for d in lean.devices)  # states still read
+    assert lean.peers == [] and lean.kernel_log.source is None
+    assert full.peers and full.kernel_log.readable
+
+
+def test_an_unknown_probe_part_is_refused():
+    with pytest.raises(ValueError, match="unknown probe part"):
+        CollectOptions(parts=frozenset({"everything"}))

@@ -66,6 +66,21 @@ def resolve_selection(only: Iterable[str] = (), skip: Iterable[str] = ()) -> lis
     return [c for c in REGISTRY if (not only_ids or c.id in only_ids) and c.id not in skip_ids]
 
 
+# The optional parts of a collection (gpudiag.probe.PROBE_PARTS) and the checks that judge them: a selection that
+# holds none of a part's checks lets the probe skip it.
+_PART_CHECKS = {
+    "kernel_log": ("kernel_log.",),
+    "peers": ("topology.p2p", "baseline.fabric", "active."),
+    "link_errors": ("topology.link_errors",),
+}
+
+
+def probe_parts_for(checks: Iterable[Check]) -> frozenset[str]:
+    """The optional probe parts that the given checks judge."""
+    ids = [c.id for c in checks]
+    return frozenset(part for part, prefixes in _PART_CHECKS.items() if any(i.startswith(prefixes) for i in ids))
+
+
 def _run_one(check: Check, snapshot: NodeSnapshot, expectations: Expectations) -> list[CheckResult]:
     """The check's results, each with its automation verdict (checks/verdicts.py)."""
     try:

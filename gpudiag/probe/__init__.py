@@ -43,18 +43,28 @@ REOPEN_BACKOFF_SECONDS = 15.0
 REOPEN_BACKOFF_MAX_SECONDS = 300.0
 
 
+# Optional parts of a collection, each costly enough to skip when nothing will judge it (`check --only pcie`).
+PROBE_PARTS = frozenset({"kernel_log", "peers", "link_errors"})
+
+
 @dataclass
 class CollectOptions:
     root: Path = Path("/")
     kernel_log_file: Optional[Path] = None
     timeout_seconds: float = 10.0
     read_kernel_log: bool = True
+    parts: frozenset = PROBE_PARTS  # which of PROBE_PARTS to collect
+
+    def __post_init__(self) -> None:
+        unknown = set(self.parts) - PROBE_PARTS
+        if unknown:
+            raise ValueError(f"unknown probe part(s) {sorted(unknown)}; known: {sorted(PROBE_PARTS)}")
 
 
 def _nvidia_backends(options: CollectOptions) -> list[Backend]:
     from gpudiag.probe.nvml import NvmlBackend
 
-    return [NvmlBackend()]
+    return [NvmlBackend(link_errors="link_errors" in options.parts)]
 
 
 def _amd_backends(options: CollectOptions) -> list[Backend]:
@@ -178,7 +188,9 @@ class Collector:
         self._record_run(snapshot, "host", outcome)
 
     def _start_kernel_log(self) -> Optional[Callable[[float], deadline.Outcome]]:
-        if not self.options.read_kernel_log and self.options.kernel_log_file is None:
+        if "kernel_log" not in self.options.parts or (
+            not self.options.read_kernel_log and self.options.kernel_log_file is None
+        ):
             return None
         from gpudiag.probe import kernel_log
 
@@ -290,6 +302,8 @@ class Collector:
             )
 
     def _collect_peers(self, snapshot: NodeSnapshot, until: float) -> None:
+        if "peers" not in self.options.parts:
+            return
         for vendor, slot in self._slots.items():
             reachable = [d for d in snapshot.devices if d.vendor == vendor and d.reachable]
             if slot.active is None or len(reachable) < 2:

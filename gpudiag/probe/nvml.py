@@ -46,7 +46,8 @@ class NvmlBackend:
     name = "nvml"
     vendor = Vendor.NVIDIA
 
-    def __init__(self) -> None:
+    def __init__(self, link_errors: bool = True) -> None:
+        self._link_errors = link_errors  # read the NVLink error counters (the bulk of the probe's time)
         self._nvml: Any = None  # the pynvml module, once imported
         self._initialised = False
         self._count = 0
@@ -105,7 +106,7 @@ class NvmlBackend:
                 device.reachable = False
                 return device
             self._handles[index] = handle
-            read_device(call, handle, device)
+            read_device(call, handle, device, self._link_errors)
         except DeviceLost:
             self._lost.add(index)
             self._handles.pop(index, None)

@@ -35,7 +35,7 @@ INFOROM_OBJECTS = (("inforom_oem", "NVML_INFOROM_OEM"), ("inforom_ecc", "NVML_IN
                    ("inforom_power", "NVML_INFOROM_POWER"))
 
 
-def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot) -> None:
+def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot, link_errors: bool = True) -> None:
     """Fill `device` from NVML. Identity comes first: if a later call hangs, the partial snapshot (the tracker's
     `partial`) already says which GPU it is."""
     read_identity(call, handle, device)
@@ -51,7 +51,7 @@ def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot) -> None:
     read_memory_usage(call, handle, device)
     read_modes(call, handle, device)
     link_count = fields.get("NVML_FI_DEV_NVLINK_LINK_COUNT")
-    device.links = nvml_links.read_nvlinks(call, handle, None if link_count is None else int(link_count))
+    device.links = nvml_links.read_nvlinks(call, handle, None if link_count is None else int(link_count), link_errors)
     read_affinity(call, handle, device)
     device.processes = read_processes(call, handle)
 
