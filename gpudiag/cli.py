@@ -124,6 +124,8 @@ def _load_replay(path: Path):
 
 def _expectations(profile: Optional[str], params: list[str], baseline_file: Optional[Path]):
     """Defaults, then the profile, the -p overrides and the golden baseline; bad input is one line, exit 2."""
+    if profile is None and not params and baseline_file is None:
+        return None  # the defaults: no TOML parser or baseline reader to import on the common path
     import dataclasses
 
     from gpudiag.baseline import BaselineError, load_baseline
