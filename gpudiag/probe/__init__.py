@@ -34,6 +34,7 @@ from gpudiag.model import (
 )
 from gpudiag.probe import deadline
 from gpudiag.probe.base import Backend, DeviceLost
+from gpudiag.probe.standins import lost_device, outcome_error, unreachable_device
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,8 @@ class Collector:
         if outcome.done and outcome.error is None:
             return outcome.value
         if outcome.done and isinstance(outcome.error, DeviceLost):
-            return _lost(device.vendor, backend.name, device.index, outcome)
-        return _unreachable(device.vendor, backend.name, device.index, outcome)
+            return lost_device(device.vendor, backend.name, device.index, outcome)
+        return unreachable_device(device.vendor, backend.name, device.index, outcome)
 
     def close(self) -> None:
         for slot in self._slots.values():
@@ -207,7 +208,7 @@ class Collector:
         if outcome.done and outcome.error is None:
             snapshot.kernel_log = outcome.value
         else:
-            snapshot.kernel_log.error = _outcome_error("kernel_log", outcome)
+            snapshot.kernel_log.error = outcome_error("kernel_log", outcome)
 
     def _open_backends(self, snapshot: NodeSnapshot, until: float) -> None:
         """Open each relevant vendor's backend chain (or reuse the open one), recording what every link said."""
@@ -224,7 +225,7 @@ class Collector:
                 for backend in slot.chain:
                     outcome = _run_unless_hung(slot, f"open:{backend.name}", backend.open, until)
                     info = outcome.value if outcome.done and outcome.error is None else BackendInfo(
-                        name=backend.name, vendor=vendor, error=_outcome_error(f"{backend.name}.open", outcome)
+                        name=backend.name, vendor=vendor, error=outcome_error(f"{backend.name}.open", outcome)
                     )
                     # An open that returned without raising but left the library unusable is a failure too.
                     snapshot.collectors.append(CollectorRun(
@@ -259,12 +260,12 @@ class Collector:
             backend = slot.active
             count_outcome = deadline.run_one(lambda t, b=backend: b.device_count(), _remaining(until), "count")
             if not count_outcome.done or count_outcome.error is not None:
-                snapshot.errors.append(_outcome_error(f"{backend.name}.device_count", count_outcome))
+                snapshot.errors.append(outcome_error(f"{backend.name}.device_count", count_outcome))
                 continue
             for index in range(count_outcome.value):
                 previous = slot.hung.get(index)
                 if previous is not None and previous.still_running:
-                    stuck.append(_unreachable(vendor, backend.name, index, previous, still_hung=True))
+                    stuck.append(unreachable_device(vendor, backend.name, index, previous, still_hung=True))
                     continue
                 slot.hung.pop(index, None)
                 jobs[(vendor, index)] = lambda t, b=backend, i=index: b.probe_device(i, t)
@@ -277,15 +278,15 @@ class Collector:
             if outcome.done and outcome.error is None:
                 devices.append(outcome.value)
             elif outcome.done and isinstance(outcome.error, DeviceLost):
-                devices.append(_lost(vendor, backend.name, index, outcome))
+                devices.append(lost_device(vendor, backend.name, index, outcome))
             elif outcome.done:
                 log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error)
-                devices.append(_unreachable(vendor, backend.name, index, outcome))
+                devices.append(unreachable_device(vendor, backend.name, index, outcome))
             elif outcome.started:
                 self._slots[vendor].hung[index] = outcome
-                devices.append(_unreachable(vendor, backend.name, index, outcome))
+                devices.append(unreachable_device(vendor, backend.name, index, outcome))
             else:
-                devices.append(_unreachable(vendor, backend.name, index, outcome))
+                devices.append(unreachable_device(vendor, backend.name, index, outcome))
         devices.extend(stuck)
         snapshot.devices = sorted(devices, key=lambda d: (d.vendor.value, d.index))
         for vendor, slot in self._slots.items():
@@ -314,7 +315,7 @@ class Collector:
             if outcome.done and outcome.error is None:
                 snapshot.peers.extend(outcome.value)
             else:
-                snapshot.errors.append(_outcome_error(f"{backend.name}.peers", outcome))
+                snapshot.errors.append(outcome_error(f"{backend.name}.peers", outcome))
 
     def _describe_processes(self, snapshot: NodeSnapshot) -> None:
         from gpudiag.probe import host
@@ -327,7 +328,7 @@ class Collector:
     def _record_run(snapshot: NodeSnapshot, name: str, outcome: deadline.Outcome) -> None:
         error = None
         if not outcome.done or outcome.error is not None:
-            error = _outcome_error(name, outcome).message
+            error = outcome_error(name, outcome).message
         snapshot.collectors.append(
             CollectorRun(name=name, success=error is None, duration_seconds=round(outcome.elapsed_seconds, 4), error=error)
         )
@@ -371,44 +372,3 @@ def _run_unless_hung(slot: _BackendSlot, name: str, fn: Callable, until: float) 
 
 def _remaining(until: float) -> float:
     return max(0.0, until - time.monotonic())
-
-
-def _outcome_error(source: str, outcome: deadline.Outcome) -> ProbeError:
-    if not outcome.started:
-        return ProbeError(source=source, kind=ErrorKind.TIMEOUT,
-                          message="not probed: the deadline passed while earlier devices were probed")
-    if not outcome.done:
-        hung_in = outcome.tracker.current or "the backend"
-        return ProbeError(
-            source=source,
-            kind=ErrorKind.TIMEOUT,
-            message=f"no answer within the deadline (hung in {hung_in} after {outcome.elapsed_seconds:.1f}s)",
-        )
-    error = outcome.error
-    kind = ErrorKind.NO_PERMISSION if isinstance(error, PermissionError) else ErrorKind.ERROR
-    return ProbeError(source=source, kind=kind, message=f"{type(error).__name__}: {error}")
-
-
-def _identity_of(index: int, vendor: Vendor, source: str, outcome: deadline.Outcome) -> DeviceSnapshot:
-    """A stand-in for a device that could not be probed, keeping whatever identity was read before it stopped."""
-    device = DeviceSnapshot(index=index, vendor=vendor, source=source, reachable=False)
-    partial = outcome.tracker.partial
-    if isinstance(partial, DeviceSnapshot):
-        for name in ("pci_bus_id", "uuid", "name", "serial"):
-            setattr(device, name, getattr(partial, name))
-    return device
-
-
-def _unreachable(vendor: Vendor, source: str, index: int, outcome: deadline.Outcome, still_hung: bool = False):
-    device = _identity_of(index, vendor, source, outcome)
-    error = _outcome_error(f"{source}.device", outcome)
-    if still_hung:
-        error.message = f"a call from an earlier collection is still hung ({outcome.tracker.current or 'unknown call'})"
-    device.errors.append(error)
-    return device
-
-
-def _lost(vendor: Vendor, source: str, index: int, outcome: deadline.Outcome) -> DeviceSnapshot:
-    device = _identity_of(index, vendor, source, outcome)
-    device.errors.append(ProbeError(source=f"{source}.device", kind=ErrorKind.GPU_LOST, message=str(outcome.error)))
-    return device
