@@ -52,3 +52,14 @@ def test_promtool_accepts_the_load_test_series(measured):
     text = render_textfile(measured, run_checks(measured))
     done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+RECORDED_METRICS = sorted((H200X2.parent).glob("*/recorded/*.prom")) + sorted(H200X2.parent.glob("*/recorded/*.metrics.txt"))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")
+@pytest.mark.parametrize("path", RECORDED_METRICS, ids=lambda p: p.name)
+def test_promtool_accepts_what_the_lab_machines_exported(path):
+    done = subprocess.run(["promtool", "check", "metrics"], input=path.read_text(), capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")
