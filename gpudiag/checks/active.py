@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 from gpudiag.checks.active_links import ActiveExpectations, Target, expected_host_copy, expected_peer_copy
 from gpudiag.checks.common import Check, failed, passed, reset_command, skipped, unknown, verdict, warned
-from gpudiag.checks.thermal import _THERMAL_REASONS, _cooling_advice, _judge_sensor
+from gpudiag.checks.thermal import THERMAL_REASONS, cooling_advice, judge_sensor
 from gpudiag.expect import Expectations
 from gpudiag.model import (
     STATUS_SEVERITY,
@@ -241,7 +241,7 @@ def memtest(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
 # --- stress --------------------------------------------------------------------------------------------------------
 
 # Beyond the thermal reasons (thermal.py): the external power brake is a hardware slowdown as well.
-_STRESS_REASONS = {**_THERMAL_REASONS, "hw_power_brake": Status.FAIL}
+_STRESS_REASONS = {**THERMAL_REASONS, "hw_power_brake": Status.FAIL}
 
 
 def _judge_stress(snapshot: NodeSnapshot, expect: Expectations, limits: ActiveExpectations
@@ -275,7 +275,7 @@ def _judge_stress(snapshot: NodeSnapshot, expect: Expectations, limits: ActiveEx
             hottest = TemperatureSensor(current_celsius=max(temperatures), slowdown_celsius=sensor.slowdown_celsius,
                                         shutdown_celsius=sensor.shutdown_celsius,
                                         max_operating_celsius=sensor.max_operating_celsius)
-            judged = _judge_sensor("peak temperature", hottest, expect.thermal_warn_margin_celsius)
+            judged = judge_sensor("peak temperature", hottest, expect.thermal_warn_margin_celsius)
             if judged is not None and judged[0] != Status.PASS:
                 findings.append(judged)
         if stress.error is not None:
@@ -292,7 +292,7 @@ def _judge_stress(snapshot: NodeSnapshot, expect: Expectations, limits: ActiveEx
                        expected={"no_hardware_slowdown": True, "min_sm_clock_mhz": round(
                            limits.stress_clock_fail_ratio * reference) if reference else None},
                        remediation=("A GPU that slows down within a minute of load will hold back every job on "
-                                    "it. " + _cooling_advice(device) + " A power-brake slowdown is asserted by the "
+                                    "it. " + cooling_advice(device) + " A power-brake slowdown is asserted by the "
                                     "chassis: check the PSUs and the BMC's power-capping events."))
     return judge
 

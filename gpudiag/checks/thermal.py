@@ -27,13 +27,13 @@ THROTTLE = "thermal.throttle"
 _TEMPERATURE_TOPICS = ("temp", "metrics")
 
 
-def _cooling_advice(device: DeviceSnapshot) -> str:
+def cooling_advice(device: DeviceSnapshot) -> str:
     return (f"Check the node's airflow: fan status and speed in the BMC, blanking panels, blocked or reversed air "
             f"paths, inlet temperature against the server's spec, and for a single hot GPU its heatsink seating. "
             f"Confirm with `{query_command(device, 'TEMPERATURE,PERFORMANCE', 'metric --temperature')}`.")
 
 
-def _judge_sensor(name: str, sensor: TemperatureSensor, margin: float) -> Optional[tuple[Status, str]]:
+def judge_sensor(name: str, sensor: TemperatureSensor, margin: float) -> Optional[tuple[Status, str]]:
     """(status, finding) for one sensor, or None when it has no reading or no limit to compare with."""
     current = sensor.current_celsius
     if current is None:
@@ -59,7 +59,7 @@ def _temperature(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     check_id = TEMPERATURE
     if not any(s.current_celsius is not None for s in device.temperatures.values()):
         return not_available(check_id, device, "temperatures", _TEMPERATURE_TOPICS)
-    findings = {name: _judge_sensor(name, sensor, expect.thermal_warn_margin_celsius)
+    findings = {name: judge_sensor(name, sensor, expect.thermal_warn_margin_celsius)
                 for name, sensor in device.temperatures.items()}
     judged = {name: f for name, f in findings.items() if f is not None}
     observed = {name: s.current_celsius for name, s in device.temperatures.items()}
@@ -74,14 +74,14 @@ def _temperature(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     else:
         message = f"{device.label}: " + "; ".join(text for s, text in judged.values() if s == status)
     return verdict(check_id, status, device, message, observed=observed, expected=expected,
-                   remediation=_cooling_advice(device))
+                   remediation=cooling_advice(device))
 
 
 # Vendor-neutral throttle reasons (model.THROTTLE_REASONS) that are thermal, and how bad each is. Hardware
 # slowdowns halve the clocks or more (NVML: HwThermalSlowdown, HwSlowdown); AMD PROCHOT is the hardware thermal
 # throttle line. Software thermal slowdown and AMD's socket/VR/HBM thermal violations are the firmware holding a
 # temperature target: real, but the GPU keeps running near its clocks.
-_THERMAL_REASONS = {
+THERMAL_REASONS = {
     "hw_thermal_slowdown": Status.FAIL,
     "prochot": Status.FAIL,
     "hw_slowdown": Status.FAIL,
@@ -97,7 +97,7 @@ def _throttle(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     reasons = device.clocks.throttle_reasons
     if reasons is None:
         return not_available(check_id, device, "throttle reasons", THROTTLE_TOPICS)
-    active = [r for r in reasons if r in _THERMAL_REASONS]
+    active = [r for r in reasons if r in THERMAL_REASONS]
     # HwSlowdown is also raised by the external power brake; power.brake reports that case.
     if "hw_power_brake" in reasons and "hw_thermal_slowdown" not in reasons:
         active = [r for r in active if r != "hw_slowdown"]
@@ -105,11 +105,11 @@ def _throttle(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     if not active:
         return passed(check_id, device, f"{device.label}: no thermal throttling", observed=observed,
                       expected="no thermal throttle reason")
-    status = max((_THERMAL_REASONS[r] for r in active), key=STATUS_SEVERITY.__getitem__)
+    status = max((THERMAL_REASONS[r] for r in active), key=STATUS_SEVERITY.__getitem__)
     return verdict(check_id, status, device, f"{device.label} is thermally throttled: {', '.join(active)}",
                    observed=observed, expected="no thermal throttle reason",
                    remediation=(f"The GPU is shedding clocks to stay within its temperature limits; jobs on it run "
-                                f"slower than on its peers. {_cooling_advice(device)}"))
+                                f"slower than on its peers. {cooling_advice(device)}"))
 
 
 CHECKS = (
