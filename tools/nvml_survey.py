@@ -6,6 +6,7 @@ Usage: python3 tools/nvml_survey.py OUT.json
 
 from __future__ import annotations
 
+import ctypes
 import json
 import sys
 import time
@@ -77,6 +78,18 @@ def device_questions(h):
         "supported_events": (n.nvmlDeviceGetSupportedEventTypes, h),
         "fields_pcie": (lambda hh: [(f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal) for f in n.nvmlDeviceGetFieldValues(hh, [82, 94, 95, 142, 143, 144, 145, 173, 174, 175, 176, 177, 178, 179, 180, 181, 182, 183, 185, 186, 230])], h),
     }
+    # What the driver itself says about the GPU's health (issue "No false healthy"): the NVSwitch fabric state, the
+    # unrepairable-memory flag, SRAM ECC, and the throttle time counters (violation status and clock-event fields).
+    q["fabric_v"] = (_fabric_info_v, h)
+    q["fabric"] = (n.nvmlDeviceGetGpuFabricInfo, h)
+    q["unrepairable_memory"] = (n.nvmlDeviceGetUnrepairableMemoryFlag_v1, h)
+    q["sram_ecc_status"] = (_sram_ecc_status, h)
+    q["sram_vol_unc"] = (n.nvmlDeviceGetMemoryErrorCounter, h, 1, 0, n.NVML_MEMORY_LOCATION_SRAM)
+    q["sram_agg_unc"] = (n.nvmlDeviceGetMemoryErrorCounter, h, 1, 1, n.NVML_MEMORY_LOCATION_SRAM)
+    q["dram_agg_unc"] = (n.nvmlDeviceGetMemoryErrorCounter, h, 1, 1, n.NVML_MEMORY_LOCATION_DRAM)
+    for policy in range(12):
+        q[f"violation_{policy}"] = (n.nvmlDeviceGetViolationStatus, h, policy)
+    q["fields_health"] = (lambda hh: [(f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal) for f in n.nvmlDeviceGetFieldValues(hh, [74, 75, 76, 77, 78, 79, 80, 81, 169, 230, 269, 270, 271])], h)
     for obj, name in ((0, "oem"), (1, "ecc"), (2, "power")):
         q[f"inforom_{name}"] = (n.nvmlDeviceGetInforomVersion, h, obj)
     for link in range(n.NVML_NVLINK_MAX_LINKS):
@@ -88,6 +101,20 @@ def device_questions(h):
         for counter in range(5):
             q[f"nvlink{link}_err{counter}"] = (n.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
     return q
+
+
+def _fabric_info_v(h):
+    info = n.c_nvmlGpuFabricInfo_v3_t()
+    info.version = n.nvmlGpuFabricInfo_v3
+    n.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
+    return info
+
+
+def _sram_ecc_status(h):
+    status = n.c_nvmlEccSramErrorStatus_v1_t()
+    status.version = n.nvmlEccSramErrorStatus_v1
+    n.nvmlDeviceGetSramEccErrorStatus(h, ctypes.byref(status))
+    return status
 
 
 def main(path: str) -> None:
