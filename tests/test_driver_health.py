@@ -19,6 +19,7 @@ from gpudiag.cli import main
 from gpudiag.expect import Expectations
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.probe import CollectOptions, collect
+from gpudiag.recording import load_snapshot, save_snapshot
 from tests.exporter_support import series, value
 from tests.fakes.fake_nvml import FakeGpu, FakeNode, installed
 from tests.nvidia_node import sysfs_for
@@ -343,3 +344,19 @@ def test_a_snapshot_recorded_before_these_fields_skips_saying_so(tmp_path):
     results = run_checks(NodeSnapshot(devices=[gpu]), only=list(NEW_CHECKS))
     assert {r.status for r in results} == {Status.SKIP}
     assert all("older gpudiag" in r.message for r in results)
+
+
+def test_a_recorded_snapshot_replays_the_driver_health_and_its_verdicts(tmp_path, capsys, booted):
+    node = FakeNode.hgx_h200(2)
+    node.gpus[1].health.fabric_state = pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED
+    node.gpus[0].health.recovery_action = pynvml.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT
+    sysfs_for(node, tmp_path / "root")
+    with installed(node):
+        snapshot = collect(CollectOptions(root=tmp_path / "root", read_kernel_log=False))
+    save_snapshot(snapshot, tmp_path / "node.json")
+    assert load_snapshot(tmp_path / "node.json").devices[1].driver_health == snapshot.devices[1].driver_health
+    code = main(["check", "--json", "--replay", str(tmp_path / "node.json"), "--only", ",".join(NEW_CHECKS)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert result_of(report, "topology.fabric", 1)["status"] == "fail"
+    assert result_of(report, "driver.recovery_action", 0)["action"] == "reboot"

@@ -89,7 +89,9 @@ def _judge(device: DeviceSnapshot, snapshot: NodeSnapshot, expect: Expectations)
         return skipped(FABRIC, device, f"{device.label} is not part of an NVSwitch fabric (a PCIe card, or a VM or "
                                        f"slice without NVSwitch): nothing for a fabric manager to set up")
     uptime = uptime_seconds(snapshot)
-    observed = {**dataclasses.asdict(fabric), "seconds_since_boot": None if uptime is None else round(uptime)}
+    # What the driver reported (fields it left empty are omitted, so that the checklist shows what matters).
+    observed = {"state": fabric.state, "seconds_since_boot": None if uptime is None else round(uptime),
+                **{k: v for k, v in dataclasses.asdict(fabric).items() if k != "state" and v not in (None, {})}}
     expected = "fabric state completed, status success, health not degraded"
     if fabric.state in _SETTING_UP:
         return _not_set_up(device, fabric, observed, uptime, expect.fabric_setup_grace_seconds)
