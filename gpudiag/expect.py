@@ -123,6 +123,12 @@ class Expectations:
     # Any NVLink/XGMI error counter (replay, recovery, CRC) above this count since driver load warns. Healthy
     # links accumulate a few CRC/replay events over weeks; hundreds mean a marginal link or cable/cartridge.
     link_error_warn_count: int = 100
+    # How long after boot the NVSwitch fabric may still be unset (fabric state not started / in progress) before
+    # topology.fabric fails instead of warning. nvidia-fabricmanager starts with the driver and trains the NVSwitch
+    # and GPU NVLinks within a minute or two on HGX boards; 10 minutes leaves room for slow driver loads and
+    # persistence daemons while a fabric manager that never finishes (stopped, or a driver/FM version mismatch)
+    # still fails well before jobs land on a node where CUDA answers error 802 (cudaErrorSystemNotReady).
+    fabric_setup_grace_seconds: float = 600.0
 
     # --- partitions, driver, host prerequisites (None / False: not required) ----------------------------------
     expected_compute_partition: Optional[str] = None  # AMD: one of COMPUTE_PARTITIONS

@@ -17,4 +17,6 @@ python3 tools/nvml_survey.py "$d/nvml-survey.json" 2>> "$d/check.stderr"
 bash tools/capture_sysfs.sh "$d/sysfs.tar.gz"
 { cat /proc/driver/nvidia/version; echo ---; cat /proc/version; echo ---; cat /proc/modules; } > "$d/proc.txt" 2>&1
 nvidia-smi -q > "$d/nvidia-smi-q.txt" 2>&1
+# The NVSwitch fabric as the fabric manager left it (topology.fabric): its service state and the fabric section.
+{ systemctl status nvidia-fabricmanager --no-pager; echo ---; nvidia-smi -q | grep -A12 '^    Fabric'; } > "$d/fabric.txt" 2>&1
 python3 bench/check_vs_nvidia_smi.py --runs 15 --json "$d/bench.json" > "$d/bench.txt" 2>&1

@@ -81,7 +81,7 @@ def device_questions(h):
     # What the driver itself says about the GPU's health (issue "No false healthy"): the NVSwitch fabric state, the
     # unrepairable-memory flag, SRAM ECC, and the throttle time counters (violation status and clock-event fields).
     q["fabric_v"] = (_fabric_info_v, h)
-    q["fabric"] = (n.nvmlDeviceGetGpuFabricInfo, h)
+    q["fabric"] = (_fabric_info_v1, h)
     q["unrepairable_memory"] = (n.nvmlDeviceGetUnrepairableMemoryFlag_v1, h)
     q["sram_ecc_status"] = (_sram_ecc_status, h)
     q["sram_vol_unc"] = (n.nvmlDeviceGetMemoryErrorCounter, h, 1, 0, n.NVML_MEMORY_LOCATION_SRAM)
@@ -90,6 +90,8 @@ def device_questions(h):
     for policy in range(12):
         q[f"violation_{policy}"] = (n.nvmlDeviceGetViolationStatus, h, policy)
     q["fields_health"] = (lambda hh: [(f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal) for f in n.nvmlDeviceGetFieldValues(hh, [74, 75, 76, 77, 78, 79, 80, 81, 169, 230, 269, 270, 271])], h)
+    # Device-memory (DRAM) ECC fields the probe batches for the SRAM/DRAM split: SBE/DBE volatile, aggregate.
+    q["fields_dram"] = (lambda hh: [(f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal) for f in n.nvmlDeviceGetFieldValues(hh, [11, 12, 22, 23])], h)
     for obj, name in ((0, "oem"), (1, "ecc"), (2, "power")):
         q[f"inforom_{name}"] = (n.nvmlDeviceGetInforomVersion, h, obj)
     for link in range(n.NVML_NVLINK_MAX_LINKS):
@@ -107,6 +109,13 @@ def _fabric_info_v(h):
     info = n.c_nvmlGpuFabricInfo_v3_t()
     info.version = n.nvmlGpuFabricInfo_v3
     n.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
+    return info
+
+
+def _fabric_info_v1(h):
+    """The unversioned R525 call, which the probe falls back to on drivers without nvmlDeviceGetGpuFabricInfoV."""
+    info = n.c_nvmlGpuFabricInfo_t()
+    n.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
     return info
 
 

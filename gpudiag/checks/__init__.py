@@ -14,12 +14,14 @@ from gpudiag.checks import (
     baseline,
     driver,
     ecc,
+    fabric,
     firmware,
     host,
     inventory,
     kernel_log,
     pcie,
     power,
+    recovery,
     thermal,
     topology,
     workload,
@@ -33,8 +35,8 @@ log = logging.getLogger(__name__)
 
 # Checklist order: from "is there a driver at all" down to "what runs on it".
 REGISTRY: tuple[Check, ...] = (
-    driver.CHECKS + inventory.CHECKS + pcie.CHECKS + ecc.CHECKS + thermal.CHECKS + power.CHECKS
-    + topology.CHECKS + firmware.CHECKS + kernel_log.CHECKS + host.CHECKS + workload.CHECKS
+    driver.CHECKS + recovery.CHECKS + inventory.CHECKS + pcie.CHECKS + ecc.CHECKS + thermal.CHECKS + power.CHECKS
+    + topology.CHECKS + fabric.CHECKS + firmware.CHECKS + kernel_log.CHECKS + host.CHECKS + workload.CHECKS
     + active.CHECKS  # judged from snapshot.active (`check --level 2`); skipped with that hint otherwise
     + baseline.CHECKS  # judged against Expectations.baseline (`check --baseline FILE`); skipped otherwise
 )

@@ -180,6 +180,19 @@ def not_available(check_id: str, device: DeviceSnapshot, what: str, topics: Iter
     return skipped(check_id, device, f"{what} is not supported on {device.label} ({device.name or 'unknown model'})")
 
 
+def driver_health_missing(check_id: str, device: DeviceSnapshot, attribute: str, what: str,
+                          topics: Iterable[str]) -> Optional[CheckResult]:
+    """The result for a DeviceSnapshot.driver_health value that is absent (None when it is there): skip when nothing
+    read the driver's verdicts (a snapshot recorded by an older gpudiag) or the driver lacks it, unknown when a probe
+    error explains it."""
+    if device.driver_health is None:
+        return skipped(check_id, device, f"the driver's health verdicts of {device.label} were not read (a snapshot "
+                                         f"recorded by an older gpudiag)")
+    if getattr(device.driver_health, attribute) is None:
+        return not_available(check_id, device, what, topics)
+    return None
+
+
 def physical_devices(snapshot: NodeSnapshot) -> list[DeviceSnapshot]:
     """The devices that stand for a physical GPU (an AMD partition other than the first is left out, so that CPX
     mode does not repeat a physical fact eight times)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpudiag.checks.common import (
     FIELD_BATCH,
     device_check,
+    driver_health_missing,
     failed,
     not_available,
     passed,
@@ -30,11 +31,15 @@ REMAP_PENDING = "memory.row_remap_pending"
 REMAP_FAILURE = "memory.row_remap_failure"
 RETIRED_PAGES = "memory.retired_pages"
 BAD_PAGES = "memory.bad_pages"
+SRAM = "ecc.sram"
+UNREPAIRABLE = "memory.unrepairable"
 
 _ECC_TOPICS = ("ecc", "ras", FIELD_BATCH)
 _REMAP_TOPICS = ("remap", FIELD_BATCH)
 _RETIRED_TOPICS = ("retired", FIELD_BATCH)
 _BAD_PAGE_TOPICS = ("bad_page", "bad page", "reserved_pages", "ras")
+_SRAM_TOPICS = ("sramecc",)
+_UNREPAIRABLE_TOPICS = ("unrepairable",)
 
 
 def _ecc_query(device: DeviceSnapshot) -> str:
@@ -261,15 +266,69 @@ def _bad_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
                   expected=expected)
 
 
+def _sram(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    """SRAM (on-chip caches, register files) cannot be repaired by row remapping: uncorrectable SRAM errors, and the
+    field diagnostic's SRAM error threshold (bThresholdExceeded of nvmlEccSramErrorStatus_v1_t, NVML API reference),
+    are RMA criteria. DRAM errors stay with ecc.uncorrected and memory.row_remap_* (reset to remap, RMA when a remap
+    fails)."""
+    missing = driver_health_missing(SRAM, device, "sram_aggregate_uncorrected", "SRAM ECC counts", _SRAM_TOPICS)
+    if missing is not None:
+        return missing
+    health = device.driver_health
+    observed = {"volatile_uncorrected": health.sram_volatile_uncorrected,
+                "aggregate_uncorrected": health.sram_aggregate_uncorrected,
+                "aggregate_corrected": health.sram_aggregate_corrected,
+                "uncorrected_by_unit": health.sram_uncorrected_by_unit,
+                "threshold_exceeded": health.sram_threshold_exceeded}
+    expected = "no uncorrectable SRAM errors, SRAM error threshold not exceeded"
+    remediation = (f"SRAM errors are not repaired by row remapping; NVIDIA's field diagnostic treats them as an RMA "
+                   f"criterion. Drain the GPU and {_rma_advice(device)}. Confirm with "
+                   f"`nvidia-smi -q -i {device.index} -d ECC` (SRAM Uncorrectable, SRAM Threshold Exceeded).")
+    if health.sram_threshold_exceeded:
+        return with_verdict(failed(SRAM, device, f"{device.label}: its SRAM error count is past NVIDIA's "
+                                                 f"field-diagnostic threshold",
+                                   observed=observed, expected=expected, remediation=remediation),
+                            "rma", "GPUDIAG-ECC-SRAM-THRESHOLD")
+    uncorrected = max(health.sram_aggregate_uncorrected or 0, health.sram_volatile_uncorrected or 0)
+    if uncorrected:
+        units = ", ".join(f"{n} {unit}" for unit, n in health.sram_uncorrected_by_unit.items() if n)
+        return failed(SRAM, device, f"{device.label}: {uncorrected} uncorrectable SRAM ECC error(s)"
+                                    + (f" ({units})" if units else ""),
+                      observed=observed, expected=expected, remediation=remediation)
+    return passed(SRAM, device, f"{device.label}: no uncorrectable SRAM errors", observed=observed,
+                  expected=expected)
+
+
+def _unrepairable(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
+    missing = driver_health_missing(UNREPAIRABLE, device, "unrepairable_memory", "unrepairable-memory flag",
+                                    _UNREPAIRABLE_TOPICS)
+    if missing is not None:
+        return missing
+    flag = device.driver_health.unrepairable_memory
+    observed = {"unrepairable_memory": flag}
+    if flag:
+        return failed(UNREPAIRABLE, device, f"{device.label}: the driver flags its memory as unrepairable",
+                      observed=observed, expected="memory repairable",
+                      remediation=f"The GPU has memory faults that neither row remapping nor a reset can repair. "
+                                  f"Drain it and {_rma_advice(device)}. Confirm with "
+                                  f"`nvidia-smi -q -i {device.index} -d ECC` (Unrepairable Memory: Yes).")
+    return passed(UNREPAIRABLE, device, f"{device.label}: no unrepairable memory", observed=observed,
+                  expected="memory repairable")
+
+
 CHECKS = (
     device_check(MODE, "ECC is enabled, no mode change pending", _mode),
     device_check(UNCORRECTED, "no uncorrected ECC errors since the driver loaded (lifetime errors warn)",
                  _uncorrected),
+    device_check(SRAM, "no uncorrectable SRAM ECC errors, SRAM threshold not exceeded (NVIDIA; an RMA criterion)",
+                 _sram, vendor=Vendor.NVIDIA),
     device_check(DEFERRED, "no deferred (poisoned) memory errors (AMD)", _deferred, vendor=Vendor.AMD),
     device_check(REMAP_PENDING, "no row remap waiting for a GPU reset (NVIDIA Ampere+)", _remap_pending,
                  vendor=Vendor.NVIDIA),
     device_check(REMAP_FAILURE, "no row-remap failure (an RMA criterion), spare rows left", _remap_failure,
                  vendor=Vendor.NVIDIA),
+    device_check(UNREPAIRABLE, "the driver does not flag the GPU's memory as unrepairable (NVIDIA; an RMA "
+                 "criterion)", _unrepairable, vendor=Vendor.NVIDIA),
     device_check(RETIRED_PAGES, "retired pages below thresholds, none pending (NVIDIA pre-Ampere)", _retired_pages,
                  vendor=Vendor.NVIDIA),
     device_check(BAD_PAGES, "bad pages below the device's threshold, none pending or unreservable (AMD)",

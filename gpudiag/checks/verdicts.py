@@ -46,10 +46,12 @@ TABLE: dict[str, dict[Status, tuple[str, str]]] = {
     "pcie.aer": {F: ("drain", "GPUDIAG-PCIE-AER-UNCORRECTABLE"), W: ("watch", "GPUDIAG-PCIE-AER-CORRECTABLE")},
     "ecc.mode": {F: ("reset", "GPUDIAG-ECC-MODE"), W: ("reset", "GPUDIAG-ECC-MODE-PENDING")},
     "ecc.uncorrected": {F: ("reset", "GPUDIAG-ECC-UNCORRECTED"), W: ("watch", "GPUDIAG-ECC-UNCORRECTED-LIFETIME")},
+    "ecc.sram": {F: ("rma", "GPUDIAG-ECC-SRAM-UNCORRECTED")},
     "ecc.deferred": {W: ("reset", "GPUDIAG-ECC-DEFERRED")},
     "memory.row_remap_pending": {F: ("reset", "GPUDIAG-MEMORY-REMAP-PENDING")},
     "memory.row_remap_failure": {F: ("rma", "GPUDIAG-MEMORY-REMAP-FAILURE"),
                                  W: ("watch", "GPUDIAG-MEMORY-REMAP-EXHAUSTED")},
+    "memory.unrepairable": {F: ("rma", "GPUDIAG-MEMORY-UNREPAIRABLE")},
     "memory.retired_pages": {F: ("rma", "GPUDIAG-MEMORY-RETIRED-PAGES-LIMIT"),
                              W: ("watch", "GPUDIAG-MEMORY-RETIRED-PAGES")},
     "memory.bad_pages": {F: ("rma", "GPUDIAG-MEMORY-BAD-PAGES-LIMIT"), W: ("watch", "GPUDIAG-MEMORY-BAD-PAGES")},
@@ -62,6 +64,9 @@ TABLE: dict[str, dict[Status, tuple[str, str]]] = {
     "topology.link_errors": {W: ("watch", "GPUDIAG-FABRIC-LINK-ERRORS")},
     "topology.p2p": {F: ("drain", "GPUDIAG-FABRIC-P2P")},
     "topology.numa": {W: ("watch", "GPUDIAG-TOPOLOGY-NO-NUMA")},
+    # topology.fabric and driver.recovery_action set their verdicts per finding (checks/fabric.py, recovery.py).
+    "topology.fabric": {F: ("drain", "GPUDIAG-FABRIC-NOT-READY"), W: ("watch", "GPUDIAG-FABRIC-SETTING-UP")},
+    "driver.recovery_action": {F: ("drain", "GPUDIAG-DRIVER-RECOVERY-ACTION")},
     "firmware.vbios_consistent": {W: ("watch", "GPUDIAG-FIRMWARE-VBIOS-MISMATCH")},
     "firmware.versions_consistent": {W: ("watch", "GPUDIAG-FIRMWARE-MISMATCH")},
     # Per-finding verdicts come from the Xid catalog / amdgpu event table (kernel_log.py); these are the fallback.

@@ -197,6 +197,38 @@ LINK_ERRORS = _gpu(
 )
 
 
+# -- the driver's own health verdicts (NVIDIA; exporter/health_metrics.py). State sets: 1 on the current value, 0 on
+# the others; absent where the driver or GPU does not report them (a GPU outside an NVSwitch fabric has no fabric
+# series).
+FABRIC_STATE = _gpu(
+    "gpudiag_gpu_fabric_state",
+    "gauge",
+    "NVSwitch fabric set-up of the GPU by the fabric manager: 1 on the current state (not_started, in_progress, "
+    "completed), 0 on the others.",
+    ("state",),
+)
+FABRIC_HEALTH = _gpu(
+    "gpudiag_gpu_fabric_health_summary",
+    "gauge",
+    "The driver's summary of the GPU's fabric health: 1 on the current one (healthy, unhealthy, limited_capacity).",
+    ("summary",),
+)
+RECOVERY_ACTION = _gpu(
+    "gpudiag_gpu_recovery_action",
+    "gauge",
+    "The recovery action the driver requires before the GPU can be used again (Xid 154): 1 on the current one "
+    "(none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, recover_imex_domain, bus_reset, system_reboot).",
+    ("action",),
+)
+UNREPAIRABLE_MEMORY = _gpu(
+    "gpudiag_gpu_unrepairable_memory", "gauge", "1 when the driver flags the GPU's memory as unrepairable, else 0."
+)
+SRAM_THRESHOLD_EXCEEDED = _gpu(
+    "gpudiag_gpu_sram_threshold_exceeded",
+    "gauge",
+    "1 when the GPU's SRAM ECC errors exceed the field-diagnostic threshold (an RMA criterion), else 0.",
+)
+
 # -- load tests (`check --level 2`, `textfile --level 2`): what the last run measured ---------------------------
 
 ACTIVE_RUN = _define(

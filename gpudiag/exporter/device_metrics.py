@@ -10,6 +10,7 @@ from typing import Optional
 
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.families import FamilySet, flag, gpu_labels
+from gpudiag.exporter.health_metrics import add_driver_health
 from gpudiag.model import THROTTLE_REASONS, DeviceSnapshot, PciGpu, Vendor
 
 MHZ = 1_000_000.0
@@ -41,6 +42,7 @@ def add_device(fs: FamilySet, device: DeviceSnapshot, driver_version: Optional[s
     _pcie(fs, ids, device)
     _ecc(fs, ids, device)
     _memory_health(fs, ids, device)
+    add_driver_health(fs, ids, device)
     if device.xgmi_error_status is not None:
         for state in _XGMI_STATES:
             fs.add(m.XGMI_ERROR_STATE, ids + (state,), int(device.xgmi_error_status == state))

@@ -35,7 +35,9 @@ from gpudiag.model.device import (
     THROTTLE_REASONS,
     ClockInfo,
     DeviceSnapshot,
+    DriverHealth,
     EccInfo,
+    FabricInfo,
     GpuLink,
     GpuProcess,
     MemoryHealth,
@@ -63,6 +65,6 @@ __all__ = [
     "TelemetrySample", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
     "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "ClockInfo", "DeviceSnapshot",
     "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo", "PeerLink", "PowerInfo",
-    "TemperatureSensor", "Utilization", "BackendInfo", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo",
+    "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo",
     "NodeSnapshot", "PciGpu", "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
 ]

@@ -153,6 +153,44 @@ class GpuProcess:
 
 
 @dataclass
+class FabricInfo:
+    """The GPU's place in an NVSwitch fabric as the driver reports it (NVIDIA nvmlDeviceGetGpuFabricInfoV). CUDA
+    cannot use a GPU of an NVSwitch system until nvidia-fabricmanager has set its fabric up (state "completed")."""
+
+    state: Optional[str] = None  # "not_supported" | "not_started" | "in_progress" | "completed"
+    # The outcome of the fabric setup (an nvmlReturn_t), meaningful once completed: "success" or the NVML error name.
+    status: Optional[str] = None
+    status_code: Optional[int] = None
+    clique_id: Optional[int] = None
+    cluster_uuid: Optional[str] = None
+    # Newer drivers (struct v3): "healthy" | "unhealthy" | "limited_capacity"; None where not reported.
+    health_summary: Optional[str] = None
+    health_mask: Optional[int] = None
+    # The mask decoded: "degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery" →
+    # "true" | "false"; "incorrect_configuration" → "none" or the reason; fields the driver does not report are left out.
+    health: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DriverHealth:
+    """What the driver itself says about the GPU (NVIDIA R550+): its recovery verdict, memory it cannot repair,
+    SRAM ECC, and the NVSwitch fabric. None: the driver or GPU does not report it."""
+
+    # nvmlGpuRecoveryAction_t by name: "none" | "gpu_reset" | "node_reboot" | "drain_p2p" | "drain_and_reset" |
+    # "recover_imex_domain" | "bus_reset" | "system_reboot" (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
+    recovery_action: Optional[str] = None
+    unrepairable_memory: Optional[bool] = None
+    # SRAM ECC (nvmlDeviceGetSramEccErrorStatus): uncorrectable = parity + SEC-DED.
+    sram_volatile_uncorrected: Optional[int] = None
+    sram_aggregate_uncorrected: Optional[int] = None
+    sram_aggregate_corrected: Optional[int] = None
+    # Aggregate uncorrectable SRAM errors by unit: "l2", "sm", "pcie", "mcu", "other".
+    sram_uncorrected_by_unit: dict[str, int] = field(default_factory=dict)
+    sram_threshold_exceeded: Optional[bool] = None  # the field-diagnostic error threshold (an RMA criterion)
+    fabric: Optional[FabricInfo] = None
+
+
+@dataclass
 class DeviceSnapshot:
     index: int
     vendor: Vendor
@@ -192,6 +230,9 @@ class DeviceSnapshot:
     links: list[GpuLink] = field(default_factory=list)
     # AMD: the device's XGMI error status, "no_errors" | "error" | "multiple_errors" (amdsmi_gpu_xgmi_error_status).
     xgmi_error_status: Optional[str] = None
+    # NVIDIA: filled by the NVML probe; None where nothing read it (another vendor, or a snapshot recorded before
+    # gpudiag read it).
+    driver_health: Optional[DriverHealth] = None
     numa_node: Optional[int] = None
     cpu_affinity: Optional[list[int]] = None
     processes: Optional[list[GpuProcess]] = None

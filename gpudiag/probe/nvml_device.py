@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuProcess
-from gpudiag.probe import nvml_links, nvml_sensors
+from gpudiag.probe import nvml_health, nvml_links, nvml_sensors
 from gpudiag.probe.nvml_call import NvmlCall
 from gpudiag.probe.nvml_fields import apply_fields, read_fields
 from gpudiag.probe.nvml_links import pci_bus_id
@@ -42,6 +42,7 @@ def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot, link_errors
     read_firmware(call, handle, device)
     fields = read_fields(call, handle)
     apply_fields(device, fields)  # ECC, row remapping / retired pages, PCIe counters, energy
+    nvml_health.read_driver_health(call, handle, device, fields)  # recovery action, SRAM ECC, fabric
     read_pcie(call, handle, device)
     read_remap_histogram(call, handle, device)
     nvml_sensors.read_temperatures(call, handle, device, fields)

@@ -11,6 +11,7 @@ from typing import Any, Union
 
 from gpudiag.model import DeviceSnapshot
 from gpudiag.probe.nvml_call import ABSENT, INVALID_ARGUMENT, SUCCESS, NvmlCall, code_name
+from gpudiag.probe.nvml_health import HEALTH_FIELDS
 
 # PCIe link error counters (field IDs 173–183, NVML >= R525) → PcieInfo.error_counters keys.
 PCIE_ERROR_FIELDS = {
@@ -56,6 +57,7 @@ DEVICE_FIELDS = (
     *PCIE_ERROR_FIELDS,
     "NVML_FI_DEV_MEMORY_TEMP",  # °C (HBM); a sensor of its own, see nvml_sensors
     "NVML_FI_DEV_NVLINK_LINK_COUNT",  # how many NVLinks to walk; NOT_SUPPORTED on GPUs without NVLink
+    *HEALTH_FIELDS,  # the driver's recovery action and the DRAM share of ECC (nvml_health)
 )
 
 # nvmlValueType_t → the member of the nvmlValue_t union that holds the value (vendor-api.md §9).
@@ -67,6 +69,7 @@ Number = Union[int, float]
 def read_fields(call: NvmlCall, handle: Any, names: tuple[str, ...] = DEVICE_FIELDS) -> dict[str, Number]:
     """{pynvml field constant name: value} for the fields the device answered; absent fields are left out."""
     nvml = call.nvml
+    names = tuple(name for name in names if hasattr(nvml, name))  # an older pynvml lacks the newest field IDs
     values = call("nvmlDeviceGetFieldValues", handle, [getattr(nvml, name) for name in names])
     if values is None:
         return {}

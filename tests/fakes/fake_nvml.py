@@ -49,6 +49,27 @@ class FakeNvLink:
 
 
 @dataclass
+class FakeHealth:
+    """What the driver says about the GPU's own health (R550+: recovery action, unrepairable memory, SRAM ECC, the
+    NVSwitch fabric). Defaults: the healthy answers recorded on the lab's H200s (tests/fixtures/h200/
+    nvml-health-survey.json; the 2-GPU machine's `nvidia-smi -q` for the fabric)."""
+
+    recovery_action: int = pynvml.NVML_GPU_RECOVERY_ACTION_NONE  # field 230 (field_errors[230] makes it unsupported)
+    unrepairable_memory: int = 0
+    # c_nvmlEccSramErrorStatus_v1_t member → value (missing: 0), e.g. {"aggregateUncParity": 2}
+    sram: dict[str, int] = field(default_factory=dict)
+    dram_corrected: int = 0  # fields 22/23: aggregate device-memory (DRAM) ECC counts
+    dram_uncorrected: int = 0
+    # nvmlGpuFabricState_t; None: decided by the node (COMPLETED where GPUs hang off NVSwitches, i.e. on multi-GPU
+    # nodes; NOT_SUPPORTED on a lone GPU, as on the lab's 1x H200 VM slice)
+    fabric_state: Optional[int] = None
+    fabric_status: int = pynvml.NVML_SUCCESS  # nvmlReturn_t of the fabric setup
+    fabric_health_mask: int = 0  # 0: every health field NOT_SUPPORTED (the lab's 580 driver on H200)
+    fabric_health_summary: int = pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED
+    fabric_struct_version: int = 3  # the newest nvmlGpuFabricInfo_v* this driver accepts (older: version mismatch)
+
+
+@dataclass
 class FakeGpu:
     # Identity and firmware
     bus_id: str = HGX_BUS_IDS[0]
@@ -138,6 +159,7 @@ class FakeGpu:
 
     # None: decided by the node (18 links to NVSwitches when the node has several GPUs, none otherwise)
     nvlinks: Optional[list[FakeNvLink]] = None
+    health: FakeHealth = field(default_factory=FakeHealth)
 
     # Faults
     lost: bool = False  # every call about this GPU answers NVML_ERROR_GPU_IS_LOST
@@ -190,6 +212,9 @@ class FakeNode:
         for gpu in self.gpus:
             if gpu.nvlinks is None:
                 gpu.nvlinks = _switch_links() if len(self.gpus) > 1 else []
+            if gpu.health.fabric_state is None:
+                gpu.health.fabric_state = (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED if len(self.gpus) > 1
+                                           else pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED)
 
     @classmethod
     def hgx_h200(cls, count: int = 8, **node: object) -> "FakeNode":

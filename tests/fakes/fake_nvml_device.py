@@ -122,6 +122,9 @@ def _field(gpu: FakeGpu, field_id: int) -> Union[int, tuple[int, int]]:
         f.NVML_FI_DEV_NVLINK_LINK_COUNT: (_UINT, len(gpu.nvlinks) if gpu.nvlinks else None),
         f.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (_UINT, gpu.pcie_replays),
         f.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER: (_UINT, gpu.pcie_replay_rollovers),
+        f.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: (_UINT, gpu.health.recovery_action),
+        f.NVML_FI_DEV_ECC_SBE_AGG_DEV: (_ULL, gpu.health.dram_corrected),
+        f.NVML_FI_DEV_ECC_DBE_AGG_DEV: (_ULL, gpu.health.dram_uncorrected),
     }
     if gpu.row_remapping:
         table.update({

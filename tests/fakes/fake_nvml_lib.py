@@ -243,3 +243,4 @@ def nvmlDeviceGetHandleByIndex_v2(lib: FakeNvmlLib, index: int, out: Any) -> int
 
 # The per-device and per-link functions register themselves when imported.
 from tests.fakes import fake_nvml_device, fake_nvml_links  # noqa: E402,F401  pylint: disable=wrong-import-position
+from tests.fakes import fake_nvml_health  # noqa: E402,F401  pylint: disable=wrong-import-position
