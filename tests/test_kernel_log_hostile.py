@@ -194,3 +194,30 @@ def test_non_ascii_digits_are_not_numbers():
     assert parse_event("NVRM: Xid (PCI:0000:19:00): \u0667\u0669, pid=1, name=x, y") is None
     assert parse_event("amdgpu 0000:c1:00.0: amdgpu: \u0663 uncorrectable hardware errors detected in umc block") is None
     assert split_line("[ \u0661.0] x").seconds is None
+
+
+def test_a_scan_that_misses_the_deadline_is_unknown_and_the_gpus_are_unaffected(tmp_path, monkeypatch):
+    from gpudiag.probe import kernel_log
+
+    real = kernel_log.parse_event
+
+    def slow(message, seconds=None):  # a log whose scan outlasts the deadline: 20,000 records at 1 ms each
+        time.sleep(0.001)
+        return real(message, seconds)
+
+    monkeypatch.setattr(kernel_log, "parse_event", slow)
+    node = FakeNode.hgx_h200(2)
+    tree = sysfs_for(node, tmp_path)
+    tree.add_kmsg([f"6,{i},{i},-;NVRM: loading" for i in range(20_000)])
+    with installed(node):
+        started = time.monotonic()
+        snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=1.5))
+        elapsed = time.monotonic() - started
+    assert elapsed < 2.5
+    assert [d.reachable for d in snapshot.devices] == [True, True]
+    assert "deadline" in (snapshot.kernel_log.incomplete or ""), (snapshot.kernel_log.error, snapshot.kernel_log.lines_scanned, snapshot.collectors)
+    results = run_checks(snapshot, only=["kernel_log.xid"])
+    assert {r.status for r in results} == {Status.UNKNOWN}
+    assert all("scan incomplete" in r.message and "--timeout" in r.remediation for r in results)
+    gpus = run_checks(snapshot, only=["inventory.gpus_visible"])
+    assert Status.FAIL not in {r.status for r in gpus}

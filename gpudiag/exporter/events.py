@@ -15,6 +15,14 @@ from gpudiag.exporter.families import FamilySet
 from gpudiag.model import KernelEvent
 
 XID = "xid"
+# The pci_bus_id label of events on a bus ID that is no GPU of the node (a made-up one in a hostile log line, a PCIe
+# port of a hot-plug event): one series per kind/code for all of them, so that no log line can create series.
+OTHER_BUS_ID = "other"
+
+
+def series_bus_id(bus_id: Optional[str], gpus: Iterable[str]) -> Optional[str]:
+    """The bus ID an event is counted under: its own when it is a GPU's (or it names none), else OTHER_BUS_ID."""
+    return bus_id if bus_id is None or bus_id in gpus else OTHER_BUS_ID
 
 
 class EventTally:

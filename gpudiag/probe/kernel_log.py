@@ -29,9 +29,9 @@ MAX_KMSG_READS = 1_000_000
 # At most this much of a log is read: twice the largest default ring buffer (CONFIG_LOG_BUF_SHIFT ≤ 25). A larger
 # saved file is read from its end, where the newest records are.
 MAX_LOG_BYTES = 64 * 1024 * 1024
-# The scan looks at the clock every this many lines: a line costs microseconds, so it stops within milliseconds
+# The scan looks at the clock every this many lines: a line costs microseconds, so it stops well within a millisecond
 # of its deadline.
-_CLOCK_EVERY = 256
+_CLOCK_EVERY = 16
 # Only lines with one of these can be a GPU driver's record: the rest are counted and passed over unparsed.
 _DRIVER_MARKERS = ("NVRM", "amdgpu", "pcieport")
 

@@ -29,6 +29,6 @@ class MalformedRecord(ValueError):
 
 
 def bounded_int(digits: str, what: str, max_digits: int = MAX_DIGITS) -> int:
-    if not digits.isascii() or not digits.isdigit() or len(digits) > max_digits:
+    if len(digits) > max_digits or not digits.isascii() or not digits.isdigit():
         raise MalformedRecord(f"{what} is not a number of at most {max_digits} digits")
     return int(digits)
