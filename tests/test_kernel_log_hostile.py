@@ -25,6 +25,16 @@ def kinds(info):
     return [(e.kind, e.code, e.pci_bus_id) for e in info.events]
 
 
+def collect_node(tmp_path, kmsg: list[str], timeout: float = 5.0):
+    """A collection of a fake 2x H200 node whose /dev/kmsg holds `kmsg` (after its boot record); (snapshot, seconds)."""
+    node = FakeNode.hgx_h200(2)
+    sysfs_for(node, tmp_path).add_kmsg(kmsg)
+    with installed(node):
+        started = time.monotonic()
+        snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=timeout))
+        return snapshot, time.monotonic() - started
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 1. Only the drivers' own records count
 
@@ -60,11 +70,7 @@ def test_split_line_reports_the_kmsg_facility():
 
 
 def test_a_faked_xid_does_not_fail_the_node(tmp_path):
-    node = FakeNode.hgx_h200(2)
-    tree = sysfs_for(node, tmp_path)
-    tree.add_kmsg([f"6,200,9000000,-;{SEGFAULT}", f"14,201,9000001,-;{XID_79}"])
-    with installed(node):
-        snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=5.0))
+    snapshot, _ = collect_node(tmp_path, [f"6,200,9000000,-;{SEGFAULT}", f"14,201,9000001,-;{XID_79}"])
     results = run_checks(snapshot, only=["kernel_log.xid"])
     assert {r.status for r in results} == {Status.PASS}, [(r.status, r.message) for r in results]
 
@@ -131,13 +137,7 @@ def test_a_scan_past_its_deadline_stops_and_says_so(tmp_path):
 
 def test_a_hostile_line_does_not_starve_the_gpu_probes(tmp_path):
     # Issue 10, item 2: an 11 MB line made every NVML probe miss its deadline (16 false gpus_visible FAILs).
-    node = FakeNode.hgx_h200(2)
-    tree = sysfs_for(node, tmp_path)
-    tree.add_kmsg(["6,300,1000,-;NVRM: " + "NVRM: x " * (11 * 1024 * 1024 // 8)])
-    with installed(node):
-        started = time.monotonic()
-        snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=3.0))
-        elapsed = time.monotonic() - started
+    snapshot, elapsed = collect_node(tmp_path, ["6,300,1000,-;NVRM: " + "NVRM: x " * (11 * 1024 * 1024 // 8)], 3.0)
     assert elapsed < 3.5
     assert [d.reachable for d in snapshot.devices] == [True, True]
     assert snapshot.kernel_log.readable and snapshot.kernel_log.lines_truncated == 1
@@ -167,12 +167,7 @@ def test_a_huge_number_skips_its_record_only(tmp_path):
 
 
 def test_skipped_records_are_named_in_the_check(tmp_path):
-    tree = SysfsTree(tmp_path)
-    tree.add_kmsg([f"4,{'9' * 5000},1000,-;{XID_79}", f"4,6,6000,-;{XID_79}"])
-    node = FakeNode.hgx_h200(2)
-    sysfs_for(node, tmp_path)
-    with installed(node):
-        snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=5.0))
+    snapshot, _ = collect_node(tmp_path, [f"4,{'9' * 5000},1000,-;{XID_79}", f"4,6,6000,-;{XID_79}"])
     results = run_checks(snapshot, only=["kernel_log.xid"])
     failed = [r for r in results if r.status == Status.FAIL]
     assert len(failed) == 1 and "1 record(s) could not be parsed" in failed[0].message
@@ -206,13 +201,7 @@ def test_a_scan_that_misses_the_deadline_is_unknown_and_the_gpus_are_unaffected(
         return real(message, seconds)
 
     monkeypatch.setattr(kernel_log, "parse_event", slow)
-    node = FakeNode.hgx_h200(2)
-    tree = sysfs_for(node, tmp_path)
-    tree.add_kmsg([f"6,{i},{i},-;NVRM: loading" for i in range(20_000)])
-    with installed(node):
-        started = time.monotonic()
-        snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=1.5))
-        elapsed = time.monotonic() - started
+    snapshot, elapsed = collect_node(tmp_path, [f"6,{i},{i},-;NVRM: loading" for i in range(20_000)], 1.5)
     assert elapsed < 2.5
     assert [d.reachable for d in snapshot.devices] == [True, True]
     assert "deadline" in (snapshot.kernel_log.incomplete or ""), (snapshot.kernel_log.error, snapshot.kernel_log.lines_scanned, snapshot.collectors)

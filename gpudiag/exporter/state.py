@@ -69,7 +69,7 @@ class ExporterState:
             return
         from_nvml = self.watcher.status().covered_bus_ids if self.watcher is not None else frozenset()
         for event in self._follower.new_events(snapshot.kernel_log.events):
-            bus_id = series_bus_id(event.pci_bus_id, self._identities)  # GPUs only: series stay bounded
+            bus_id = series_bus_id(event, snapshot, self._identities)  # GPUs only: series stay bounded
             if event.kind == XID:
                 if event.pci_bus_id not in from_nvml:  # else NVML's event stream has counted it already
                     self.tally.add(bus_id, XID, event.code)
