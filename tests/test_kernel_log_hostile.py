@@ -44,6 +44,9 @@ def test_driver_text_inside_another_message_is_not_an_event():
     assert parse_event("python[1]: segfault in NVRM: GPU 0000:19:00.0: GPU has fallen off the bus.") is None
     assert parse_event("bash[9]: amdgpu 0000:c1:00.0: amdgpu: GPU reset(3) failed") is None
     assert parse_event("audit: type=1400 msg='amdgpu 0000:c1:00.0: amdgpu: Fatal error during GPU init'") is None
+    # Any user can make the driver print a client version of its choosing (an ioctl on /dev/nvidiactl).
+    assert parse_event("NVRM: API mismatch: the client has the version GPU has fallen off the bus, but this kernel "
+                       "module has the version 580.159.04.") is None
 
 
 def test_kmsg_records_written_from_user_space_are_not_driver_records(tmp_path):

@@ -116,10 +116,11 @@ _XID = re.compile(
 _XID_PROCESS = re.compile(r"(?:pid=('?<unknown>'?|[0-9]+), {0,4})?(?:name=([^,]{0,256}), {0,4})?", FLAGS)
 _NVIDIA_UUID = re.compile(
     rf"NVRM: GPU at PCI:({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}}): (GPU-[0-9a-f-]{{36}})", FLAGS)
-# NV_DEV_PRINTF: "NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the bus." (kernel-open/common/inc/nv.h).
-_NV_DEVICE = re.compile(rf"NVRM: GPU ({BUS_ID}): ", FLAGS)
-_PCI_TAG = re.compile(rf"PCI:({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})\b", FLAGS)
-_FALLEN_OFF = "fallen off the bus"
+# NV_DEV_PRINTF(NV_DBG_ERRORS, nv, "GPU has fallen off the bus.\n") (kernel-open/nvidia/nv.c) → "NVRM: GPU
+# %04x:%02x:%02x.%x: GPU has fallen off the bus.". Matched whole from the start: other NVRM lines carry text a user
+# chooses (the client version in "NVRM: API mismatch: the client has the version %s, …" comes from an ioctl any
+# user can make), so "fallen off the bus" anywhere in an NVRM line proves nothing.
+_FALLEN_OFF = re.compile(rf"NVRM: GPU ({BUS_ID}): GPU has fallen off the bus", FLAGS)
 
 NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus")
 
@@ -146,15 +147,10 @@ def _nvidia_event(message: str, seconds: Optional[float]) -> Optional[KernelEven
             process=name.strip() if name and name.strip() not in ("", "<unknown>") else None,
             timestamp_seconds=seconds,
         )
-    if _FALLEN_OFF in message.lower():
-        device = _NV_DEVICE.match(message) or _PCI_TAG.search(message)
-        return KernelEvent(
-            vendor=Vendor.NVIDIA,
-            kind="fallen_off_bus",
-            message=message,
-            pci_bus_id=normalize_pci_bus_id(device[1]) if device else None,
-            timestamp_seconds=seconds,
-        )
+    fallen = _FALLEN_OFF.match(message)
+    if fallen:
+        return KernelEvent(vendor=Vendor.NVIDIA, kind="fallen_off_bus", message=message,
+                           pci_bus_id=normalize_pci_bus_id(fallen[1]), timestamp_seconds=seconds)
     return None
 
 
