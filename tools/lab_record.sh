@@ -18,3 +18,5 @@ bash tools/capture_sysfs.sh "$d/sysfs.tar.gz"
 { cat /proc/driver/nvidia/version; echo ---; cat /proc/version; echo ---; cat /proc/modules; } > "$d/proc.txt" 2>&1
 nvidia-smi -q > "$d/nvidia-smi-q.txt" 2>&1
 python3 bench/check_vs_nvidia_smi.py --runs 15 --json "$d/bench.json" > "$d/bench.txt" 2>&1
+python3 tools/kmsg_facility_probe.py "$d/kmsg-facility.json" > /dev/null 2>> "$d/check.stderr"
+python3 bench/kernel_log_scan.py --json "$d/bench-kernel-log.json" > "$d/bench-kernel-log.txt" 2>&1
