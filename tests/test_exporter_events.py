@@ -198,3 +198,39 @@ def test_request_reopen_registers_again(node):
             wait_for(lambda: events.freed == 1 and watcher.status().healthy)
         finally:
             watcher.stop()
+
+
+# -- Bounded series (issue 10, item 1) ------------------------------------------------------------------------------
+
+
+def test_events_on_bus_ids_of_no_gpu_fold_into_one_bounded_series():
+    # 20,000 injected records on made-up bus IDs once made 20,000 Xid series (1.9 MB bodies). Only the GPUs of the
+    # snapshot get their own series; every other bus ID is counted under pci_bus_id="other".
+    from gpudiag.exporter.events import OTHER_BUS_ID
+    from gpudiag.exporter.poller import COMPLETE, Collection, Cycle
+    from gpudiag.exporter.state import ExporterState
+    from gpudiag.model import CollectorRun
+    from tests.snapshots import nvidia_h200_node
+
+    state = ExporterState(stale_after_seconds=60, watcher_factory=None)
+
+    def cycle(events):
+        snapshot = nvidia_h200_node()
+        snapshot.kernel_log.events = events
+        collection = Collection(snapshot, [], CollectorRun("checks", True, 0.0), time.time())
+        state.on_cycle(Cycle(COMPLETE, 0.1, collection))
+
+    cycle([])  # the baseline
+    forged = [xid(f"0001:{i // 256 % 256:02x}:{i % 256:02x}.0", 79, 100.0 + i) for i in range(20_000)]
+    slot = [KernelEvent(None, kind, "pcieport …", pci_bus_id=port, timestamp_seconds=30_001.0)
+            for kind, port in (("slot_link_down", "0000:3a:01.0"), ("slot_card_not_present", "0000:f0:01.0"))]
+    cycle(forged + [xid("0000:3b:00.0", 48, 30_000.0)] + slot)  # 0000:3a:01.0 is GPU 1's upstream port
+    text = state.render().decode()
+    xids = series(text, "gpudiag_gpu_xid_errors_total")
+    assert len(xids) == 2, len(xids)
+    assert series(text, "gpudiag_gpu_xid_errors_total", pci_bus_id=OTHER_BUS_ID, code="79")[0][1] == 20_000
+    assert series(text, "gpudiag_gpu_xid_errors_total", pci_bus_id="0000:3b:00.0", code="48")[0][0]["gpu"] == "1"
+    assert series(text, "gpudiag_gpu_kernel_log_events_total", kind="slot_link_down")[0][0]["gpu"] == "1"
+    assert series(text, "gpudiag_gpu_kernel_log_events_total",
+                  kind="slot_card_not_present")[0][0]["pci_bus_id"] == OTHER_BUS_ID
+    assert len(text) < 100_000

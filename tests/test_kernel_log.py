@@ -50,7 +50,7 @@ def event_of(message):
     ],
 )
 def test_every_line_format_reduces_to_timestamp_and_message(line, seconds, message):
-    assert split_line(line) == (seconds, message)
+    assert split_line(line)[:2] == (seconds, message)
 
 
 def test_kmsg_continuation_lines_are_skipped():
@@ -60,7 +60,7 @@ def test_kmsg_continuation_lines_are_skipped():
 
 def test_kmsg_escapes_are_undone():
     # Documentation/ABI/testing/dev-kmsg: non-printable bytes and backslash arrive as \xNN (UTF-8 byte-wise).
-    assert split_line(r"6,1,2,-;path C:\x5cx caf\xc3\xa9") == (2e-06, "path C:\\x café")
+    assert split_line(r"6,1,2,-;path C:\x5cx caf\xc3\xa9")[:2] == (2e-06, "path C:\\x café")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -129,9 +129,7 @@ AMDGPU_CASES = [
     (AMD + "2 uncorrectable hardware errors detected in umc block", "ras_uncorrectable", 2),
     (AMD + "socket: 0, die: 1, 3 new uncorrectable hardware errors detected in umc block",
      "ras_uncorrectable", 3),
-    (AMD + "socket: 0, die: 1, 7 uncorrectable hardware errors detected in total in umc block",
-     "ras_uncorrectable", 7),
-    (AMD + "{12}socket: 1, die: 0, 5 uncorrectable hardware errors detected in total in umc block",
+    (AMD + "{12}socket: 1, die: 0, 5 new uncorrectable hardware errors detected in umc block",
      "ras_uncorrectable", 5),  # RAS_EVENT_LOG prefixes the event id
     (AMD + "socket: 0, die: 0 4 uncorrectable hardware errors detected in gfx block",  # earlier: no comma
      "ras_uncorrectable", 4),
@@ -154,9 +152,10 @@ def test_amdgpu_event_kinds(message, kind, count):
     assert event.message == message
 
 
-def test_every_amdgpu_kind_is_exercised_above():
+def test_every_amdgpu_kind_exercised_above_is_known():
+    # The RAS kinds are exercised in test_kernel_log_amd_ras.py, which checks that all of them are.
     exercised = {kind for _, kind, _ in AMDGPU_CASES}
-    assert exercised == set(AMDGPU_EVENT_KINDS)
+    assert exercised <= set(AMDGPU_EVENT_KINDS)
 
 
 def test_page_fault_names_the_process_when_the_kernel_does():
@@ -178,6 +177,9 @@ def test_old_drm_error_lines_have_no_bus_id():
         AMD + "no uncorrectable hardware errors detected in umc block",  # the all-clear form
         AMD + "0 uncorrectable hardware errors detected in gfx block",
         AMD + "socket: 0, die: 0, 0 deferred hardware errors detected in total in umc block",
+        # issue 15: the running total after a "new" line is not a second event
+        AMD + "socket: 0, die: 1, 7 uncorrectable hardware errors detected in total in umc block",
+        AMD + "{12}socket: 1, die: 0, 5 uncorrectable hardware errors detected in total in umc block",
         AMD + "GPU reset end with ret = 0",
         AMD + "socket: 0, die: 0, 3 new correctable hardware errors detected in umc block, no user action is needed",
         AMD + "SMU is initialized successfully!",

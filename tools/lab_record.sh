@@ -20,3 +20,5 @@ nvidia-smi -q > "$d/nvidia-smi-q.txt" 2>&1
 # The NVSwitch fabric as the fabric manager left it (topology.fabric): its service state and the fabric section.
 { systemctl status nvidia-fabricmanager --no-pager; echo ---; nvidia-smi -q | grep -A12 '^    Fabric'; } > "$d/fabric.txt" 2>&1
 python3 bench/check_vs_nvidia_smi.py --runs 15 --json "$d/bench.json" > "$d/bench.txt" 2>&1
+python3 tools/kmsg_facility_probe.py "$d/kmsg-facility.json" > /dev/null 2>> "$d/check.stderr"
+python3 bench/kernel_log_scan.py --json "$d/bench-kernel-log.json" > "$d/bench-kernel-log.txt" 2>&1

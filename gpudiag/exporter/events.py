@@ -12,9 +12,21 @@ from typing import Iterable, Optional
 
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.families import FamilySet
-from gpudiag.model import KernelEvent
+from gpudiag.model import KernelEvent, NodeSnapshot
 
 XID = "xid"
+# The pci_bus_id label of events on a bus ID that is no GPU of the node (a made-up one in a hostile log line, a PCIe
+# port of a hot-plug event): one series per kind/code for all of them, so that no log line can create series.
+OTHER_BUS_ID = "other"
+
+
+def series_bus_id(event: KernelEvent, snapshot: NodeSnapshot, gpus: Iterable[str]) -> Optional[str]:
+    """The bus ID an event is counted under: its own when it is a GPU's (or it names none), else OTHER_BUS_ID. A PCIe
+    slot event (vendor None) names a port: it is counted under the GPU whose upstream port that is, if any."""
+    bus_id = event.pci_bus_id
+    if event.vendor is None and bus_id is not None:
+        bus_id = next((p.pci_bus_id for p in snapshot.pci_gpus if p.upstream_pci_bus_id == bus_id), bus_id)
+    return bus_id if bus_id is None or bus_id in gpus else OTHER_BUS_ID
 
 
 class EventTally:

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.events import XID, EventTally, KernelLogFollower
+from gpudiag.exporter.events import XID, EventTally, KernelLogFollower, series_bus_id
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.exporter.poller import COMPLETE, OUTCOMES, Collection, Cycle
@@ -69,11 +69,12 @@ class ExporterState:
             return
         from_nvml = self.watcher.status().covered_bus_ids if self.watcher is not None else frozenset()
         for event in self._follower.new_events(snapshot.kernel_log.events):
+            bus_id = series_bus_id(event, snapshot, self._identities)  # GPUs only: series stay bounded
             if event.kind == XID:
                 if event.pci_bus_id not in from_nvml:  # else NVML's event stream has counted it already
-                    self.tally.add(event.pci_bus_id, XID, event.code)
+                    self.tally.add(bus_id, XID, event.code)
             else:
-                self.tally.add(event.pci_bus_id, event.kind)
+                self.tally.add(bus_id, event.kind)
 
     def _remember_identities(self, snapshot: NodeSnapshot) -> None:
         """A GPU that is lost answers nothing, not even its bus ID or UUID. Give it the identity it had at the same

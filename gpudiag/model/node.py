@@ -77,7 +77,7 @@ class HostInfo:
 class KernelEvent:
     """One line of interest in the kernel log."""
 
-    vendor: Vendor
+    vendor: Optional[Vendor]  # None: a PCIe slot event (pcieport), the checks find the GPU below the port
     kind: str  # "xid" | "ring_timeout" | "gpu_reset" | "gpu_reset_failed" | "ras_uncorrectable" | "page_fault" | …
     message: str
     pci_bus_id: Optional[str] = None  # normalised; for XIDs the log omits the function, ".0" is assumed
@@ -95,6 +95,10 @@ class KernelLogInfo:
     error: Optional[ProbeError] = None
     lines_scanned: int = 0
     events: list[KernelEvent] = field(default_factory=list)
+    records_skipped: int = 0  # records that could not be parsed (e.g. a number no kernel prints), each alone
+    records_not_kernel: int = 0  # /dev/kmsg records user space wrote (facility not kernel): never driver events
+    lines_truncated: int = 0  # lines longer than a kernel record, read up to the cap only
+    incomplete: Optional[str] = None  # why not all of the log was scanned (deadline, size cap), or None
 
 
 @dataclass

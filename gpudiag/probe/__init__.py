@@ -44,6 +44,10 @@ REOPEN_BACKOFF_SECONDS = 15.0
 REOPEN_BACKOFF_MAX_SECONDS = 300.0
 
 
+# The kernel log scan stops this long before the collection's deadline, so that its partial result is in hand when
+# the collector stops waiting for it.
+KERNEL_LOG_MARGIN_SECONDS = 0.25
+
 # Optional parts of a collection, each costly enough to skip when nothing will judge it (`check --only pcie`).
 PROBE_PARTS = frozenset({"kernel_log", "peers", "link_errors"})
 
@@ -127,7 +131,7 @@ class Collector:
         cpu.start()
 
         self._collect_host(snapshot, until)
-        kernel_log_job = self._start_kernel_log()
+        kernel_log_job = self._start_kernel_log(until)
         self._open_backends(snapshot, until)
         self._collect_devices(snapshot, until)
         self._collect_peers(snapshot, until)
@@ -188,15 +192,21 @@ class Collector:
         outcome = deadline.run_one(work, _remaining(until), "host")
         self._record_run(snapshot, "host", outcome)
 
-    def _start_kernel_log(self) -> Optional[Callable[[float], deadline.Outcome]]:
+    def _start_kernel_log(self, until: float) -> Optional[Callable[[float], deadline.Outcome]]:
+        """The log scan runs on its own thread beside the vendor probes. It stops itself a little before the
+        collection's deadline (then its result says it is incomplete), so that it neither outlives the collection
+        nor makes the probes wait: its patterns are linear and its lines capped (kernel_log_events.py), so it holds
+        the GIL only in short slices."""
         if "kernel_log" not in self.options.parts or (
             not self.options.read_kernel_log and self.options.kernel_log_file is None
         ):
             return None
         from gpudiag.probe import kernel_log
 
+        stop_at = until - min(KERNEL_LOG_MARGIN_SECONDS, self.options.timeout_seconds / 10)
+
         def work(tracker: deadline.CallTracker):
-            return kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file)
+            return kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file, until=stop_at)
 
         return deadline.start(work, "kernel_log")
 
