@@ -59,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         self.conn = conn
         self._pending = b""  # bytes read after the last head
         # The first request's head is due this long after the accept, the TLS handshake included.
-        self._deadline: Optional[float] = time.monotonic() + server.max_request_seconds
+        self._deadline: Optional[float] = conn.since + server.max_request_seconds
         super().__init__(request, client_address, server)
 
     def setup(self) -> None:
