@@ -28,11 +28,12 @@ class ExporterProcess:
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(REPO)})
         line = self.proc.stderr.readline()
-        match = re.search(r"serving http://([\d.]+):(\d+)/metrics", line)
+        match = re.search(r"serving https?://([\d.]+):(\d+)/metrics", line)
         if not match:
             self.stop()
             raise SystemExit(f"gpudiag serve did not start: {line!r}")
-        self.conn = http.client.HTTPConnection(match.group(1), int(match.group(2)), timeout=30)
+        self.address = (match.group(1), int(match.group(2)))
+        self.conn = http.client.HTTPConnection(*self.address, timeout=30)
         self.process = psutil.Process(self.proc.pid)
 
     def get(self, path: str = "/metrics") -> bytes:

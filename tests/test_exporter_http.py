@@ -151,15 +151,21 @@ def test_a_client_that_never_finishes_its_request_is_dropped():
         exporter.stop()
 
 
-def test_a_trickling_client_is_cut_off_when_its_request_takes_too_long():
+@pytest.mark.parametrize("first,chunk,every", [
+    (b"", b"X", 0.05),  # one byte every 50 ms
+    (b"GET /metrics HTTP/1.1\r\n", b"X-Slow: y\r\n", 0.2),  # slowloris: a header line every 200 ms
+], ids=["bytes", "header-lines"])
+def test_a_trickling_client_is_cut_off_when_its_request_takes_too_long(first, chunk, every):
+    # a whole-request deadline, not a per-recv timeout: the client is never silent for the 1 s socket timeout
     exporter = start(request_timeout_seconds=1.0, max_request_seconds=0.4)
     try:
         sock = socket.create_connection(exporter.address)
-        sock.settimeout(0.05)
+        sock.settimeout(every)
+        sock.sendall(first)
         started, cut = time.monotonic(), False
         while time.monotonic() - started < 3 and not cut:
             try:
-                sock.sendall(b"X")  # one byte every 50 ms: never idle long enough for the socket timeout
+                sock.sendall(chunk)
                 cut = sock.recv(1024) == b""
             except socket.timeout:
                 pass
@@ -171,26 +177,47 @@ def test_a_trickling_client_is_cut_off_when_its_request_takes_too_long():
         exporter.stop()
 
 
-def test_connections_beyond_the_limit_are_refused_and_slots_come_back():
+def served(exporter: Exporter) -> bool:
+    try:
+        return request(exporter, "GET", "/healthz")[0].status == 200
+    except (ConnectionError, http.client.HTTPException):
+        return False
+
+
+def test_when_every_slot_is_taken_the_longest_waiting_connection_gives_way():
     exporter = start(max_connections=2)
     try:
-        held = [socket.create_connection(exporter.address) for _ in range(2)]
-        time.sleep(0.1)  # let the server accept both
+        held = [socket.create_connection(exporter.address) for _ in range(2)]  # idle: never send a request
+        wait_for(lambda: exporter.http.connections.count() == 2)
+        assert request(exporter, "GET", "/metrics")[0].status == 200  # served at once, not refused
+        assert closed_by_server(held[0], within=2)  # the oldest idle connection made room
+        assert exporter.http.connections.evicted == 1 and exporter.http.rejected_connections == 0
+        for sock in held:
+            sock.close()
+    finally:
+        exporter.stop()
+
+
+def test_when_every_slot_is_serving_a_newcomer_is_refused_and_slots_come_back():
+    exporter = start(max_connections=2)
+    release = threading.Event()
+    body = exporter.http.routes.metrics
+    exporter.http.routes.metrics = lambda: release.wait(5) and body()
+    try:
+        busy = [threading.Thread(target=request, args=(exporter, "GET", "/metrics")) for _ in range(2)]
+        for thread in busy:
+            thread.start()
+        wait_for(lambda: sum(c.serving for c in list(exporter.http.connections._open.values())) == 2)
         extra = socket.create_connection(exporter.address)
         assert closed_by_server(extra, within=2)
         extra.close()
         assert exporter.http.rejected_connections == 1
-        for sock in held:
-            sock.close()
-
-        def served() -> bool:
-            try:
-                return request(exporter, "GET", "/healthz")[0].status == 200
-            except ConnectionError:  # the closed connections' slots are not back yet
-                return False
-
-        wait_for(served, timeout=3)
+        release.set()
+        for thread in busy:
+            thread.join(5)
+        wait_for(lambda: served(exporter), timeout=3)
     finally:
+        release.set()
         exporter.stop()
 
 

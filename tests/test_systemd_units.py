@@ -25,8 +25,12 @@ needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not 
 
 
 def settings(unit: str) -> dict[str, list[str]]:
+    return settings_of(SYSTEMD / unit)
+
+
+def settings_of(path: Path) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
-    for line in (SYSTEMD / unit).read_text().splitlines():
+    for line in path.read_text().splitlines():
         if "=" in line and not line.lstrip().startswith(("#", "[")):
             key, _, value = line.partition("=")
             found.setdefault(key.strip(), []).append(value.strip())
@@ -47,6 +51,24 @@ def test_units_pass_systemd_analyze_verify(runnable):
                             capture_output=True, text=True, timeout=60, cwd=runnable)
     # verify exits 0 on unknown keys too, with a warning: any output at all is a finding
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+@needs_analyze
+def test_the_documented_address_filter_verifies_when_uncommented(runnable):
+    unit = runnable / "gpudiag-exporter.service"
+    text = unit.read_text()
+    assert "#IPAddressDeny=any\n" in text and "#IPAddressAllow=" in text
+    unit.write_text(text.replace("#IPAddressDeny=", "IPAddressDeny=").replace("#IPAddressAllow=", "IPAddressAllow="))
+    assert settings_of(unit)["IPAddressDeny"] == ["any"]
+    result = subprocess.run([ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60,
+                            cwd=runnable)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_the_exporter_cannot_take_more_than_one_core():
+    # issue 10, item 6: 16 wrong-password clients took 189 % CPU; bcrypt is serialised now, and the unit caps the rest
+    (quota,) = settings("gpudiag-exporter.service")["CPUQuota"]
+    assert quota.endswith("%") and 0 < int(quota[:-1]) <= 100
 
 
 @needs_analyze

@@ -1,12 +1,18 @@
 """The HTTP side: `/metrics` and `/healthz`, GET and HEAD only, with TLS and basic auth when configured.
 
-Defences for a daemon on every GPU node:
-- bounded concurrency: at most `max_connections` connections are served at once; one more is closed at accept
-  (no thread is started for it), so a flood costs the node nothing but a refused connection;
-- timeouts: every socket operation (TLS handshake, reading a request, writing a response, waiting for the next
-  keep-alive request) gives up after `request_timeout_seconds`, and a reaper closes the connection of any request
-  (handshake included) still in progress after `max_request_seconds`, so a client that trickles one byte at a
-  time cannot hold a slot either; an idle keep-alive connection is never cut in the middle of a request;
+Defences for a daemon on every GPU node, where any local user and anything on the network may be hostile
+(issue 10, items 5-8; the limits are listed in docs/exporter-security.md):
+- a request head is read whole before anything parses it, capped at 8 KiB (request line 4 KiB): more is answered
+  431 (414) and the connection closed (http_head.py);
+- the head must arrive within `max_request_seconds` (5 s) of the connection being accepted (TLS handshake
+  included) or of its first byte on a reused connection, however it trickles; a client silent for
+  `request_timeout_seconds` is dropped, and every write gives up after as long;
+- at most `max_connections` connections at once; when all are taken, the one that has waited longest for its
+  request gives way to the newcomer, so a slow or idle client can never lock a scraper out (connections.py);
+- a GET or HEAD with a body is refused (400, closed), and so is anything sent after a request before its answer
+  (answered, then closed): no request is ever read out of another one's bytes;
+- basic auth runs bcrypt one check at a time with bounded caches and a short queue (web_config.BasicAuth);
+- the listen backlog is the kernel's maximum, not http.server's 5;
 - nothing is resolved: the listen address is bound as given (http.server would look up its FQDN in DNS at start-up,
   which hangs on a node whose resolver is down);
 - handler errors are logged, never printed as tracebacks on stderr.
@@ -14,6 +20,7 @@ Defences for a daemon on every GPU node:
 
 from __future__ import annotations
 
+import io
 import logging
 import socket
 import socketserver
@@ -23,12 +30,15 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Callable, Optional, Union
 from urllib.parse import urlsplit
 
-from gpudiag.exporter.web_config import WebConfig
+from gpudiag.exporter.connections import Connection, Connections
+from gpudiag.exporter.http_head import HeadRejected, HeadTimeout, read_head
+from gpudiag.exporter.web_config import AuthBusy, WebConfig
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
 ALLOWED_METHODS = "GET, HEAD"
+LINGER_SECONDS, LINGER_BYTES = 0.5, 65536  # after a 431/414: how long and how much is read and discarded
 
 
 class Routes:
@@ -45,6 +55,13 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "gpudiag"
     sys_version = ""
 
+    def __init__(self, request, client_address, server: "ExporterHTTPServer", conn: Connection):
+        self.conn = conn
+        self._pending = b""  # bytes read after the last head
+        # The first request's head is due this long after the accept, the TLS handshake included.
+        self._deadline: Optional[float] = conn.since + server.max_request_seconds
+        super().__init__(request, client_address, server)
+
     def setup(self) -> None:
         self.timeout = self.server.request_timeout_seconds
         self.request.settimeout(self.timeout)
@@ -52,18 +69,73 @@ class Handler(BaseHTTPRequestHandler):
         # segment waits for the client's delayed ACK, 40 ms on Linux.
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.server.web.tls is not None:
-            # The handshake runs here, on the connection's own thread and under its timeout, not in the accept loop.
+            # The handshake runs here, on the connection's own thread and within the first request's deadline.
+            self.request.settimeout(max(0.001, self._deadline - time.monotonic()))
             self.request = self.server.web.tls.wrap_socket(self.request, server_side=True)
+            if not self.server.connections.replace_socket(self.conn, self.request):
+                self.request.close()
+                raise ConnectionAbortedError("evicted during the TLS handshake")
+            self.request.settimeout(self.timeout)
         super().setup()
+        self.rfile.close()  # heads are read by read_head; each is parsed from its own bytes
+        self.rfile = io.BytesIO()
 
     def handle_one_request(self) -> None:
-        self.server.track(self.connection)  # from the first byte of this request to the end of its response
+        self.close_connection = True  # unless a complete, acceptable request says otherwise
         try:
+            got = read_head(self.connection, self._pending, self._deadline, self.server.max_request_seconds,
+                            self.timeout)
+        except HeadRejected as exc:
+            self._reject(exc.status, exc.reason)
+            return
+        except (HeadTimeout, OSError):
+            return
+        finally:
+            self._deadline = None  # later requests: from their first byte
+        if got is None or not self.server.connections.serving(self.conn):
+            return
+        head, self._pending = got
+        try:
+            self.rfile = io.BytesIO(head)
             super().handle_one_request()
         finally:
-            self.server.untrack(self.connection)
+            self.server.connections.waiting(self.conn)
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.command in ("GET", "HEAD") and (
+                any(v.strip() != "0" for v in self.headers.get_all("Content-Length", []))
+                or "Transfer-Encoding" in self.headers):
+            # A body nobody reads would be taken for the next request: two answers to one request, a smuggling
+            # primitive behind a proxy (issue 10, item 8). Scrapers never send one.
+            self.close_connection = True
+            self._send(400, b"a GET or HEAD request has no body\n")
+            return False
+        if self._pending:
+            self.close_connection = True  # pipelined: this request is answered, the rest is never read
+        return True
+
+    def _reject(self, status: int, reason: str) -> None:
+        """Answer a head that breaks a limit, before parsing it, and close. The client may still be sending: stop
+        writing, then read and discard a bounded amount for a moment, so that the answer is not lost to a reset."""
+        body = f"{reason}\n".encode()
+        try:
+            self.connection.sendall(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            socket.socket.shutdown(self.connection, socket.SHUT_WR)
+            until, drained = time.monotonic() + LINGER_SECONDS, 0
+            while drained < LINGER_BYTES and (left := until - time.monotonic()) > 0:
+                self.connection.settimeout(left)
+                chunk = self.connection.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
 
     def finish(self) -> None:
+        self.server.connections.release(self.conn)  # before any close: see Connections.release
         try:
             super().finish()
         finally:
@@ -100,8 +172,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _authorised(self) -> bool:
         auth = self.server.web.auth
-        if auth is None or auth.check(self.headers.get("Authorization")):
-            return True
+        try:
+            if auth is None or auth.check(self.headers.get("Authorization")):
+                return True
+        except AuthBusy:
+            self.close_connection = True
+            self._send(429, b"too many password checks queued; retry\n", extra={"Retry-After": "1"})
+            return False
         self._send(401, b"unauthorized\n", extra={"WWW-Authenticate": 'Basic realm="gpudiag"'})
         return False
 
@@ -127,20 +204,21 @@ class Handler(BaseHTTPRequestHandler):
 
 class ExporterHTTPServer(HTTPServer):
     daemon_threads = True
+    # http.server's default is 5: at 8-16 concurrent scrapes, SYN retries gave a p99 of 1 s (issue 10, item 8).
+    # The kernel caps it at net.core.somaxconn.
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, family: socket.AddressFamily, address: tuple, routes: Routes, web: WebConfig,
                  max_connections: int = 16, request_timeout_seconds: float = 10.0,
-                 max_request_seconds: float = 30.0):
+                 max_request_seconds: float = 5.0):
         self.address_family = family
         self.routes = routes
         self.web = web
         self.request_timeout_seconds = request_timeout_seconds
         self.max_request_seconds = max_request_seconds
         self.stopping = False
-        self.rejected_connections = 0
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self._open: dict[socket.socket, float] = {}
-        self._open_lock = threading.Lock()
+        # One phase (waiting for a head, or answering one) never lasts longer than this.
+        self.connections = Connections(max_connections, request_timeout_seconds + max_request_seconds)
         super().__init__(address, Handler, bind_and_activate=False)
         try:
             if family == socket.AF_INET6 and address[0] == "::":
@@ -153,6 +231,10 @@ class ExporterHTTPServer(HTTPServer):
             raise
         threading.Thread(target=self._reap, name="gpudiag-http-reaper", daemon=True).start()
 
+    @property
+    def rejected_connections(self) -> int:
+        return self.connections.refused
+
     def server_bind(self) -> None:
         # TCPServer's bind, without HTTPServer's getfqdn() (a DNS lookup).
         socketserver.TCPServer.server_bind(self)
@@ -160,45 +242,31 @@ class ExporterHTTPServer(HTTPServer):
         self.server_name, self.server_port = host, port
 
     def process_request(self, request, client_address) -> None:
-        if self.stopping or not self._slots.acquire(blocking=False):
-            self.rejected_connections += 1
+        conn = None if self.stopping else self.connections.admit(request)
+        if conn is None:
             self.shutdown_request(request)
             return
-        self.track(request)  # the TLS handshake counts as part of the first request
-        threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
-
-    def _serve_one(self, request, client_address) -> None:
         try:
-            self.finish_request(request, client_address)
+            threading.Thread(target=self._serve_one, args=(request, client_address, conn), daemon=True).start()
+        except BaseException as exc:  # noqa: BLE001 - "can't start new thread" must not leak the slot (item 8)
+            self.connections.release(conn)
+            self.shutdown_request(request)
+            log.warning("connection from %s refused: cannot start its thread: %s", client_address, exc)
+
+    def _serve_one(self, request, client_address, conn: Connection) -> None:
+        try:
+            self.RequestHandlerClass(request, client_address, self, conn)
         except Exception as exc:  # noqa: BLE001 - a broken client connection is not the exporter's failure
             log.debug("connection from %s: %s: %s", client_address, type(exc).__name__, exc)
         finally:
+            self.connections.release(conn)
             self.shutdown_request(request)
-            self.untrack(request)
-            self._slots.release()
-
-    def track(self, sock: socket.socket) -> None:
-        with self._open_lock:
-            self._open[sock] = time.monotonic()
-
-    def untrack(self, sock: socket.socket) -> None:
-        with self._open_lock:
-            self._open.pop(sock, None)
 
     def _reap(self) -> None:
-        period = min(1.0, self.max_request_seconds / 2)
+        period = min(1.0, self.connections.max_phase_seconds / 4)
         while not self.stopping:
             time.sleep(period)
-            now = time.monotonic()
-            with self._open_lock:
-                expired = [s for s, since in self._open.items() if now - since > self.max_request_seconds]
-                for sock in expired:
-                    self._open.pop(sock, None)
-            for sock in expired:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)  # wakes the handler blocked on it; it then cleans up
-                except OSError:
-                    pass
+            self.connections.reap()
 
     def handle_error(self, request, client_address) -> None:
         log.debug("error serving %s", client_address, exc_info=True)

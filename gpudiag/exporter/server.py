@@ -77,7 +77,7 @@ class Exporter:
         watcher_factory: Optional[WatcherFactory] = XidWatcher,
         max_connections: int = 16,
         request_timeout_seconds: float = 10.0,
-        max_request_seconds: float = 30.0,
+        max_request_seconds: float = 5.0,
     ):
         # The Collector bounds itself to collect_timeout_seconds; the margin covers the checks and bookkeeping.
         cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)

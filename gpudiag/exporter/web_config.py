@@ -19,11 +19,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 import re
 import ssl
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -150,45 +151,99 @@ def _users(section: Any) -> dict[str, bytes]:
     return users
 
 
-@dataclass
-class BasicAuth:
-    """Checks `Authorization: Basic …` against bcrypt hashes.
+class AuthBusy(Exception):
+    """Too many password checks are already queued: answer 429 without running another."""
 
-    bcrypt is slow on purpose (~50-250 ms at cost 10-12), far more than a scrape should cost, so a credential that
-    verified once is remembered, keyed by a SHA-256 of user and password (as exporter-toolkit does); failures are
-    never cached. An unknown user is checked against a dummy hash so that the reply takes as long as for a known one.
+
+class _Recent:
+    """A bounded set of recent keys, least recently used out first."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._keys: "OrderedDict[bytes, None]" = OrderedDict()
+
+    def __contains__(self, key: bytes) -> bool:
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return True
+        return False
+
+    def add(self, key: bytes) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.size:
+            self._keys.popitem(last=False)
+
+
+class BasicAuth:
+    """Checks `Authorization: Basic …` against bcrypt hashes, without letting bcrypt become a denial of service.
+
+    bcrypt is slow on purpose (~60 ms at cost 10, ~250 ms at 12 on one core), and before this 16 clients sending
+    wrong passwords in parallel took 189 % CPU and every connection slot (issue 10, item 6). So, as
+    exporter-toolkit's web/handler.go does (https://github.com/prometheus/exporter-toolkit/blob/master/web/handler.go:
+    a mutex around bcrypt.CompareHashAndPassword, and a cache of results keyed by user, hash and password):
+    - one bcrypt check runs at a time (about one core at most, whatever the number of clients);
+    - results are remembered, keyed by a salted SHA-256 of user and password: a verified credential costs a
+      dictionary look-up from then on, and a repeated wrong one never costs a second bcrypt. The two caches are
+      bounded and separate, so that a flood of new wrong passwords cannot push the scraper's credential out;
+    - at most `max_waiting` checks wait for bcrypt; beyond that the request is answered 429 at once, so that
+      password guessers cannot hold every connection slot while they queue;
+    - an unknown user is checked against a dummy hash of the configured users' (highest) cost, so that the reply
+      takes as long as for a known user with a wrong password (the dummy was cost 10 whatever the users' cost:
+      item 8). Users of different costs remain distinguishable from each other: give them one cost.
     """
 
-    users: dict[str, bytes]
-    _verified: "OrderedDict[bytes, None]" = field(default_factory=OrderedDict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    cache_size: int = 64
-
-    _DUMMY = b"$2b$10$" + b"." * 53
+    def __init__(self, users: dict[str, bytes], cache_size: int = 64, failure_cache_size: int = 1024,
+                 max_waiting: int = 4):
+        self.users = users
+        self.max_waiting = max_waiting
+        self._verified = _Recent(cache_size)
+        self._failed = _Recent(failure_cache_size)
+        self._lock = threading.Lock()  # the caches
+        self._bcrypt = threading.Lock()  # one bcrypt check at a time
+        self._queue = threading.BoundedSemaphore(max_waiting)
+        self._salt = os.urandom(16)
+        cost = max((int(hashed[4:6]) for hashed in users.values()), default=10)
+        self.dummy_hash = b"$2b$%02d$" % cost + b"." * 53  # valid bcrypt syntax that no password matches
 
     def check(self, header: Optional[str]) -> bool:
+        """True for a configured user's password; False otherwise; AuthBusy when too many checks are queued."""
         credentials = _parse_basic(header)
         if credentials is None:
             return False
         user, password = credentials
-        key = hashlib.sha256(user.encode() + b"\0" + password).digest()
+        key = hashlib.sha256(self._salt + user.encode() + b"\0" + password).digest()
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        if not self._queue.acquire(blocking=False):
+            raise AuthBusy()
+        try:
+            with self._bcrypt:
+                cached = self._cached(key)  # the same credentials may have been checked while this one waited
+                ok = cached if cached is not None else self._bcrypt_check(user, password)
+        finally:
+            self._queue.release()
+        with self._lock:
+            (self._verified if ok else self._failed).add(key)
+        return ok
+
+    def _cached(self, key: bytes) -> Optional[bool]:
         with self._lock:
             if key in self._verified:
-                self._verified.move_to_end(key)
                 return True
+            if key in self._failed:
+                return False
+        return None
+
+    def _bcrypt_check(self, user: str, password: bytes) -> bool:
         import bcrypt
 
         hashed = self.users.get(user)
         try:
-            ok = bcrypt.checkpw(password, hashed or self._DUMMY) and hashed is not None
+            return bcrypt.checkpw(password, hashed or self.dummy_hash) and hashed is not None
         except ValueError:
-            ok = False
-        if ok:
-            with self._lock:
-                self._verified[key] = None
-                while len(self._verified) > self.cache_size:
-                    self._verified.popitem(last=False)
-        return ok
+            return False
 
 
 def _parse_basic(header: Optional[str]) -> Optional[tuple[str, bytes]]:
