@@ -54,6 +54,7 @@ from gpudiag.model.node import (
     KernelLogInfo,
     NodeSnapshot,
     PciGpu,
+    PcieDpmLevel,
 )
 from gpudiag.model.results import CheckResult, DeviceRef
 from gpudiag.model.serialize import SchemaError, from_dict, to_dict
@@ -64,5 +65,5 @@ __all__ = [
     "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "ClockInfo", "DeviceSnapshot",
     "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo", "PeerLink", "PowerInfo",
     "TemperatureSensor", "Utilization", "BackendInfo", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo",
-    "NodeSnapshot", "PciGpu", "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
+    "NodeSnapshot", "PciGpu", "PcieDpmLevel", "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
 ]
