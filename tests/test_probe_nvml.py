@@ -278,3 +278,31 @@ def test_hung_call_is_bounded_named_and_does_not_stop_the_other_gpu():
         node.release.set()
         hung.thread.join(5)
         assert not hung.thread.is_alive()
+
+
+def test_throttle_times_come_in_seconds_from_the_field_batch_without_extra_calls():
+    result = probe(FakeNode.hgx_h200(1))  # driver 550: the perf-policy fields only
+    seconds = result.devices[0].clocks.throttle_seconds
+    assert seconds == {"sw_power_cap": 0.0, "thermal": 0.0, "sync_boost": 0.0, "board_limit": 0.0,
+                       "low_utilization": 23.678421568, "reliability": 0.0,
+                       "below_application_clocks": 14.276011904, "below_base_clocks": 14.276011904}
+    assert result.lib.calls["nvmlDeviceGetViolationStatus"] == 0
+    assert result.lib.calls["nvmlDeviceGetFieldValues"] == 1
+
+
+def test_clock_event_times_by_their_r580_ids_only_on_r580_drivers():
+    node = FakeNode.hgx_h200(1)
+    node.driver_version = "580.159.04"
+    node.gpus[0].throttle_ns.update({269: 2_500_000_000, 270: 0, 271: 750_000_000})
+    seconds = probe(node).devices[0].clocks.throttle_seconds
+    assert (seconds["sw_thermal_slowdown"], seconds["hw_thermal_slowdown"], seconds["hw_power_brake"]) == (2.5, 0.0, 0.75)
+    node.driver_version = "570.86.15"  # 269-271 are power-smoothing fields in that driver's numbering
+    assert "hw_power_brake" not in probe(node).devices[0].clocks.throttle_seconds
+
+
+def test_a_throttle_counter_the_gpu_lacks_is_absent_not_zero():
+    gpu = FakeGpu()
+    del gpu.throttle_ns[77]
+    gpu.field_errors[79] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    seconds = probe_one(gpu).clocks.throttle_seconds
+    assert "board_limit" not in seconds and "reliability" not in seconds and seconds["sw_power_cap"] == 0.0

@@ -33,6 +33,7 @@ from gpudiag.model.common import (
 )
 from gpudiag.model.device import (
     THROTTLE_REASONS,
+    THROTTLE_TIME_REASONS,
     ClockInfo,
     DeviceSnapshot,
     EccInfo,
@@ -62,7 +63,7 @@ from gpudiag.model.serialize import SchemaError, from_dict, to_dict
 __all__ = [
     "ActiveDevice", "ActiveResults", "CopyBandwidth", "MemtestResult", "PeerBandwidth", "StressResult",
     "TelemetrySample", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
-    "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "ClockInfo", "DeviceSnapshot",
+    "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "THROTTLE_TIME_REASONS", "ClockInfo", "DeviceSnapshot",
     "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo", "PeerLink", "PowerInfo",
     "TemperatureSensor", "Utilization", "BackendInfo", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo",
     "NodeSnapshot", "PciGpu", "PcieDpmLevel", "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
