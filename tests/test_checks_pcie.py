@@ -52,6 +52,7 @@ def test_idle_gpu_in_p0_below_its_generation_fails():
     assert "Gen4 x16 of Gen5 x16" in result.message and "P0" in result.message
     assert result.observed["performance_state"] == "P0"
     assert "reseat" in result.remediation and "BIOS" in result.remediation and "LnkSta" in result.remediation
+    assert "nvidia-smi -q -i 0000:19:00.0 -d PCI" in result.remediation and "--level 2" in result.remediation
 
 
 def test_idle_gpu_in_p8_at_gen1_is_not_a_failure_and_says_how_to_confirm():

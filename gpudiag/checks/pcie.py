@@ -95,11 +95,13 @@ def _unreadable(check_id: str, gpu: PhysicalGpu, what: str) -> CheckResult:
     return skipped(check_id, None, f"{gpu.label}: {what} not readable from sysfs")
 
 
-def _trained_low(gpu: PhysicalGpu, facts: LinkFacts, target: int, what: str) -> str:
+def _trained_low(gpu: PhysicalGpu, facts: LinkFacts, target: int, what: str, loaded: bool) -> str:
+    # Read idle, the operator confirms under load; read under load, what is left is to look at both link ends.
+    confirm = _confirm(gpu, facts) if loaded else confirm_under_load(gpu)
     return (f"Both the GPU and {_slot_text(facts)} support {what}, yet the link trained lower: power down, reseat the "
             f"GPU and its riser/cable, check the slot's BIOS PCIe link-speed setting (Auto/Gen{target}) and look for "
-            f"AER errors (pcie.aer) on this link. {_confirm(gpu, facts)} A link that retrains low after reseating "
-            f"points at the riser/retimer or the GPU: swap slots to tell which.")
+            f"AER errors (pcie.aer) on this link. {confirm} A link that retrains low after reseating points at the "
+            f"riser/retimer or the GPU: swap slots to tell which.")
 
 
 def _judge_link(check_id: str, gpu: PhysicalGpu, facts: LinkFacts, loaded: Optional[LoadedLink], current: Optional[int],
@@ -113,7 +115,7 @@ def _judge_link(check_id: str, gpu: PhysicalGpu, facts: LinkFacts, loaded: Optio
             return passed(check_id, device, f"{gpu.label} link at {loaded.text} under load", observed=observed,
                           expected=expected)
         return failed(check_id, device, f"{gpu.label} link at {loaded.text} of {expected} while copying over it",
-                      observed=observed, expected=expected, remediation=_trained_low(gpu, facts, target, what))
+                      observed=observed, expected=expected, remediation=_trained_low(gpu, facts, target, what, True))
     if current >= target:
         return passed(check_id, device, f"{gpu.label} link at {observed['current']}", observed=observed,
                       expected=expected)
@@ -125,7 +127,7 @@ def _judge_link(check_id: str, gpu: PhysicalGpu, facts: LinkFacts, loaded: Optio
                                         f"{what} {cannot_tell} until the GPU is loaded",
                       observed=observed, expected=expected, remediation=confirm_under_load(gpu))
     return failed(check_id, device, f"{gpu.label} link at {link}, {state.why}", observed=observed,
-                  expected=expected, remediation=_trained_low(gpu, facts, target, what))
+                  expected=expected, remediation=_trained_low(gpu, facts, target, what, False))
 
 
 def _judge_generation(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[LoadedLink]) -> CheckResult:
