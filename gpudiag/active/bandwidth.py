@@ -75,10 +75,12 @@ def host_copies(session: Session, ordinal: int, device: DeviceSnapshot) -> tuple
         start, end = res.event(), res.event()
         with recording("active.pcie_h2d", h2d):
             timed_copies(session, h2d, nbytes, stream, start, end,
-                         lambda: runtime.copy_h2d_async(memory, host, nbytes, stream), _link_sampler(session, device, h2d))
+                         lambda: runtime.copy_h2d_async(memory, host, nbytes, stream),
+                         _link_sampler(session, device, h2d))
         with recording("active.pcie_d2h", d2h):
             timed_copies(session, d2h, nbytes, stream, start, end,
-                         lambda: runtime.copy_d2h_async(host, memory, nbytes, stream), _link_sampler(session, device, d2h))
+                         lambda: runtime.copy_d2h_async(host, memory, nbytes, stream),
+                         _link_sampler(session, device, d2h))
     return h2d, d2h
 
 
