@@ -200,14 +200,14 @@ def test_the_link_is_read_while_the_host_copies_are_in_flight_and_the_best_readi
         generation = 1 if len(seen) == 1 else 5
         return dataclasses.replace(device, pcie=PcieInfo(current_generation=generation, current_width=16))
 
-    results = run_active(snapshot_of(idle_device(0)),
-                         fast_options(tests=("pcie",), copy_repeats=4, copy_batches=2, reader=reader))
-    device = results.devices[0]
+    options = fast_options(tests=("pcie",), copy_repeats=4, copy_batches=2, reader=reader)
+    device = run_active(snapshot_of(idle_device(0)), options).devices[0]
     assert (device.h2d.link_generation, device.h2d.link_width) == (5, 16)
     assert (device.d2h.link_generation, device.d2h.link_width) == (5, 16)
     # First read: the warm-up copy and the first batch queued, the batch not yet waited for.
     assert seen[0] == (1 + 4, 0)
     assert len(seen) == 4  # one read per timed batch, each direction
+    assert "GB/s, link under load Gen5 x16\n" in options.progress.getvalue()
 
 
 def test_without_a_reader_the_link_under_load_stays_unobserved(monkeypatch):
