@@ -78,7 +78,10 @@ def test_p_state_alone_excuses_a_lower_generation_but_not_a_narrower_link():
     device.clocks.performance_state = 8
     assert for_gpu(run(snap, "pcie.link_generation"), 0).status == Status.WARN
     device.pcie.current_width = snap.pci_gpus[0].current_link_width = 8
-    assert for_gpu(run(snap, "pcie.link_width"), 0).status == Status.FAIL
+    width = for_gpu(run(snap, "pcie.link_width"), 0)
+    assert_actionable(width, Status.FAIL)
+    assert "trained at Gen2 x8 of Gen5 x16" in width.message and "P8" not in width.message
+    assert "lanes failed to train" in width.remediation
 
 
 def test_amd_idle_utilisation_is_no_excuse_without_link_dpm():

@@ -11,7 +11,7 @@ A link below its maximum is excused only on evidence of power saving, and a read
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from gpudiag.checks.common import (
     FIELD_BATCH,
@@ -26,7 +26,7 @@ from gpudiag.checks.common import (
     warned,
 )
 from gpudiag.expect import Expectations
-from gpudiag.checks.pcie_power import LoadedLink, confirm_under_load, power_state, under_load, vendor_of
+from gpudiag.checks.pcie_power import LoadedLink, PowerState, confirm_under_load, power_state, under_load, vendor_of
 from gpudiag.model import CheckResult, NodeSnapshot, PcieInfo, Vendor
 
 LINK_GENERATION = "pcie.link_generation"
@@ -104,10 +104,12 @@ def _trained_low(gpu: PhysicalGpu, facts: LinkFacts, target: int, what: str, loa
             f"riser/retimer or the GPU: swap slots to tell which.")
 
 
-def _judge_link(check_id: str, gpu: PhysicalGpu, facts: LinkFacts, loaded: Optional[LoadedLink], current: Optional[int],
+def _judge_link(check_id: str, gpu: PhysicalGpu, loaded: Optional[LoadedLink], current: int,
                 under_load_value: Optional[int], target: int, what: str, observed: dict, expected: str,
-                power_excuses: bool) -> CheckResult:
-    """The link's generation or width (`current`) against `target`, once the slot is known not to be the limit."""
+                state: Optional[PowerState], remediation: Callable[[bool], str]) -> CheckResult:
+    """The link's generation or width (`current`) against `target`, once the slot is known not to be the limit.
+    `state`: the power-management evidence, None where power management never lowers this (NVIDIA's width);
+    `remediation(loaded)`: what to do about a link that trained low, read under load or not."""
     device, link = gpu.device, f"{observed['current']} of {expected}"
     if loaded is not None and under_load_value is not None:
         observed["under_load"] = loaded.text
@@ -115,19 +117,21 @@ def _judge_link(check_id: str, gpu: PhysicalGpu, facts: LinkFacts, loaded: Optio
             return passed(check_id, device, f"{gpu.label} link at {loaded.text} under load", observed=observed,
                           expected=expected)
         return failed(check_id, device, f"{gpu.label} link at {loaded.text} of {expected} while copying over it",
-                      observed=observed, expected=expected, remediation=_trained_low(gpu, facts, target, what, True))
+                      observed=observed, expected=expected, remediation=remediation(True))
     if current >= target:
         return passed(check_id, device, f"{gpu.label} link at {observed['current']}", observed=observed,
                       expected=expected)
-    state = power_state(gpu)
+    if state is None:
+        return failed(check_id, device, f"{gpu.label} link trained at {link}", observed=observed, expected=expected,
+                      remediation=remediation(False))
     observed.update(state.observed)
-    if power_excuses and state.excused is not False:
+    if state.excused is not False:
         cannot_tell = "cannot be judged" if state.excused else "could be power saving or a fault"
         return warned(check_id, device, f"{gpu.label} link at {link}, {state.why}; whether it trains at "
                                         f"{what} {cannot_tell} until the GPU is loaded",
                       observed=observed, expected=expected, remediation=confirm_under_load(gpu))
     return failed(check_id, device, f"{gpu.label} link at {link}, {state.why}", observed=observed,
-                  expected=expected, remediation=_trained_low(gpu, facts, target, what, False))
+                  expected=expected, remediation=remediation(False))
 
 
 def _judge_generation(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[LoadedLink]) -> CheckResult:
@@ -148,9 +152,9 @@ def _judge_generation(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[L
                          f"Auto/Gen{target} in the BIOS (per-root-port PCIe settings), make sure the riser, retimer "
                          f"and cable are rated for Gen{target} (a Gen{facts.slot_generation} riser caps the link) and "
                          f"that the BIOS and retimer firmware are current. {_confirm(gpu, facts)}"))
-    return _judge_link(LINK_GENERATION, gpu, facts, loaded, facts.current_generation,
-                       loaded.generation if loaded else None, target, f"Gen{target}", observed, expected,
-                       power_excuses=True)
+    return _judge_link(LINK_GENERATION, gpu, loaded, facts.current_generation, loaded.generation if loaded else None,
+                       target, f"Gen{target}", observed, expected, power_state(gpu),
+                       lambda under_load: _trained_low(gpu, facts, target, f"Gen{target}", under_load))
 
 
 def _judge_width(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[LoadedLink]) -> CheckResult:
@@ -169,8 +173,15 @@ def _judge_width(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[Loaded
             remediation=(f"The slot is narrower than the GPU: check the BIOS bifurcation setting of {slot} (x16, not "
                          f"x8x8 or x4x4x4x4) and that the riser/cable is x16. {_confirm(gpu, facts)}"))
     # NVIDIA's low P-states lower the speed, not the width: only amdgpu's link DPM levels also name a width.
-    return _judge_link(LINK_WIDTH, gpu, facts, loaded, facts.current_width, loaded.width if loaded else None,
-                       target, f"x{target}", observed, expected, power_excuses=vendor_of(gpu) == Vendor.AMD)
+    state = power_state(gpu) if vendor_of(gpu) == Vendor.AMD else None
+
+    def remediation(under_load: bool) -> str:
+        return (f"A link narrower than both ends support means lanes failed to train: power down, reseat the GPU and "
+                f"its riser/cable, inspect the connector for damage or debris. {_confirm(gpu, facts)} If the width "
+                f"stays low, swap the GPU into another slot to tell a bad riser/slot from a bad GPU.")
+
+    return _judge_link(LINK_WIDTH, gpu, loaded, facts.current_width, loaded.width if loaded else None, target,
+                       f"x{target}", observed, expected, state, remediation)
 
 
 def link_generation(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
