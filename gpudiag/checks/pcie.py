@@ -172,8 +172,12 @@ def _judge_width(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[Loaded
             observed=observed, expected=expected,
             remediation=(f"The slot is narrower than the GPU: check the BIOS bifurcation setting of {slot} (x16, not "
                          f"x8x8 or x4x4x4x4) and that the riser/cable is x16. {_confirm(gpu, facts)}"))
-    # NVIDIA's low P-states lower the speed, not the width: only amdgpu's link DPM levels also name a width.
-    state = power_state(gpu) if vendor_of(gpu) == Vendor.AMD else None
+    # The width is excused only on positive evidence of power saving: amdgpu's DPM level, or a known low NVIDIA
+    # P-state (NVIDIA documents that the current width, too, "may be reduced when the GPU is not in use"). In P0 or an
+    # unreadable P-state a narrow link is lanes that did not train: the lab's idle P0 H200s keep x16.
+    state = power_state(gpu)
+    if vendor_of(gpu) != Vendor.AMD and state.excused is not True:
+        state = None
 
     def remediation(under_load: bool) -> str:
         return (f"A link narrower than both ends support means lanes failed to train: power down, reseat the GPU and "

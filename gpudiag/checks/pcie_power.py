@@ -4,8 +4,9 @@ The evidence, per vendor:
 - NVIDIA: data-centre GPUs in P0 keep their trained link even when idle. The lab's H200s, idle (`gpu_idle`
   clock-event reason, 0 % utilisation) in P0, hold Gen5 x16 (tests/fixtures/h200/nvml-health-survey.json,
   tests/fixtures/h200x2/). Only lower P-states (P8 on a node without persistence mode) drop the link, to Gen1, to
-  save power. So a link below its maximum in P0 is a fault; in a lower P-state it cannot be judged until the GPU is
-  loaded. The width is not lowered by these power states: a narrow NVIDIA link is never excused.
+  save power; NVIDIA's nvidia-smi documentation says of the current link generation and width that they "may be
+  reduced when the GPU is not in use" (https://docs.nvidia.com/deploy/nvidia-smi/index.html, PCI section). So a
+  link below its maximum in P0 is a fault; in a lower P-state it cannot be judged until the GPU is loaded.
 - amdgpu: the driver's link DPM (`pp_dpm_pcie`, one line per level, `*` on the level in use; vendor-api.md §2) says
   it outright. Only a current level below the top level is power saving; with the top level in use, or without the
   file, a lower link is what the link trained at.
@@ -48,8 +49,7 @@ def _nvidia_pstate(gpu: PhysicalGpu) -> PowerState:
         return PowerState(None, "its P-state could not be read", observed)
     if pstate == 0:
         return PowerState(False, "in P0, where data-centre GPUs hold their trained link even when idle", observed)
-    return PowerState(True, f"in P{pstate}: NVIDIA GPUs lower the link (to Gen1) in low P-states to save power",
-                      observed)
+    return PowerState(True, f"in P{pstate}: NVIDIA GPUs lower the link in low P-states to save power", observed)
 
 
 def _amdgpu_dpm(gpu: PhysicalGpu) -> PowerState:
