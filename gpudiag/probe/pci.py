@@ -87,7 +87,9 @@ def _probe_function(reader: FileReader, device: Path) -> Optional[PciGpu]:
 
 def _pcie_dpm(reader: FileReader, device: Path, gpu: PciGpu) -> None:
     """amdgpu's link power-management levels (pp_dpm_pcie, vendor-api.md §2): the pcie checks excuse a link below
-    its maximum only when the level in use (`*`) is below the top one. Absent on ASICs without link DPM."""
+    its maximum only when the level in use (`*`) is below the top one. Written by the swsmu print/emit_clk_levels,
+    case SMU_PCIE (drivers/gpu/drm/amd/pm/swsmu/smu11/*_ppt.c, smu13/*_ppt.c): one "%d: %s %s %dMhz %s" line per
+    level; ASICs without link DPM print their one level, always current (arcturus_ppt.c), or no file at all."""
     text = reader.text(device / "pp_dpm_pcie")
     levels = parse_pp_dpm_pcie(text) if text else []
     gpu.pcie_dpm_levels = [PcieDpmLevel(level.generation, level.width) for level in levels]
