@@ -227,6 +227,18 @@ ACTIVE_COPY_BANDWIDTH = _gpu(
     "Pinned host<->GPU copy bandwidth the load test measured (direction h2d or d2h).",
     ("direction",),
 )
+ACTIVE_LINK_GENERATION = _gpu(
+    "gpudiag_active_pcie_link_generation",
+    "gauge",
+    "PCIe link generation read while the host copies of the load test ran (direction h2d or d2h); the best reading.",
+    ("direction",),
+)
+ACTIVE_LINK_WIDTH = _gpu(
+    "gpudiag_active_pcie_link_width_lanes",
+    "gauge",
+    "PCIe link width read while the host copies of the load test ran (direction h2d or d2h); the best reading.",
+    ("direction",),
+)
 ACTIVE_P2P_BANDWIDTH = _gpu(
     "gpudiag_active_p2p_bandwidth_bytes_per_second",
     "gauge",
