@@ -4,12 +4,14 @@ simulated timings."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpudiag.active import run_active
 from gpudiag.active.cuda import CudaRuntime
 from gpudiag.active.runtime import GpuOutOfMemory, RuntimeUnavailable
-from gpudiag.model import ErrorKind
+from gpudiag.model import ErrorKind, PcieInfo
 from tests.active_support import fast_options, idle_device, install_cuda, live_reader, sim_devices, snapshot_of
 from tests.fakes import libcuda
 from tests.fakes.gpu_sim import SimNode, patch_cdll
@@ -186,3 +188,30 @@ def test_the_v2_elapsed_time_is_used_where_the_driver_exports_it(monkeypatch):
     results = run_active(snapshot_of(idle_device(0)), fast_options(tests=("pcie",)))
     assert results.devices[0].h2d.gb_per_second == 50.0
     assert fake.count("cuEventElapsedTime_v2") == 4 and fake.count("cuEventElapsedTime") == 0
+
+
+def test_the_link_is_read_while_the_host_copies_are_in_flight_and_the_best_reading_kept(monkeypatch):
+    fake = install_cuda(monkeypatch, sim_devices(1))
+    seen = []
+
+    def reader(device):
+        # What NVML would answer: the first read still finds the link at its idle Gen1, later ones at Gen5.
+        seen.append((fake.count("cuMemcpyHtoDAsync_v2"), fake.count("cuEventSynchronize")))
+        generation = 1 if len(seen) == 1 else 5
+        return dataclasses.replace(device, pcie=PcieInfo(current_generation=generation, current_width=16))
+
+    options = fast_options(tests=("pcie",), copy_repeats=4, copy_batches=2, reader=reader)
+    device = run_active(snapshot_of(idle_device(0)), options).devices[0]
+    assert (device.h2d.link_generation, device.h2d.link_width) == (5, 16)
+    assert (device.d2h.link_generation, device.d2h.link_width) == (5, 16)
+    # First read: the warm-up copy and the first batch queued, the batch not yet waited for.
+    assert seen[0] == (1 + 4, 0)
+    assert len(seen) == 4  # one read per timed batch, each direction
+    assert "GB/s, link under load Gen5 x16\n" in options.progress.getvalue()
+
+
+def test_without_a_reader_the_link_under_load_stays_unobserved(monkeypatch):
+    install_cuda(monkeypatch, sim_devices(1))
+    device = run_active(snapshot_of(idle_device(0)), fast_options(tests=("pcie",))).devices[0]
+    assert device.h2d.gb_per_second is not None
+    assert (device.h2d.link_generation, device.h2d.link_width) == (None, None)

@@ -1,7 +1,7 @@
 import dataclasses
 
 from gpudiag.expect import Expectations
-from gpudiag.model import ErrorKind, ProbeError, Status
+from gpudiag.model import ActiveDevice, ActiveResults, CopyBandwidth, ErrorKind, PcieDpmLevel, ProbeError, Status
 from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
 
 
@@ -35,34 +35,89 @@ def test_slot_cap_seen_by_the_library_alone_also_fails():
     assert for_gpu(run(snap, "pcie.link_generation"), 3).status == Status.FAIL
 
 
-def test_idle_downshift_is_not_an_alarm():
+def _idle(device, pstate):
+    device.utilization.gpu_percent = 0
+    device.clocks.throttle_reasons = ["gpu_idle"]
+    device.clocks.performance_state = pstate
+
+
+def test_idle_gpu_in_p0_below_its_generation_fails():
+    # The lab's H200s idle in P0 (gpu_idle, 0 %) at Gen5 x16: in P0 a lower link is a fault, idle or not.
+    snap = nvidia_h200_node()
+    device = snap.devices[0]
+    _downshift(device, snap.pci_gpus[0], 4)
+    _idle(device, 0)
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert_actionable(result, Status.FAIL)
+    assert "Gen4 x16 of Gen5 x16" in result.message and "P0" in result.message
+    assert result.observed["performance_state"] == "P0"
+    assert "reseat" in result.remediation and "BIOS" in result.remediation and "LnkSta" in result.remediation
+    assert "nvidia-smi -q -i 0000:19:00.0 -d PCI" in result.remediation and "--level 2" in result.remediation
+
+
+def test_idle_gpu_in_p8_at_gen1_is_not_a_failure_and_says_how_to_confirm():
     snap = nvidia_h200_node()
     device = snap.devices[0]
     _downshift(device, snap.pci_gpus[0], 1)
-    device.utilization.gpu_percent = 0
-    device.clocks.throttle_reasons = ["gpu_idle"]
-    device.clocks.performance_state = 8
+    _idle(device, 8)
     result = for_gpu(run(snap, "pcie.link_generation"), 0)
-    assert result.status == Status.PASS
-    assert "idle" in result.message and "Gen1 x16 of Gen5 x16" in result.message
+    assert_actionable(result, Status.WARN)
+    assert "Gen1 x16 of Gen5 x16" in result.message and "P8" in result.message
+    assert "--level 2" in result.remediation and "nvidia-smi -q -i 0000:19:00.0 -d PCI" in result.remediation
+    # The same GPU at Gen5 in P8 (persistence mode keeps some boards up) is simply healthy.
+    _downshift(device, snap.pci_gpus[0], 5)
+    assert for_gpu(run(snap, "pcie.link_generation"), 0).status == Status.PASS
 
 
-def test_idle_by_p_state_alone():
+def test_a_low_p_state_alone_excuses_a_lower_link_and_p0_or_unknown_not_a_narrower_one():
     snap = nvidia_h200_node()
     device = snap.devices[0]
     _downshift(device, snap.pci_gpus[0], 2)
     device.utilization.gpu_percent = None
     device.clocks.throttle_reasons = None
     device.clocks.performance_state = 8
-    assert for_gpu(run(snap, "pcie.link_generation"), 0).status == Status.PASS
+    assert for_gpu(run(snap, "pcie.link_generation"), 0).status == Status.WARN
+    device.pcie.current_width = snap.pci_gpus[0].current_link_width = 8
+    # nvidia-smi documents the current width, too, as "may be reduced when the GPU is not in use".
+    assert_actionable(for_gpu(run(snap, "pcie.link_width"), 0), Status.WARN)
+    for pstate in (0, None):
+        device.clocks.performance_state = pstate
+        width = for_gpu(run(snap, "pcie.link_width"), 0)
+        assert_actionable(width, Status.FAIL)
+        assert "trained at Gen2 x8 of Gen5 x16" in width.message and "lanes failed to train" in width.remediation
 
 
-def test_idle_by_utilisation_alone():
-    snap = amd_mi300x_node()  # utilisation 0, no idle reason, no P-state on AMD
-    snap.devices[4].pcie.current_generation = snap.pci_gpus[4].current_link_generation = 1
-    assert for_gpu(run(snap, "pcie.link_generation"), 4).status == Status.PASS
-    snap.devices[4].utilization.gpu_percent = 60
-    assert for_gpu(run(snap, "pcie.link_generation"), 4).status == Status.FAIL
+def test_amd_idle_utilisation_is_no_excuse_without_link_dpm():
+    snap = amd_mi300x_node()  # utilisation 0, no pp_dpm_pcie
+    snap.devices[4].pcie.current_generation = snap.pci_gpus[4].current_link_generation = 4
+    result = for_gpu(run(snap, "pcie.link_generation"), 4)
+    assert_actionable(result, Status.FAIL)
+    assert "pp_dpm_pcie" in result.message
+
+
+def _dpm(pci, levels, current):
+    pci.pcie_dpm_levels = [PcieDpmLevel(generation, width) for generation, width in levels]
+    pci.pcie_dpm_current = current
+
+
+def test_amd_link_dpm_below_its_top_level_is_excused_and_at_the_top_it_is_not():
+    snap = amd_mi300x_node()
+    device, pci = snap.devices[4], snap.pci_gpus[4]
+    device.pcie.current_generation = pci.current_link_generation = 1
+    device.pcie.current_width = pci.current_link_width = 1
+    _dpm(pci, [(1, 1), (5, 16)], current=0)  # "0: 2.5GT/s, x1 619Mhz *" / "1: 32.0GT/s, x16 1143Mhz"
+    generation, width = for_gpu(run(snap, "pcie.link_generation"), 4), for_gpu(run(snap, "pcie.link_width"), 4)
+    assert_actionable(generation, Status.WARN)
+    assert width.status == Status.WARN
+    assert "level 0" in generation.message and generation.observed["pcie_dpm_top"] == "Gen5 x16"
+    assert "pp_dpm_pcie" in generation.remediation and "--level 2" in generation.remediation
+    # The top level in use, yet the link below its maximum: the link trained low.
+    device.pcie.current_generation = pci.current_link_generation = 4
+    device.pcie.current_width = pci.current_link_width = 16
+    _dpm(pci, [(1, 1), (4, 16)], current=1)
+    result = for_gpu(run(snap, "pcie.link_generation"), 4)
+    assert_actionable(result, Status.FAIL)
+    assert "top level" in result.message
 
 
 def test_busy_gpu_below_its_generation_fails():
@@ -70,17 +125,56 @@ def test_busy_gpu_below_its_generation_fails():
     _downshift(snap.devices[0], snap.pci_gpus[0], 4)
     result = for_gpu(run(snap, "pcie.link_generation"), 0)
     assert_actionable(result, Status.FAIL)
-    assert "busy" in result.message and "reseat" in result.remediation
+    assert "P0" in result.message and "reseat" in result.remediation
 
 
-def test_cannot_tell_idle_from_busy_warns():
+def test_unknown_p_state_warns_instead_of_excusing_silently():
     snap = nvidia_h200_node()
     device = snap.devices[0]
     _downshift(device, snap.pci_gpus[0], 3)
-    device.utilization.gpu_percent = None
-    device.clocks.throttle_reasons = None
+    device.utilization.gpu_percent = 0
+    device.clocks.throttle_reasons = ["gpu_idle"]
     device.clocks.performance_state = None
-    assert_actionable(for_gpu(run(snap, "pcie.link_generation"), 0), Status.WARN)
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert_actionable(result, Status.WARN)
+    assert "P-state could not be read" in result.message and "--level 2" in result.remediation
+
+
+def _loaded(snap, index, generation, width=16):
+    device = snap.devices[index]
+    copies = [CopyBandwidth(gb_per_second=50.0, link_generation=generation, link_width=width) for _ in range(2)]
+    snap.active = ActiveResults(tests=["pcie"], devices=[
+        ActiveDevice(index=index, pci_bus_id=device.pci_bus_id, h2d=copies[0], d2h=copies[1])])
+
+
+def test_under_load_gen4_fails_even_in_a_low_p_state():
+    snap = nvidia_h200_node()
+    device = snap.devices[0]
+    _downshift(device, snap.pci_gpus[0], 1)
+    _idle(device, 8)
+    _loaded(snap, 0, 4)
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert_actionable(result, Status.FAIL)
+    assert "Gen4 x16 of Gen5 x16 while copying" in result.message and result.observed["under_load"] == "Gen4 x16"
+
+
+def test_under_load_gen5_passes_a_link_that_idles_at_gen1():
+    snap = nvidia_h200_node()
+    device = snap.devices[0]
+    _downshift(device, snap.pci_gpus[0], 1)
+    _idle(device, 8)
+    _loaded(snap, 0, 5)
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert result.status == Status.PASS and "under load" in result.message
+    assert result.observed["under_load"] == "Gen5 x16"
+    assert for_gpu(run(snap, "pcie.link_width"), 0).status == Status.PASS
+
+
+def test_under_load_narrow_link_fails_on_amd_too():
+    snap = amd_mi300x_node()
+    _loaded(snap, 2, 5, width=8)
+    assert_actionable(for_gpu(run(snap, "pcie.link_width"), 2), Status.FAIL)
+    assert for_gpu(run(snap, "pcie.link_generation"), 2).status == Status.PASS
 
 
 def test_expected_generation_overrides_the_gpu_capability():

@@ -42,6 +42,17 @@ def test_load_test_figures_are_exported_in_base_units(measured):
     assert value(text, "gpudiag_check_ok", check="active.memtest", gpu="0") == 1
 
 
+def test_the_link_read_under_load_is_exported_where_it_was_read(measured):
+    # The recorded run predates the reading: no series for it (never a 0), until a run reads the link.
+    text = render_textfile(measured, run_checks(measured), finished_at=1_800_000_000.0)
+    assert "gpudiag_active_pcie_link_generation" not in text
+    measured.active.devices[0].h2d.link_generation, measured.active.devices[0].h2d.link_width = 5, 16
+    text = render_textfile(measured, run_checks(measured), finished_at=1_800_000_000.0)
+    assert value(text, "gpudiag_active_pcie_link_generation", direction="h2d", gpu="0") == 5
+    assert value(text, "gpudiag_active_pcie_link_width_lanes", direction="h2d", gpu="0") == 16
+    assert value(text, "gpudiag_active_pcie_link_generation", direction="d2h", gpu="0") is None
+
+
 def test_without_load_tests_there_are_no_active_series(measured):
     measured.active = None
     assert "gpudiag_active_" not in render_textfile(measured, run_checks(measured))

@@ -230,3 +230,31 @@ def test_sample_values_round_trip_through_the_prometheus_parser():
         fs.add(spec, (str(index), "", ""), number)
     parsed = [v for _, v in series(fs.exposition().decode(), "gpudiag_gpu_power_watts")]
     assert parsed == [float(n) for n in inputs]
+
+
+def _throttle_counters(snapshot):
+    nvidia = snapshot.devices[0].clocks
+    nvidia.throttle_seconds = {"sw_power_cap": 12.5, "hw_thermal_slowdown": 0.0, "below_base_clocks": 3.25}
+    return snapshot
+
+
+def test_throttle_times_are_counters_in_seconds_by_reason_and_absent_when_not_reported():
+    text = render(_throttle_counters(nvidia_h200_node()))
+    assert value(text, "gpudiag_gpu_throttle_seconds_total", reason="sw_power_cap", **GPU0) == 12.5
+    assert value(text, "gpudiag_gpu_throttle_seconds_total", reason="hw_thermal_slowdown", **GPU0) == 0.0
+    assert {labels["reason"] for labels, _ in series(text, "gpudiag_gpu_throttle_seconds_total", **GPU0)} == {
+        "sw_power_cap", "hw_thermal_slowdown", "below_base_clocks"}  # no 0-filled reasons
+    assert series(text, "gpudiag_gpu_throttle_seconds_total", gpu="1") == []  # GPU 1 reports none
+    assert "# TYPE gpudiag_gpu_throttle_seconds_total counter" in text
+
+
+def test_amd_residency_ticks_come_with_their_accumulation_counter():
+    snapshot = amd_mi300x_node()
+    clocks = snapshot.devices[0].clocks
+    clocks.throttle_accumulation, clocks.throttle_residency = 764_653, {"ppt_power": 1_204, "socket_thermal": 0}
+    snapshot.devices[1].clocks.throttle_residency = {"ppt_power": 5}  # no denominator: meaningless, left out
+    text = render(snapshot)
+    assert value(text, "gpudiag_gpu_throttle_accumulation_total", gpu="0") == 764_653
+    assert value(text, "gpudiag_gpu_throttle_residency_total", gpu="0", reason="ppt_power") == 1_204
+    assert series(text, "gpudiag_gpu_throttle_residency_total", gpu="1") == []
+    assert series(text, "gpudiag_gpu_throttle_seconds_total") == []  # ticks are never passed off as seconds

@@ -322,3 +322,32 @@ def test_errors_met_while_enumerating_are_kept_on_the_device():
     (device,) = probe(node).devices
     assert device.partition_id is None and device.pci_bus_id == MI300X_BDFS[0]
     assert [(e.source, e.kind) for e in device.errors] == [("amdsmi.amdsmi_get_gpu_kfd_info", ErrorKind.NO_PERMISSION)]
+
+
+def test_violation_residency_counters_and_the_accumulation_they_are_a_share_of():
+    node = mi300x_node(2)
+    node.gpus[1].violation_counters["acc_ppt_pwr"] = 90_000
+    del node.gpus[1].violation_counters["acc_hbm_thrm"]  # UINT64_MAX in C: "N/A" from the wrapper
+    result = probe(node)
+    clocks = result.devices[1].clocks
+    assert clocks.throttle_accumulation == 764_653
+    assert clocks.throttle_residency == {"ppt_power": 90_000, "socket_thermal": 0, "prochot": 0, "vr_thermal": 0}
+    assert clocks.throttle_seconds == {}  # ticks of unpublished length: never passed off as seconds
+    # Read from the violation status the probe asks anyway: one call per GPU, as before.
+    assert result.library.calls.count("amdsmi_get_violation_status") == 2
+
+
+def test_without_the_accumulation_counter_no_residency_is_kept():
+    node = mi300x_node(1)
+    del node.gpus[0].violation_counters["acc_counter"]
+    clocks = probe(node).devices[0].clocks
+    assert (clocks.throttle_residency, clocks.throttle_accumulation) == ({}, None)
+
+
+def test_gfx_and_memory_clocks_in_mhz():
+    node = mi300x_node(1)
+    del node.gpus[0].clocks_mhz[4]  # a clock domain the ASIC does not report: absent, not 0
+    clocks = probe(node).devices[0].clocks
+    assert (clocks.graphics_mhz, clocks.max_graphics_mhz) == (132, 2100)
+    assert (clocks.memory_mhz, clocks.max_memory_mhz) == (None, None)
+    assert probe(mi300x_node(1)).devices[0].clocks.max_memory_mhz == 1300

@@ -417,3 +417,20 @@ def test_access_denied_keeps_what_could_be_read(monkeypatch):
     assert me.user is None
     assert me.name == psutil.Process().name()
     assert me.cpu_percent is not None
+
+
+def test_amdgpu_link_dpm_levels_and_the_one_in_use(tree):
+    # Format of amdgpu's swsmu print_clk_levels for SMU_PCIE ("%d: %s %s %dMhz %s", vendor-api.md §2).
+    path = tree.add_pci_gpu("0000:c1:00.0", vendor="0x1002", device="0x74a1", class_code="0x120000",
+                            driver="amdgpu")
+    (path / "pp_dpm_pcie").write_text("0: 2.5GT/s, x1 619Mhz *\n1: 32.0GT/s, x16 1143Mhz \n")
+    gpu = only_gpu(tree)
+    assert [(level.generation, level.width) for level in gpu.pcie_dpm_levels] == [(1, 1), (5, 16)]
+    assert gpu.pcie_dpm_current == 0
+
+
+def test_no_link_dpm_file_and_other_drivers_leave_the_levels_empty(tree):
+    path = tree.add_pci_gpu(GPU)
+    (path / "pp_dpm_pcie").write_text("0: 2.5GT/s, x1 619Mhz *\n")  # read only where amdgpu is bound
+    gpu = only_gpu(tree)
+    assert (gpu.pcie_dpm_levels, gpu.pcie_dpm_current) == ([], None)

@@ -4,10 +4,13 @@ are in test_probe_nvml_faults.py, NVLink and GPU pairs in test_probe_nvml_links.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pynvml
 import pytest
 
-from gpudiag.model import THROTTLE_REASONS, BackendInfo, ErrorKind, PeerLink, TemperatureSensor
+from gpudiag.model import THROTTLE_REASONS, THROTTLE_TIME_REASONS, BackendInfo, ErrorKind, PeerLink, TemperatureSensor
 from gpudiag.probe import deadline, nvml_sensors
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
@@ -278,3 +281,49 @@ def test_hung_call_is_bounded_named_and_does_not_stop_the_other_gpu():
         node.release.set()
         hung.thread.join(5)
         assert not hung.thread.is_alive()
+
+
+def test_throttle_times_come_in_seconds_from_the_field_batch_without_extra_calls():
+    result = probe(FakeNode.hgx_h200(1))  # driver 550: the perf-policy fields only
+    seconds = result.devices[0].clocks.throttle_seconds
+    assert seconds == {"sw_power_cap": 0.0, "thermal": 0.0, "sync_boost": 0.0, "board_limit": 0.0,
+                       "low_utilization": 23.678421568, "reliability": 0.0,
+                       "below_application_clocks": 14.276011904, "below_base_clocks": 14.276011904}
+    assert result.lib.calls["nvmlDeviceGetViolationStatus"] == 0
+    assert result.lib.calls["nvmlDeviceGetFieldValues"] == 1
+
+
+def test_clock_event_times_by_their_r580_ids_only_on_r580_drivers():
+    node = FakeNode.hgx_h200(1)
+    node.driver_version = "580.159.04"
+    node.gpus[0].throttle_ns.update({269: 2_500_000_000, 270: 0, 271: 750_000_000})
+    seconds = probe(node).devices[0].clocks.throttle_seconds
+    assert (seconds["sw_thermal_slowdown"], seconds["hw_thermal_slowdown"], seconds["hw_power_brake"]) == (
+        2.5, 0.0, 0.75)
+    node.driver_version = "570.86.15"  # 269-271 are power-smoothing fields in that driver's numbering
+    assert "hw_power_brake" not in probe(node).devices[0].clocks.throttle_seconds
+
+
+def test_a_throttle_counter_the_gpu_lacks_is_absent_not_zero():
+    gpu = FakeGpu()
+    del gpu.throttle_ns[77]
+    gpu.field_errors[79] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    seconds = probe_one(gpu).clocks.throttle_seconds
+    assert "board_limit" not in seconds and "reliability" not in seconds and seconds["sw_power_cap"] == 0.0
+
+
+def test_the_recorded_h200_answers_convert_to_the_seconds_nvidia_smi_shows():
+    # What the lab's H200 (driver 580.159.04) answered: the field batch (ID, nvmlReturn, valueType, value) and the
+    # per-policy violation status. Both count the same time in ns; the field values are the driver's periodic
+    # sample, so they trail the call by a few tens of ms.
+    survey = json.loads((Path(__file__).parent / "fixtures/h200/nvml-health-survey.json").read_text())["devices"][0]
+    recorded = {fid: value for fid, code, _, value in survey["fields_health"]["value"]
+                if code == 0 and (74 <= fid <= 81 or 269 <= fid <= 271)}
+    node = FakeNode.hgx_h200(1)
+    node.driver_version = "580.159.04"
+    node.gpus[0].throttle_ns = recorded
+    seconds = probe(node).devices[0].clocks.throttle_seconds
+    assert set(seconds) <= set(THROTTLE_TIME_REASONS) and len(seconds) == 11
+    assert seconds["hw_thermal_slowdown"] == seconds["sw_power_cap"] == 0.0  # nvidia-smi -q: "0 us"
+    by_call = survey["violation_4"]["value"]["violationTime"] / 1e9  # NVML_PERF_POLICY_LOW_UTILIZATION
+    assert seconds["low_utilization"] == pytest.approx(by_call, abs=0.5)

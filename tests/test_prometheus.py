@@ -75,6 +75,7 @@ def test_promtool_lints_the_live_metrics_of_a_faulty_node(tmp_path):
             exporter.stop()
             collector.close()
     assert "gpudiag_check_ok{" in body and "gpudiag_gpu_throttle_reason_active{" in body
+    assert 'gpudiag_gpu_throttle_seconds_total{gpu="0"' in body  # the fake H200's perf-policy counters
     result = promtool("check", "metrics", stdin=body)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
@@ -84,7 +85,11 @@ def test_promtool_lints_the_textfile_of_a_partitioned_amd_node():
     from gpudiag.checks import run_checks
 
     snapshot = cpx_partitioned(amd_mi300x_node())
-    result = promtool("check", "metrics", stdin=render_textfile(snapshot, run_checks(snapshot)))
+    clocks = snapshot.devices[0].clocks
+    clocks.throttle_accumulation, clocks.throttle_residency = 764_653, {"ppt_power": 1_204, "hbm_thermal": 0}
+    body = render_textfile(snapshot, run_checks(snapshot))
+    assert "gpudiag_gpu_throttle_residency_total{" in body and "gpudiag_gpu_throttle_accumulation_total{" in body
+    result = promtool("check", "metrics", stdin=body)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 

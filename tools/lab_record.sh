@@ -22,3 +22,9 @@ nvidia-smi -q > "$d/nvidia-smi-q.txt" 2>&1
 python3 bench/check_vs_nvidia_smi.py --runs 15 --json "$d/bench.json" > "$d/bench.txt" 2>&1
 python3 tools/kmsg_facility_probe.py "$d/kmsg-facility.json" > /dev/null 2>> "$d/check.stderr"
 python3 bench/kernel_log_scan.py --json "$d/bench-kernel-log.json" > "$d/bench-kernel-log.txt" 2>&1
+# The PCIe link read while the host copies run (pcie.link_* judge it: observed.under_load; active.devices[].h2d/d2h
+# link_generation/link_width) and the throttle time counters (gpudiag_gpu_throttle_seconds_total, incl. the R580
+# clock-event fields 269-271) as exported.
+python3 -m gpudiag check --level 2 --only pcie,active --json > "$d/check-level2-pcie.json" 2>> "$d/check.stderr"; echo "level2 exit $?" >> "$d/check.stderr"
+python3 -m gpudiag textfile --output "$d/metrics.prom" 2>> "$d/check.stderr"
+nvidia-smi -q -d PCI,PERFORMANCE > "$d/nvidia-smi-q-pci-performance.txt" 2>&1

@@ -20,9 +20,11 @@ def _gb_per_second(nbytes: int, seconds: float) -> float:
 
 
 def timed_copies(session: Session, result: CopyBandwidth, nbytes: int, stream: int, start: int, end: int,
-                 issue: Callable[[], None]) -> None:
+                 issue: Callable[[], None], during: Optional[Callable[[], None]] = None) -> None:
     """One warm-up copy (the first copy to a buffer pays for mapping it), then timed batches; `result` keeps the
-    best batch so far, so a stop between batches keeps what was measured."""
+    best batch so far, so a stop between batches keeps what was measured. `during` runs on the host while each
+    batch is in flight (after it is queued, before it is waited for); GPU events time the copies, so it costs
+    them nothing."""
     runtime, options = session.runtime, session.options
     result.bytes_per_copy = nbytes
     session.check()
@@ -34,6 +36,8 @@ def timed_copies(session: Session, result: CopyBandwidth, nbytes: int, stream: i
         for _ in range(options.copy_repeats):
             issue()
         runtime.event_record(end, stream)
+        if during is not None:
+            during()
         runtime.event_synchronize(end)
         seconds = runtime.event_elapsed_ms(start, end) / 1000
         rate = _gb_per_second(nbytes * options.copy_repeats, seconds)
@@ -71,11 +75,35 @@ def host_copies(session: Session, ordinal: int, device: DeviceSnapshot) -> tuple
         start, end = res.event(), res.event()
         with recording("active.pcie_h2d", h2d):
             timed_copies(session, h2d, nbytes, stream, start, end,
-                         lambda: runtime.copy_h2d_async(memory, host, nbytes, stream))
+                         lambda: runtime.copy_h2d_async(memory, host, nbytes, stream),
+                         _link_sampler(session, device, h2d))
         with recording("active.pcie_d2h", d2h):
             timed_copies(session, d2h, nbytes, stream, start, end,
-                         lambda: runtime.copy_d2h_async(host, memory, nbytes, stream))
+                         lambda: runtime.copy_d2h_async(host, memory, nbytes, stream),
+                         _link_sampler(session, device, d2h))
     return h2d, d2h
+
+
+def _link_sampler(session: Session, device: DeviceSnapshot, result: CopyBandwidth) -> Optional[Callable[[], None]]:
+    """Reads the PCIe link through the probe layer while copies run over it, keeping the best generation and width
+    seen: an idle GPU may have lowered its link to save power (NVIDIA low P-states, amdgpu link DPM), a loaded one
+    runs it at what it trained at. The pcie.link_* checks judge this reading when it exists."""
+    reader = session.options.reader
+    if reader is None:
+        return None
+
+    def sample() -> None:
+        try:
+            pcie = reader(device).pcie
+        except Exception as exc:  # noqa: BLE001 - a failed read leaves the link unobserved, the copies go on
+            log.debug("reading the link of GPU %d under load failed: %s", device.index, exc)
+            return
+        if pcie.current_generation is not None:
+            result.link_generation = max(pcie.current_generation, result.link_generation or 0)
+        if pcie.current_width is not None:
+            result.link_width = max(pcie.current_width, result.link_width or 0)
+
+    return sample
 
 
 def peer_matrix(session: Session, members: list[tuple[int, int]]) -> list[PeerBandwidth]:

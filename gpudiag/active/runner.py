@@ -164,8 +164,10 @@ def _run_vendor(session: Session, devices: list[DeviceSnapshot], entries: list[A
     if "pcie" in options.tests:
         for entry, device, ordinal in planned:
             entry.h2d, entry.d2h = host_copies(session, ordinal, device)
+            links = {(c.link_generation, c.link_width) for c in (entry.h2d, entry.d2h) if c.link_generation}
+            seen = f", link under load Gen{max(links)[0]} x{max(links)[1]}" if links else ""
             progress.say(f"GPU {device.index}: host->device {entry.h2d.gb_per_second} GB/s, "
-                         f"device->host {entry.d2h.gb_per_second} GB/s")
+                         f"device->host {entry.d2h.gb_per_second} GB/s{seen}")
     if "p2p" in options.tests and len(planned) >= 2:
         results.peers.extend(peer_matrix(session, [(entry.index, ordinal) for entry, _, ordinal in planned]))
     if "memtest" in options.tests:

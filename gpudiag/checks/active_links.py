@@ -84,8 +84,9 @@ def _lesser(*values: Optional[int]) -> Optional[int]:
 
 def expected_host_copy(snapshot: NodeSnapshot, device: DeviceSnapshot, pinned: Optional[float], expect: Any,
                        limits: ActiveExpectations) -> Optional[Target]:
-    """Pinned host<->device copies over the link the GPU and its slot both support (not the current link: an idle
-    NVIDIA GPU parks it at Gen1); the profile's expected_pcie_generation/width win, as for pcie.link_*."""
+    """Pinned host<->device copies over the link the GPU and its slot both support (not the current link: an
+    NVIDIA GPU in a low P-state parks it at Gen1); the profile's expected_pcie_generation/width win, as for
+    pcie.link_*."""
     if pinned:
         return Target(pinned, "node profile sets", limits.pcie_warn_ratio, limits.pcie_fail_ratio)
     facts = LinkFacts.of(PhysicalGpu(device, snapshot.pci_gpu(device.pci_bus_id)))

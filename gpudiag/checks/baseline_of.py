@@ -27,7 +27,8 @@ def _partitions(snapshot: NodeSnapshot, gpu: PhysicalGpu) -> Optional[int]:
 
 def _gpu(snapshot: NodeSnapshot, gpu: PhysicalGpu, bus_id: str) -> GpuBaseline:
     device, pci = gpu.device, gpu.pci
-    # Capability, not the trained link: an idle GPU downshifts (pcie.is_idle), a baseline must not record that.
+    # Capability, not the trained link: a GPU in a low power state downshifts (pcie_power); a baseline must not
+    # record that.
     facts = LinkFacts.of(gpu)
     links_up, remotes = _links(gpu)
     vendor = device.vendor if device is not None else pci.vendor  # type: ignore[union-attr]

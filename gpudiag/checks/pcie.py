@@ -4,12 +4,14 @@ link's error counters (replays, AER).
 Two sources describe a link: the vendor library (PcieInfo: `max_*` is the system max, the lesser of GPU and slot;
 `device_max_*` the GPU's own) and sysfs (PciGpu: `max_link_*` is the GPU's capability, `upstream_max_link_*` the
 slot's). The library is preferred where both exist; sysfs alone still judges a GPU the library does not see.
+A link below its maximum is excused only on evidence of power saving, and a reading under load settles it
+(pcie_power).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from gpudiag.checks.common import (
     FIELD_BATCH,
@@ -24,7 +26,8 @@ from gpudiag.checks.common import (
     warned,
 )
 from gpudiag.expect import Expectations
-from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PcieInfo
+from gpudiag.checks.pcie_power import LoadedLink, PowerState, confirm_under_load, power_state, under_load, vendor_of
+from gpudiag.model import CheckResult, NodeSnapshot, PcieInfo, Vendor
 
 LINK_GENERATION = "pcie.link_generation"
 LINK_WIDTH = "pcie.link_width"
@@ -76,21 +79,6 @@ class LinkFacts:
                 "slot": self.slot_bus_id}
 
 
-def is_idle(device: Optional[DeviceSnapshot]) -> Optional[bool]:
-    """Whether the GPU is idle enough for its power management to lower the link speed (NVIDIA drops to Gen1 in
-    low P-states, amdgpu's DPM to a low pp_dpm_pcie level). None: cannot tell."""
-    if device is None:
-        return None
-    reasons = device.clocks.throttle_reasons or []
-    if "gpu_idle" in reasons or device.utilization.gpu_percent == 0:
-        return True
-    if device.clocks.performance_state is not None and device.clocks.performance_state > 0:
-        return True
-    if device.utilization.gpu_percent is not None or device.clocks.performance_state == 0:
-        return False
-    return None
-
-
 def _slot_text(facts: LinkFacts) -> str:
     return f"slot {facts.slot_bus_id}" if facts.slot_bus_id else "its slot"
 
@@ -107,7 +95,46 @@ def _unreadable(check_id: str, gpu: PhysicalGpu, what: str) -> CheckResult:
     return skipped(check_id, None, f"{gpu.label}: {what} not readable from sysfs")
 
 
-def _judge_generation(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
+def _trained_low(gpu: PhysicalGpu, facts: LinkFacts, target: int, what: str, loaded: bool) -> str:
+    # Read idle, the operator confirms under load; read under load, what is left is to look at both link ends.
+    confirm = _confirm(gpu, facts) if loaded else confirm_under_load(gpu)
+    return (f"Both the GPU and {_slot_text(facts)} support {what}, yet the link trained lower: power down, reseat the "
+            f"GPU and its riser/cable, check the slot's BIOS PCIe link-speed setting (Auto/Gen{target}) and look for "
+            f"AER errors (pcie.aer) on this link. {confirm} A link that retrains low after reseating points at the "
+            f"riser/retimer or the GPU: swap slots to tell which.")
+
+
+def _judge_link(check_id: str, gpu: PhysicalGpu, loaded: Optional[LoadedLink], current: int,
+                under_load_value: Optional[int], target: int, what: str, observed: dict, expected: str,
+                state: Optional[PowerState], remediation: Callable[[bool], str]) -> CheckResult:
+    """The link's generation or width (`current`) against `target`, once the slot is known not to be the limit.
+    `state`: the power-management evidence, None where power management never lowers this (NVIDIA's width);
+    `remediation(loaded)`: what to do about a link that trained low, read under load or not."""
+    device, link = gpu.device, f"{observed['current']} of {expected}"
+    if loaded is not None and under_load_value is not None:
+        observed["under_load"] = loaded.text
+        if under_load_value >= target:
+            return passed(check_id, device, f"{gpu.label} link at {loaded.text} under load", observed=observed,
+                          expected=expected)
+        return failed(check_id, device, f"{gpu.label} link at {loaded.text} of {expected} while copying over it",
+                      observed=observed, expected=expected, remediation=remediation(True))
+    if current >= target:
+        return passed(check_id, device, f"{gpu.label} link at {observed['current']}", observed=observed,
+                      expected=expected)
+    if state is None:
+        return failed(check_id, device, f"{gpu.label} link trained at {link}", observed=observed, expected=expected,
+                      remediation=remediation(False))
+    observed.update(state.observed)
+    if state.excused is not False:
+        cannot_tell = "cannot be judged" if state.excused else "could be power saving or a fault"
+        return warned(check_id, device, f"{gpu.label} link at {link}, {state.why}; whether it trains at "
+                                        f"{what} {cannot_tell} until the GPU is loaded",
+                      observed=observed, expected=expected, remediation=confirm_under_load(gpu))
+    return failed(check_id, device, f"{gpu.label} link at {link}, {state.why}", observed=observed,
+                  expected=expected, remediation=remediation(False))
+
+
+def _judge_generation(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[LoadedLink]) -> CheckResult:
     device, facts = gpu.device, LinkFacts.of(gpu)
     target, target_width = facts.targets(expect)
     if facts.current_generation is None or target is None:
@@ -125,35 +152,19 @@ def _judge_generation(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
                          f"Auto/Gen{target} in the BIOS (per-root-port PCIe settings), make sure the riser, retimer "
                          f"and cable are rated for Gen{target} (a Gen{facts.slot_generation} riser caps the link) and "
                          f"that the BIOS and retimer firmware are current. {_confirm(gpu, facts)}"))
-    if facts.current_generation >= target:
-        return passed(LINK_GENERATION, device, f"{gpu.label} link at {current}", observed=observed, expected=expected)
-    idle = is_idle(device)
-    if idle:
-        return passed(LINK_GENERATION, device, f"{gpu.label} link at {link} while idle: the normal power-saving "
-                                               f"downshift, it returns to Gen{target} under load",
-                      observed=observed, expected=expected)
-    remediation = (f"Both the GPU and {slot} support Gen{target}, yet the link trained lower: reseat the GPU and its "
-                   f"riser/cable, check the slot's BIOS link-speed setting, and look for AER errors (pcie.aer) on "
-                   f"this link. {_confirm(gpu, facts)} A link that retrains low after reseating points at the "
-                   f"riser/retimer or the GPU: swap slots to tell which.")
-    if idle is None:
-        return warned(LINK_GENERATION, device, f"{gpu.label} link at {link}; could not tell whether the GPU is idle "
-                                               f"(idle GPUs downshift)",
-                      observed=observed, expected=expected,
-                      remediation="Re-check while the GPU runs a load. " + remediation)
-    return failed(LINK_GENERATION, device, f"{gpu.label} link at {link} while the GPU is busy",
-                  observed=observed, expected=expected, remediation=remediation)
+    return _judge_link(LINK_GENERATION, gpu, loaded, facts.current_generation, loaded.generation if loaded else None,
+                       target, f"Gen{target}", observed, expected, power_state(gpu),
+                       lambda under_load: _trained_low(gpu, facts, target, f"Gen{target}", under_load))
 
 
-def _judge_width(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
+def _judge_width(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[LoadedLink]) -> CheckResult:
     device, facts = gpu.device, LinkFacts.of(gpu)
     target_generation, target = facts.targets(expect)
     if facts.current_width is None or target is None:
         return _unreadable(LINK_WIDTH, gpu, "PCIe link width")
     observed = facts.observed()
     expected = generation_width(target_generation, target)
-    current = observed["current"]
-    link = f"{current} of {expected}"
+    link = f"{observed['current']} of {expected}"
     slot = _slot_text(facts)
     if facts.slot_width is not None and facts.slot_width < target:
         return failed(
@@ -161,22 +172,28 @@ def _judge_width(gpu: PhysicalGpu, expect: Expectations) -> CheckResult:
             observed=observed, expected=expected,
             remediation=(f"The slot is narrower than the GPU: check the BIOS bifurcation setting of {slot} (x16, not "
                          f"x8x8 or x4x4x4x4) and that the riser/cable is x16. {_confirm(gpu, facts)}"))
-    if facts.current_width >= target:
-        return passed(LINK_WIDTH, device, f"{gpu.label} link at {current}", observed=observed, expected=expected)
-    return failed(
-        LINK_WIDTH, device, f"{gpu.label} link trained at {link}",
-        observed=observed, expected=expected,
-        remediation=(f"A link narrower than both ends support means lanes failed to train: power down, reseat the "
-                     f"GPU and its riser/cable, inspect the connector for damage or debris. {_confirm(gpu, facts)} If "
-                     f"the width stays low, swap the GPU into another slot to tell a bad riser/slot from a bad GPU."))
+    # The width is excused only on positive evidence of power saving: amdgpu's DPM level, or a known low NVIDIA
+    # P-state (NVIDIA documents that the current width, too, "may be reduced when the GPU is not in use"). In P0 or an
+    # unreadable P-state a narrow link is lanes that did not train: the lab's idle P0 H200s keep x16.
+    state = power_state(gpu)
+    if vendor_of(gpu) != Vendor.AMD and state.excused is not True:
+        state = None
+
+    def remediation(under_load: bool) -> str:
+        return (f"A link narrower than both ends support means lanes failed to train: power down, reseat the GPU and "
+                f"its riser/cable, inspect the connector for damage or debris. {_confirm(gpu, facts)} If the width "
+                f"stays low, swap the GPU into another slot to tell a bad riser/slot from a bad GPU.")
+
+    return _judge_link(LINK_WIDTH, gpu, loaded, facts.current_width, loaded.width if loaded else None, target,
+                       f"x{target}", observed, expected, state, remediation)
 
 
 def link_generation(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    return for_each_gpu(snapshot, LINK_GENERATION, lambda g: _judge_generation(g, expect))
+    return for_each_gpu(snapshot, LINK_GENERATION, lambda g: _judge_generation(g, expect, under_load(snapshot, g)))
 
 
 def link_width(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    return for_each_gpu(snapshot, LINK_WIDTH, lambda g: _judge_width(g, expect))
+    return for_each_gpu(snapshot, LINK_WIDTH, lambda g: _judge_width(g, expect, under_load(snapshot, g)))
 
 
 _MARGINAL_LINK = ("A marginal link: reseat the GPU and its riser/cable, check the retimer firmware and the slot's "

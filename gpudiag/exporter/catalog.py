@@ -185,6 +185,25 @@ BAD_PAGES_THRESHOLD = _gpu(
 THROTTLE = _gpu(
     "gpudiag_gpu_throttle_reason_active", "gauge", "1 while this reason holds the clocks down, else 0.", ("reason",)
 )
+THROTTLE_SECONDS = _gpu(
+    "gpudiag_gpu_throttle_seconds_total",
+    "counter",
+    "Time the clocks were held down for this reason since the driver loaded (NVIDIA violation and clock-event "
+    "counters); rate() is the share of time throttled.",
+    ("reason",),
+)
+THROTTLE_RESIDENCY = _gpu(
+    "gpudiag_gpu_throttle_residency_total",
+    "counter",
+    "AMD firmware ticks spent in this throttle limit; rate() over rate(gpudiag_gpu_throttle_accumulation_total) is "
+    "the share of time throttled.",
+    ("reason",),
+)
+THROTTLE_ACCUMULATION = _gpu(
+    "gpudiag_gpu_throttle_accumulation_total",
+    "counter",
+    "AMD firmware accumulation counter: every tick, the denominator of gpudiag_gpu_throttle_residency_total.",
+)
 LINK_UP = _gpu("gpudiag_gpu_link_up", "gauge", "1 when the NVLink/XGMI link is up, else 0.", ("link", "kind"))
 XGMI_ERROR_STATE = _gpu(
     "gpudiag_gpu_xgmi_error_state",
@@ -238,6 +257,18 @@ ACTIVE_COPY_BANDWIDTH = _gpu(
     "gpudiag_active_copy_bandwidth_bytes_per_second",
     "gauge",
     "Pinned host<->GPU copy bandwidth the load test measured (direction h2d or d2h).",
+    ("direction",),
+)
+ACTIVE_LINK_GENERATION = _gpu(
+    "gpudiag_active_pcie_link_generation",
+    "gauge",
+    "PCIe link generation read while the host copies of the load test ran (direction h2d or d2h); the best reading.",
+    ("direction",),
+)
+ACTIVE_LINK_WIDTH = _gpu(
+    "gpudiag_active_pcie_link_width_lanes",
+    "gauge",
+    "PCIe link width read while the host copies of the load test ran (direction h2d or d2h); the best reading.",
     ("direction",),
 )
 ACTIVE_P2P_BANDWIDTH = _gpu(

@@ -90,6 +90,13 @@ def _clocks(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None
         active = set(clocks.throttle_reasons)
         for reason in sorted(set(VENDOR_THROTTLE_REASONS.get(device.vendor, ())) | active):
             fs.add(m.THROTTLE, ids + (reason,), int(reason in active))
+    # Only the reasons the GPU reported: an unsupported counter has no series, never a 0.
+    for reason, seconds in sorted(clocks.throttle_seconds.items()):
+        fs.add(m.THROTTLE_SECONDS, ids + (reason,), seconds)
+    if clocks.throttle_accumulation is not None:
+        fs.add(m.THROTTLE_ACCUMULATION, ids, clocks.throttle_accumulation)
+        for reason, ticks in sorted(clocks.throttle_residency.items()):
+            fs.add(m.THROTTLE_RESIDENCY, ids + (reason,), ticks)
 
 
 def _pcie(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:

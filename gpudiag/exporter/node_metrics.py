@@ -59,6 +59,9 @@ def add_active(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         for direction, copy in (("h2d", result.h2d), ("d2h", result.d2h)):
             if copy is not None and copy.gb_per_second is not None:
                 fs.add(m.ACTIVE_COPY_BANDWIDTH, ids + (direction,), copy.gb_per_second * _GB)
+            if copy is not None:
+                fs.add(m.ACTIVE_LINK_GENERATION, ids + (direction,), copy.link_generation)
+                fs.add(m.ACTIVE_LINK_WIDTH, ids + (direction,), copy.link_width)
         if result.memtest is not None and result.memtest.error is None:
             fs.add(m.ACTIVE_MEMTEST_BYTES, ids, result.memtest.bytes_tested)
             fs.add(m.ACTIVE_MEMTEST_MISMATCHES, ids, result.memtest.mismatched_words)

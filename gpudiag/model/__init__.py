@@ -33,6 +33,7 @@ from gpudiag.model.common import (
 )
 from gpudiag.model.device import (
     THROTTLE_REASONS,
+    THROTTLE_TIME_REASONS,
     ClockInfo,
     DeviceSnapshot,
     DriverHealth,
@@ -56,6 +57,7 @@ from gpudiag.model.node import (
     KernelLogInfo,
     NodeSnapshot,
     PciGpu,
+    PcieDpmLevel,
 )
 from gpudiag.model.results import CheckResult, DeviceRef
 from gpudiag.model.serialize import SchemaError, from_dict, to_dict
@@ -63,8 +65,9 @@ from gpudiag.model.serialize import SchemaError, from_dict, to_dict
 __all__ = [
     "ActiveDevice", "ActiveResults", "CopyBandwidth", "MemtestResult", "PeerBandwidth", "StressResult",
     "TelemetrySample", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
-    "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "ClockInfo", "DeviceSnapshot",
-    "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo", "PeerLink", "PowerInfo",
-    "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo",
-    "NodeSnapshot", "PciGpu", "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
+    "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "THROTTLE_TIME_REASONS",
+    "ClockInfo", "DeviceSnapshot", "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo",
+    "PeerLink", "PowerInfo", "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo",
+    "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo", "NodeSnapshot", "PciGpu", "PcieDpmLevel",
+    "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
 ]

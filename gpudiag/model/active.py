@@ -19,6 +19,10 @@ class CopyBandwidth:
     gb_per_second: Optional[float] = None
     bytes_per_copy: Optional[int] = None
     copies_timed: int = 0
+    # The PCIe link as the vendor library read it while these copies were in flight (host copies only): the best
+    # generation and width of the samples, None when no sample could be taken (no reader, or it failed).
+    link_generation: Optional[int] = None
+    link_width: Optional[int] = None
     error: Optional[ProbeError] = None
 
 

@@ -98,6 +98,30 @@ THROTTLE_REASONS = (
     "hbm_thermal",
 )
 
+# Reasons with a time counter (ClockInfo.throttle_seconds / throttle_residency), beyond the THROTTLE_REASONS names
+# they share: NVIDIA's perf-policy counters "thermal" (the thermal policy as a whole), "low_utilization",
+# "below_application_clocks" and "below_base_clocks" (clocks below the application / base clocks, for any reason),
+# and AMD's "gfx_clock_below_host_limit".
+THROTTLE_TIME_REASONS = (
+    "sw_power_cap",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+    "below_application_clocks",
+    "below_base_clocks",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake",
+    "ppt_power",
+    "socket_thermal",
+    "prochot",
+    "vr_thermal",
+    "hbm_thermal",
+    "gfx_clock_below_host_limit",
+)
+
 
 @dataclass
 class ClockInfo:
@@ -111,6 +135,15 @@ class ClockInfo:
     throttle_reasons: Optional[list[str]] = None
     throttle_reasons_mask: Optional[int] = None
     performance_state: Optional[int] = None  # NVIDIA P-state, 0 = max performance
+    # Time the clocks were held down since the driver loaded, by reason (NVIDIA; names in THROTTLE_TIME_REASONS):
+    # counters, so that rate() is the share of time throttled, catching throttling that comes and goes between two
+    # samples. A reason the GPU does not report is absent, never 0.
+    throttle_seconds: dict[str, float] = field(default_factory=dict)
+    # AMD: the firmware's residency accumulators by reason (ppt_power, socket_thermal, …) and the accumulation
+    # counter they are a share of, both in firmware ticks of unpublished length: Δresidency / Δaccumulation is the
+    # share of time throttled.
+    throttle_residency: dict[str, int] = field(default_factory=dict)
+    throttle_accumulation: Optional[int] = None
 
 
 @dataclass

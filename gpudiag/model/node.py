@@ -25,6 +25,14 @@ class BackendInfo:
 
 
 @dataclass
+class PcieDpmLevel:
+    """One line of amdgpu's pp_dpm_pcie: a link power-management level the driver may switch the link to."""
+
+    generation: Optional[int] = None
+    width: Optional[int] = None
+
+
+@dataclass
 class PciGpu:
     """A GPU seen on the PCI bus by the host probe, independent of any vendor library."""
 
@@ -42,6 +50,10 @@ class PciGpu:
     upstream_pci_bus_id: Optional[str] = None
     upstream_max_link_generation: Optional[int] = None
     upstream_max_link_width: Optional[int] = None
+    # amdgpu's link DPM levels (pp_dpm_pcie, lowest first) and the index of the one in use (the line marked `*`);
+    # empty / None where the file is absent (other drivers, ASICs without link DPM).
+    pcie_dpm_levels: list[PcieDpmLevel] = field(default_factory=list)
+    pcie_dpm_current: Optional[int] = None
     # AER counters: {"correctable": {"Receiver Error": 0, …, "TOTAL_ERR_COR": 0}, "nonfatal": …, "fatal": …}
     aer: dict[str, dict[str, int]] = field(default_factory=dict)
     numa_node: Optional[int] = None

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from gpudiag.model import DeviceSnapshot, GpuLink, GpuProcess, TemperatureSensor
+from gpudiag.probe import amdsmi_throttle
 from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer, number, text
 from gpudiag.probe.pcie_generation import generation_from_mts
 
@@ -61,6 +62,7 @@ def fill_device(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None
     _temperatures(device, call, handle, smi)
     _power(device, call, handle)
     _throttle(device, call, handle)
+    amdsmi_throttle.read_clocks(device, call, handle)
     _memory_and_activity(device, call, handle)
     _xgmi(device, call, handle)
     _placement(device, call, handle)
@@ -198,6 +200,7 @@ def _throttle(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     readable = {name: flag for name, flag in flags.items() if isinstance(flag, bool)}
     if readable:
         device.clocks.throttle_reasons = [name for name, active in readable.items() if active]
+    amdsmi_throttle.apply_violation_counters(device, status)
 
 
 def _memory_and_activity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:

@@ -15,6 +15,7 @@ from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
 from gpudiag.probe.nvml_call import NvmlCall
 from gpudiag.probe.nvml_device import read_device
+from gpudiag.probe.nvml_fields import DEVICE_FIELDS, device_fields
 from gpudiag.probe.nvml_links import probe_pair
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class NvmlBackend:
         self._count = 0
         self._handles: dict[int, Any] = {}  # device index → NVML handle, for probe_peers
         self._lost: set[int] = set()  # devices found lost; NVML may answer them with UNKNOWN from then on
+        self._fields = DEVICE_FIELDS  # the field batch this driver understands (set on open)
 
     def open(self, tracker: CallTracker) -> BackendInfo:
         info = BackendInfo(name=self.name, vendor=self.vendor)
@@ -73,6 +75,7 @@ class NvmlBackend:
                 return info
             self._initialised = True
             info.driver_version = call("nvmlSystemGetDriverVersion")
+            self._fields = device_fields(info.driver_version)
             info.runtime_version = _cuda_version(call("nvmlSystemGetCudaDriverVersion_v2"))
             info.library_version = call("nvmlSystemGetNVMLVersion")
             count = call("nvmlDeviceGetCount")
@@ -106,7 +109,7 @@ class NvmlBackend:
                 device.reachable = False
                 return device
             self._handles[index] = handle
-            read_device(call, handle, device, self._link_errors)
+            read_device(call, handle, device, self._link_errors, self._fields)
         except DeviceLost:
             self._lost.add(index)
             self._handles.pop(index, None)

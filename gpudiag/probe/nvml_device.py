@@ -9,7 +9,7 @@ from typing import Any, Optional
 from gpudiag.model import DeviceSnapshot, GpuProcess
 from gpudiag.probe import nvml_health, nvml_links, nvml_sensors
 from gpudiag.probe.nvml_call import NvmlCall
-from gpudiag.probe.nvml_fields import apply_fields, read_fields
+from gpudiag.probe.nvml_fields import DEVICE_FIELDS, apply_fields, read_fields
 from gpudiag.probe.nvml_links import pci_bus_id
 
 # nvmlDeviceArchitecture_t (nvml.h), named as `nvidia-smi -q` prints "Product Architecture".
@@ -35,12 +35,13 @@ INFOROM_OBJECTS = (("inforom_oem", "NVML_INFOROM_OEM"), ("inforom_ecc", "NVML_IN
                    ("inforom_power", "NVML_INFOROM_POWER"))
 
 
-def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot, link_errors: bool = True) -> None:
+def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot, link_errors: bool = True,
+                field_names: tuple[str, ...] = DEVICE_FIELDS) -> None:
     """Fill `device` from NVML. Identity comes first: if a later call hangs, the partial snapshot (the tracker's
-    `partial`) already says which GPU it is."""
+    `partial`) already says which GPU it is. `field_names`: the field batch for this driver (device_fields)."""
     read_identity(call, handle, device)
     read_firmware(call, handle, device)
-    fields = read_fields(call, handle)
+    fields = read_fields(call, handle, field_names)
     apply_fields(device, fields)  # ECC, row remapping / retired pages, PCIe counters, energy
     nvml_health.read_driver_health(call, handle, device, fields)  # recovery action, SRAM ECC, fabric
     read_pcie(call, handle, device)

@@ -7,7 +7,7 @@ limits, thresholds) are read with their own calls elsewhere.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from gpudiag.model import DeviceSnapshot
 from gpudiag.probe.nvml_call import ABSENT, INVALID_ARGUMENT, SUCCESS, NvmlCall, code_name
@@ -52,13 +52,53 @@ FIELD_TARGETS = (
     ("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "power", "energy_joules", lambda millijoules: millijoules / 1000.0),
 )
 
+# Time throttled since the driver loaded, in ns (nvmlViolationTime_t.violationTime "in Nanoseconds",
+# https://docs.nvidia.com/deploy/nvml-api/structnvmlViolationTime__t.html) → ClockInfo.throttle_seconds reasons.
+# Fields 74-81 are the perf-policy counters that nvmlDeviceGetViolationStatus returns for policies 0-5, 10 and 11:
+# asked here in the batch that is read anyway, they cost no NVML call, where the violation status costs one call
+# (~1 ms on the lab's H200) per policy. The lab's H200 (driver 580.159.04) answered both the same within the
+# driver's sampling (low utilisation: 23.75 s by the call, 23.68 s by field 78; tests/fixtures/h200/
+# nvml-health-survey.json). 74 and 76 are also NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP / _SYNC_BOOST, the
+# counters `nvidia-smi -q` prints under "Clocks Event Reasons Counters".
+THROTTLE_TIME_FIELDS = {
+    "NVML_FI_DEV_PERF_POLICY_POWER": "sw_power_cap",
+    "NVML_FI_DEV_PERF_POLICY_THERMAL": "thermal",
+    "NVML_FI_DEV_PERF_POLICY_SYNC_BOOST": "sync_boost",
+    "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT": "board_limit",
+    "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION": "low_utilization",
+    "NVML_FI_DEV_PERF_POLICY_RELIABILITY": "reliability",
+    "NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS": "below_application_clocks",
+    "NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS": "below_base_clocks",
+}
+# The other clock-event counters of `nvidia-smi -q`, by the IDs of the R580 nvml.h (nvidia-ml-py 13.580+), which
+# the lab's H200 answered on driver 580.159.04. Earlier headers numbered them 251-253, where R580 has power-smoothing
+# fields, and 269-271 were power-smoothing fields there: so the IDs are fixed here rather than taken from whatever
+# nvidia-ml-py is installed, and asked only of drivers from R580 on (CLOCK_EVENT_TIME_DRIVER).
+CLOCK_EVENT_TIME_FIELDS = {
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN": ("sw_thermal_slowdown", 269),
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN": ("hw_thermal_slowdown", 270),
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN": ("hw_power_brake", 271),
+}
+CLOCK_EVENT_TIME_DRIVER = 580
+_FIXED_IDS = {name: field_id for name, (_, field_id) in CLOCK_EVENT_TIME_FIELDS.items()}
+
 DEVICE_FIELDS = (
     *(name for name, *_ in FIELD_TARGETS),
     *PCIE_ERROR_FIELDS,
     "NVML_FI_DEV_MEMORY_TEMP",  # °C (HBM); a sensor of its own, see nvml_sensors
     "NVML_FI_DEV_NVLINK_LINK_COUNT",  # how many NVLinks to walk; NOT_SUPPORTED on GPUs without NVLink
     *HEALTH_FIELDS,  # the driver's recovery action and the DRAM share of ECC (nvml_health)
+    *THROTTLE_TIME_FIELDS,
 )
+
+
+def device_fields(driver_version: Optional[str]) -> tuple[str, ...]:
+    """The batch for a driver: the clock-event time fields only where their IDs mean them (R580 on)."""
+    try:
+        major = int((driver_version or "").split(".")[0])
+    except ValueError:
+        major = 0
+    return DEVICE_FIELDS + tuple(CLOCK_EVENT_TIME_FIELDS) if major >= CLOCK_EVENT_TIME_DRIVER else DEVICE_FIELDS
 
 # nvmlValueType_t → the member of the nvmlValue_t union that holds the value (vendor-api.md §9).
 _UNION_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -69,8 +109,9 @@ Number = Union[int, float]
 def read_fields(call: NvmlCall, handle: Any, names: tuple[str, ...] = DEVICE_FIELDS) -> dict[str, Number]:
     """{pynvml field constant name: value} for the fields the device answered; absent fields are left out."""
     nvml = call.nvml
-    names = tuple(name for name in names if hasattr(nvml, name))  # an older pynvml lacks the newest field IDs
-    values = call("nvmlDeviceGetFieldValues", handle, [getattr(nvml, name) for name in names])
+    # An older pynvml lacks the newest field IDs: those are left out unless their ID is fixed here.
+    names = tuple(name for name in names if name in _FIXED_IDS or hasattr(nvml, name))
+    values = call("nvmlDeviceGetFieldValues", handle, [_FIXED_IDS.get(name) or getattr(nvml, name) for name in names])
     if values is None:
         return {}
     found: dict[str, Number] = {}
@@ -94,3 +135,5 @@ def apply_fields(device: DeviceSnapshot, fields: dict[str, Number]) -> None:
         if name in fields:
             setattr(getattr(device, part), attribute, convert(fields[name]))
     device.pcie.error_counters = {key: int(fields[name]) for name, key in PCIE_ERROR_FIELDS.items() if name in fields}
+    reasons = {**THROTTLE_TIME_FIELDS, **{name: reason for name, (reason, _) in CLOCK_EVENT_TIME_FIELDS.items()}}
+    device.clocks.throttle_seconds = {reason: fields[name] / 1e9 for name, reason in reasons.items() if name in fields}

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from gpudiag.model import ErrorKind, PciGpu, ProbeError, Vendor, normalize_pci_bus_id
+from gpudiag.model import ErrorKind, PciGpu, PcieDpmLevel, ProbeError, Vendor, normalize_pci_bus_id
+from gpudiag.probe.amdgpu_sysfs_formats import parse_pp_dpm_pcie
 from gpudiag.probe.files import FileReader
 from gpudiag.probe.pcie_generation import generation_from_gts_text
 
@@ -75,11 +76,25 @@ def _probe_function(reader: FileReader, device: Path) -> Optional[PciGpu]:
         gpu.upstream_pci_bus_id = upstream.name
         gpu.upstream_max_link_generation = _generation(reader, upstream / "max_link_speed")
         gpu.upstream_max_link_width = reader.integer(upstream / "max_link_width")
+    if gpu.driver == "amdgpu":
+        _pcie_dpm(reader, device, gpu)
     group = reader.link_name(device / "iommu_group")
     if group is not None and group.isdigit():
         gpu.iommu_group = int(group)
         gpu.iommu_domain_type = reader.line(reader.path(f"sys/kernel/iommu_groups/{group}/type"))
     return gpu
+
+
+def _pcie_dpm(reader: FileReader, device: Path, gpu: PciGpu) -> None:
+    """amdgpu's link power-management levels (pp_dpm_pcie, vendor-api.md §2): the pcie checks excuse a link below
+    its maximum only when the level in use (`*`) is below the top one. Written by the swsmu print/emit_clk_levels,
+    case SMU_PCIE (drivers/gpu/drm/amd/pm/swsmu/smu11/*_ppt.c, smu13/*_ppt.c): one "%d: %s %s %dMhz %s" line per
+    level; ASICs without link DPM print their one level, always current (arcturus_ppt.c), or no file at all."""
+    text = reader.text(device / "pp_dpm_pcie")
+    levels = parse_pp_dpm_pcie(text) if text else []
+    gpu.pcie_dpm_levels = [PcieDpmLevel(level.generation, level.width) for level in levels]
+    current = [index for index, level in enumerate(levels) if level.current]
+    gpu.pcie_dpm_current = current[0] if len(current) == 1 else None
 
 
 def _generation(reader: FileReader, path: Path) -> Optional[int]:

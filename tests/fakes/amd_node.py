@@ -81,6 +81,16 @@ class FakeAmdGpu:
     power_cap_watts: int = 750
     energy_microjoules: int = 6_500_000_000
     violations: set[str] = field(default_factory=set)  # amdsmi "active_*" names, e.g. {"active_ppt_pwr"}
+    # amdsmi_get_violation_status accumulators (firmware ticks): "acc_counter" counts every tick, each other
+    # "acc_*" the ticks in that limit; a name left out answers UINT64_MAX ("N/A"). Magnitudes as an MI300X node
+    # exported them through AMD's device-metrics-exporter (amd_gpu_violation_current_accumulated_counter ~764,600,
+    # ROCm/device-metrics-exporter pull request 550).
+    violation_counters: dict[str, int] = field(default_factory=lambda: {
+        "acc_counter": 764_653, "acc_ppt_pwr": 1_204, "acc_socket_thrm": 0, "acc_prochot_thrm": 0,
+        "acc_vr_thrm": 0, "acc_hbm_thrm": 0})
+    # amdsmi_get_clock_info (MHz) by AMDSMI_CLK_TYPE_* value: (current, max). GFX (0) idles in deep sleep well below
+    # its 2100 MHz peak engine clock; MEM (4) runs HBM3 at 1300 MHz (5.2 Gb/s per pin; AMD MI300X data sheet).
+    clocks_mhz: dict[int, tuple[int, int]] = field(default_factory=lambda: {0: (132, 2100), 4: (900, 1300)})
     xgmi_links: list[int] = field(default_factory=lambda: [XGMI_UP] * 7)
     xgmi_error_status: int = 0
     compute_partition: str = "SPX"

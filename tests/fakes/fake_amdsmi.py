@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 from tests.fakes.amd_node import FakeAmdGpu, FakeAmdNode
 
 SUCCESS, NOT_SUPPORTED, INVAL, NOT_FOUND, AMDGPU_RESTART_ERR = 0, 2, 1, 31, 54
-UINT16_NA, UINT32_NA = 0xFFFF, 0xFFFFFFFF
+UINT16_NA, UINT32_NA, UINT64_NA = 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 
 # amdsmi_fw_block_t, amdsmi_temperature_type_t and amdsmi_temperature_metric_t values of the C header.
 FW_ID = {"SMU": 1, "CP_MEC1": 7, "PSP_SOSDRV": 30, "PM": 77}
@@ -296,6 +296,17 @@ class FakeLibAmdSmi:
                      "active_hbm_thrm"):
             setattr(status, flag, 1 if flag in p.gpu.violations else 0)
         status.active_gfx_clk_below_host_limit = 0xFF  # UINT8 max: "N/A" in the wrapper
+        for name in ("acc_counter", "acc_prochot_thrm", "acc_ppt_pwr", "acc_socket_thrm", "acc_vr_thrm",
+                     "acc_hbm_thrm", "acc_gfx_clk_below_host_limit"):
+            setattr(status, name, p.gpu.violation_counters.get(name, UINT64_NA))
+        return SUCCESS
+
+    def c_amdsmi_get_clock_info(self, p: Processor, clock_type: int, info: Any) -> int:
+        clocks = p.gpu.clocks_mhz.get(int(clock_type))
+        if clocks is None:
+            return NOT_SUPPORTED
+        _target(info).clk, _target(info).max_clk = clocks
+        _target(info).min_clk = 500 if int(clock_type) == 0 else clocks[1]
         return SUCCESS
 
     # -- memory, XGMI, placement -----------------------------------------------------------------------------

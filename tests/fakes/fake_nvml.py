@@ -138,6 +138,12 @@ class FakeGpu:
     max_clocks: dict[int, int] = field(default_factory=lambda: {
         pynvml.NVML_CLOCK_GRAPHICS: 1980, pynvml.NVML_CLOCK_SM: 1980, pynvml.NVML_CLOCK_MEM: 3201})
     performance_state: int = 0
+    # Time throttled since the driver loaded, ns, by field ID (perf-policy fields 74-81 and the R580 clock-event
+    # fields 269-271), as the lab's H200 answered them (tests/fixtures/h200/nvml-health-survey.json: 78 low
+    # utilisation and 80/81 below application/base clocks count, the rest 0). A missing ID answers NOT_SUPPORTED.
+    throttle_ns: dict[int, int] = field(default_factory=lambda: {
+        74: 0, 75: 0, 76: 0, 77: 0, 78: 23_678_421_568, 79: 0, 80: 14_276_011_904, 81: 14_276_011_904,
+        269: 0, 270: 0, 271: 0})
 
     # Modes
     persistence: bool = True

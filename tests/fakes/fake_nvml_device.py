@@ -142,6 +142,8 @@ def _field(gpu: FakeGpu, field_id: int) -> Union[int, tuple[int, int]]:
         })
     if field_id in _PCIE_COUNTER_FIELDS:
         return (_UINT, gpu.pcie_counters.get(field_id, 0))
+    if field_id in gpu.throttle_ns:
+        return (_ULL, gpu.throttle_ns[field_id])
     value_type, value = table.get(field_id, (_UINT, None))
     return NOT_SUPPORTED if value is None else (value_type, value)
 
