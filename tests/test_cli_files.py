@@ -93,23 +93,43 @@ def test_the_replay_cap_is_far_above_a_real_recording():
     assert load_snapshot(RECORDED["h200x2"]).devices
 
 
+def test_a_recording_full_of_events_loads_in_linear_time(tmp_path, monkeypatch):
+    """At the cap a recording holds ~90,000 kernel-log events; reading each one's type hints anew took 15 s."""
+    import typing
+
+    from gpudiag.model import serialize
+
+    node = load_snapshot(RECORDED["h200x2"])
+    event = {"vendor": "nvidia", "kind": "xid", "message": "NVRM: Xid (PCI:0000:19:00): 13, Graphics Exception",
+             "pci_bus_id": "0000:19:00.0", "code": 13}
+    data = serialize.to_dict(node)
+    data["kernel_log"]["events"] = [dict(event) for _ in range(2000)]
+    (tmp_path / "events.json").write_text(json.dumps(data))
+    calls = []
+    real = typing.get_type_hints
+    monkeypatch.setattr(typing, "get_type_hints", lambda cls, *a, **k: calls.append(cls) or real(cls, *a, **k))
+    serialize._schema.cache_clear()
+    assert len(load_snapshot(tmp_path / "events.json").kernel_log.events) == 2000
+    assert len(calls) == len(set(calls)) < 40  # once per dataclass, not once per object
+
+
 # -- item 10: --output never replaces a device node; `-` is standard output ----------------------------------------
 
 
-@pytest.mark.parametrize("command", ["baseline", "snapshot"])
+@pytest.mark.parametrize("command", ["baseline", "snapshot", "textfile"])
 def test_output_to_a_fifo_or_a_link_to_a_device_is_refused(capsys, tmp_path, command, monkeypatch):
-    fifo, link = tmp_path / "fifo", tmp_path / "stdout"
+    fifo, link = tmp_path / "fifo.prom", tmp_path / "stdout.prom"  # .prom: textfile warns about any other name
     os.mkfifo(fifo)
     link.symlink_to("/dev/null")  # what /dev/stdout is: a link to a device or pipe
     argv = [command, "--replay", str(RECORDED["h200x2"])] if command == "baseline" else [command]
-    # Probing is not what is tested here: the snapshot command gets a recorded 8-GPU node.
+    # Probing is not what is tested here: snapshot and textfile get a recorded 8-GPU node.
     monkeypatch.setattr("gpudiag.cli._collect", lambda *args, **kwargs: nvidia_h200_8x())
     for target, kind in ((fifo, "a FIFO"), (link, "a character device")):
         code, out, err = run(capsys, *argv, "--output", str(target))
         assert_one_line_exit_2(code, out, err, f"--output {target}: cannot write: not a regular file ({kind})",
                                "use - for standard output")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.readlink(link) == "/dev/null"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "stdout"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.prom", "stdout.prom"]
 
 
 def test_output_dash_is_standard_output(capsys, tmp_path, monkeypatch):
