@@ -40,7 +40,7 @@ STDOUT = "-"  # an output path that means standard output
 # with the kernel-log events it keeps, so it gets the most room.
 CONFIG_MAX_BYTES = 1 << 20  # --profile TOML, --web-config YAML
 BASELINE_MAX_BYTES = 4 << 20  # --baseline
-RECORDING_MAX_BYTES = 32 << 20  # --replay
+RECORDING_MAX_BYTES = 16 << 20  # --replay
 MAX_NESTING = 64  # a snapshot nests ~6 levels deep, a profile or web config 3
 
 # Signals whose default action would kill the process mid-write and leave the temporary file behind.
