@@ -16,7 +16,7 @@
 #   timeout (the check hung past GPUDIAG_TIMEOUT) -> 1 not OK: a driver call that hangs is a sick GPU
 #
 # Settings (environment, or the file GPUDIAG_CONFIG, default /etc/default/gpudiag-healthcheck, sourced if present):
-#   GPUDIAG_PROFILE   profile file or shipped name (h200-8x …)      GPUDIAG_BASELINE  golden baseline file
+#   GPUDIAG_PROFILE   shipped name (h200-8x …) or a .toml/path      GPUDIAG_BASELINE  golden baseline file
 #   GPUDIAG_ARGS      more `gpudiag check` arguments (word-split), default "--skip workload"
 #   GPUDIAG_TIMEOUT   seconds before the check counts as hung (default 120; keep below the scheduler's own limit)
 #   GPUDIAG           the gpudiag command (default gpudiag)         GPUDIAG_RESUME=1  resume nodes it drained

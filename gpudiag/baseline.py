@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from gpudiag.fileio import DocumentError, read_json, write_atomically
+from gpudiag.fileio import BASELINE_MAX_BYTES, PRIVATE, DocumentError, read_json, write_atomically
 from gpudiag.model import SchemaError, Vendor, from_dict, normalize_pci_bus_id, to_dict
 
 BASELINE_KIND = "gpudiag-baseline"
@@ -82,13 +82,13 @@ def baseline_json(baseline: NodeBaseline) -> str:
 
 
 def save_baseline(baseline: NodeBaseline, path: Path) -> None:
-    write_atomically(Path(path), baseline_json(baseline))
+    write_atomically(Path(path), baseline_json(baseline), PRIVATE)
 
 
 def load_baseline(path: Path) -> NodeBaseline:
     path = Path(path)
     try:
-        data = read_json(path)
+        data = read_json(path, BASELINE_MAX_BYTES)
     except DocumentError as exc:
         raise BaselineError(f"baseline {path}: {exc}") from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:

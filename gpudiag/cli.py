@@ -141,14 +141,14 @@ def _expectations(profile: Optional[str], params: list[str], baseline_file: Opti
 
 
 def _write_output(output: Optional[Path], text: str, what: str) -> None:
-    """`text` to stdout, or atomically to the file `--output` names."""
+    """`text` to stdout (no --output, or `-`), or atomically to a file only its owner can read (gpudiag.fileio)."""
     if output is None:
         sys.stdout.write(text)
         return
-    from gpudiag.fileio import write_atomically
+    from gpudiag.fileio import PRIVATE, write_output
 
     try:
-        write_atomically(output, text)
+        write_output(output, text, PRIVATE)
     except OSError as exc:
         raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
     log.info("%s written to %s", what, output)
@@ -177,7 +177,7 @@ def check(
         1, "--level", min=1, max=2,
         help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, memory test, stress).",
     ),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Node profile: a TOML file, or a shipped profile's name (h200-8x, mi300x-8x, …)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml)."),
     params: Optional[List[str]] = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable)."),
     baseline_file: Optional[Path] = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it."),
 ) -> None:
@@ -212,7 +212,7 @@ def check(
 
 @app.command()
 def snapshot(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the snapshot to this file (atomically) instead of stdout."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the snapshot to this file (atomically, mode 0600; - is stdout) instead of stdout."),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
@@ -227,7 +227,7 @@ def snapshot(
 
 @app.command()
 def baseline(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the baseline to this file (atomically) instead of stdout."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the baseline to this file (atomically, mode 0600; - is stdout) instead of stdout."),
     replay: Optional[Path] = typer.Option(None, "--replay", help="Make the baseline from a recorded snapshot instead of this node."),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
@@ -282,7 +282,7 @@ def textfile(
     from gpudiag.checks import run_checks
     from gpudiag.exporter.textfile import write_textfile
 
-    if output.suffix != ".prom":
+    if output.suffix != ".prom" and str(output) != "-":
         log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
     node = _collect(root, kernel_log, timeout, level)
     try:

@@ -2,7 +2,9 @@
 
 A profile is flat: each key is an Expectations field (gpudiag/expect.py says what each means), typed as the field
 is; `name` and `description` are free text. Nothing else is allowed, so a typo is an error, not a setting silently
-ignored. `--profile` takes a file, or the name of a profile shipped in gpudiag/profiles/ ("h200-8x").
+ignored. `--profile` takes the name of a profile shipped in gpudiag/profiles/ ("h200-8x"), or a file: a path with
+a slash or a .toml suffix ("./site", "site.toml"), read as gpudiag.fileio reads any input (a regular file, at most
+CONFIG_MAX_BYTES, UTF-8, nested no deeper than MAX_NESTING).
 
 Every problem becomes a ProfileError whose message is one line naming the file (or `-p`), the key and the problem.
 """
@@ -23,6 +25,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as a package (pyproj
     import tomli as tomllib  # type: ignore[no-redef]
 
 from gpudiag.expect import DEFAULT_EXPECTATIONS, ExpectationError, Expectations
+from gpudiag.fileio import CONFIG_MAX_BYTES, DocumentError, parse_bounded, read_text
 from gpudiag.probe.host import MODULES_OF_INTEREST
 from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS
 
@@ -175,18 +178,27 @@ def values_from_params(params: Iterable[str]) -> dict[str, Any]:
 # -- loading ----------------------------------------------------------------------------------------------------
 
 
+def is_profile_path(ref: str) -> bool:
+    """A path has a slash or ends in .toml; anything else names a shipped profile. Never both: a file `h200-8x` in
+    the current directory must not silently replace the shipped h200-8x (write `./h200-8x` to mean the file)."""
+    return "/" in ref or ref.endswith(".toml")
+
+
 def read_profile(ref: str) -> tuple[str, str]:
     """(where, TOML text) of a profile file or a shipped profile's name."""
-    path = Path(ref)
-    if path.is_file():
-        try:
-            return str(path), path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ProfileError(f"profile {path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    name = ref.removesuffix(".toml")
-    if name in shipped_profiles():
-        return f"{name} (shipped)", resources.files("gpudiag.profiles").joinpath(f"{name}.toml").read_text("utf-8")
-    raise ProfileError(f"profile {ref}: no such file, and not a shipped profile ({', '.join(shipped_profiles())})")
+    shipped = shipped_profiles()
+    if not is_profile_path(ref):
+        if ref in shipped:
+            return f"{ref} (shipped)", resources.files("gpudiag.profiles").joinpath(f"{ref}.toml").read_text("utf-8")
+        raise ProfileError(f"profile {ref}: not a shipped profile ({', '.join(shipped)}); a profile file is named "
+                           f"by a path with a slash or a .toml suffix (./{ref})")
+    try:
+        return ref, read_text(ref, CONFIG_MAX_BYTES)
+    except DocumentError as exc:
+        if not Path(ref).exists() and not Path(ref).is_symlink():
+            raise ProfileError(f"profile {ref}: no such file, and not a shipped profile ({', '.join(shipped)})") \
+                from None
+        raise ProfileError(f"profile {ref}: {exc}") from None
 
 
 def _build(values: dict[str, Any]) -> Expectations:
@@ -197,7 +209,9 @@ def load_profile(ref: str) -> dict[str, Any]:
     """The settings of a profile, validated on their own (so that an error names the profile, not an override)."""
     where, text = read_profile(ref)
     try:
-        data = tomllib.loads(text)
+        data = parse_bounded(tomllib.loads, text)
+    except DocumentError as exc:
+        raise ProfileError(f"profile {where}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"profile {where}: TOML syntax error: {exc}") from None
     try:

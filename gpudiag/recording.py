@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpudiag.fileio import DocumentError, read_json, write_atomically
+from gpudiag.fileio import PRIVATE, RECORDING_MAX_BYTES, DocumentError, read_json, write_atomically
 from gpudiag.model import SNAPSHOT_SCHEMA_VERSION, NodeSnapshot, SchemaError, from_dict, to_dict
 
 
@@ -21,13 +21,13 @@ def snapshot_json(snapshot: NodeSnapshot) -> str:
 
 
 def save_snapshot(snapshot: NodeSnapshot, path: Path) -> None:
-    write_atomically(Path(path), snapshot_json(snapshot))
+    write_atomically(Path(path), snapshot_json(snapshot), PRIVATE)  # kernel command line, process owners, kernel log
 
 
 def load_snapshot(path: Path) -> NodeSnapshot:
     path = Path(path)
     try:
-        data = read_json(path)
+        data = read_json(path, RECORDING_MAX_BYTES)
     except DocumentError as exc:
         raise RecordingError(f"{path}: {exc}") from None
     if not isinstance(data, dict):

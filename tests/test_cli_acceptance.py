@@ -45,7 +45,8 @@ def test_skip_leaves_out_what_the_profile_would_fail(capsys, h200_8x):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--profile", "h300-8x"], "profile h300-8x: no such file, and not a shipped profile (h100-8x, h200-8x,"),
+    (["--profile", "h300-8x"], "profile h300-8x: not a shipped profile (h100-8x, h200-8x,"),
+    (["--profile", "/nonexistent.toml"], "profile /nonexistent.toml: no such file, and not a shipped profile (h100-8x,"),
     (["-p", "expected_gpu_cont=8"], "-p expected_gpu_cont: unknown setting; did you mean expected_gpu_count"),
     (["-p", "expected_gpu_count=eight"], "-p expected_gpu_count: 'eight' is not an integer"),
     (["--profile", "h200-8x", "-p", "retired_pages_fail_count=3"],

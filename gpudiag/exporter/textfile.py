@@ -15,7 +15,7 @@ from pathlib import Path
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_snapshot
-from gpudiag.fileio import write_atomically
+from gpudiag.fileio import write_output
 from gpudiag.model import CheckResult, NodeSnapshot
 
 
@@ -29,4 +29,4 @@ def render_textfile(snapshot: NodeSnapshot, results: list[CheckResult], finished
 
 
 def write_textfile(path: Path, snapshot: NodeSnapshot, results: list[CheckResult]) -> None:
-    write_atomically(path, render_textfile(snapshot, results))
+    write_output(path, render_textfile(snapshot, results))  # `-`: standard output

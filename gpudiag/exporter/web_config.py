@@ -59,12 +59,12 @@ class WebConfig:
 def load_web_config(path: Path) -> WebConfig:
     import yaml
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WebConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
+    from gpudiag.fileio import CONFIG_MAX_BYTES, DocumentError, parse_bounded, read_text
+
+    try:  # a regular file, size-capped, UTF-8, not nested too deep (gpudiag.fileio)
+        data = parse_bounded(yaml.safe_load, read_text(path, CONFIG_MAX_BYTES))
+    except DocumentError as exc:
+        raise WebConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""

@@ -6,7 +6,9 @@ do), then warnings and unknowns; the passing checks fold into one line per famil
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import textwrap
 from collections import Counter, defaultdict
 from typing import Any
@@ -19,8 +21,40 @@ _INDENT = " " * 6
 _COLORS = {Status.FAIL: "31", Status.WARN: "33", Status.UNKNOWN: "35", Status.PASS: "32", Status.SKIP: "2"}
 _TAGS = {Status.FAIL: "FAIL", Status.WARN: "WARN", Status.UNKNOWN: "UNKN", Status.PASS: "PASS", Status.SKIP: "SKIP"}
 
+# What a terminal would act on instead of printing (ECMA-48): a CSI sequence (`ESC [ params final`, or 8-bit CSI)
+# whole; a two-byte `ESC x`, which also takes the introducer off an OSC/DCS/APC string (`ESC ]0;title BEL`: the
+# payload stays visible as text, so a crafted name cannot swallow the names after it); then any single C0 control
+# (tab and newline too: a newline in a process name would forge a checklist line), DEL, C1 control, and the
+# bidirectional overrides that reorder what is shown (CVE-2021-42574, "Trojan Source").
+_UNSAFE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[ -~]?"
+    r"|[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+)
+REPLACEMENT = "\ufffd"
+
+
+def clean(text: str) -> str:
+    """`text` safe to print on a terminal: each control character or escape sequence becomes one U+FFFD, so the
+    operator sees that something was there; printable Unicode (a model name, a user's name) is kept."""
+    return _UNSAFE.sub(REPLACEMENT, text)
+
+
+def _cleaned(result: CheckResult) -> CheckResult:
+    """The strings of a result that can come from the node (process names and users, model names, log text in
+    messages, bus IDs), cleaned; observed and expected values are cleaned by _compact."""
+    device = result.device
+    if device is not None and device.pci_bus_id is not None:
+        device = dataclasses.replace(device, pci_bus_id=clean(device.pci_bus_id))
+    return dataclasses.replace(result, check=clean(result.check), message=clean(result.message),
+                               remediation=clean(result.remediation), device=device)
+
 
 def render_text(snapshot: NodeSnapshot, results: list[CheckResult], verbose: bool = False, color: bool = False) -> str:
+    """The checklist. Every string that comes from the node passes through clean() (the results here, the header
+    in _header and _inventory_line, observed/expected in _compact): a GPU process named with escape sequences could
+    otherwise rewrite the operator's terminal."""
+    results = [_cleaned(r) for r in results]
     paint = _painter(color)
     lines = _header(snapshot, results, paint)
     attention = [r for r in worst_first(results) if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
@@ -46,7 +80,7 @@ def _header(snapshot: NodeSnapshot, results: list[CheckResult], paint) -> list[s
         head += f" · {snapshot.collected_at}"
     if snapshot.duration_seconds is not None:
         head += f" · probed in {snapshot.duration_seconds:.2f} s"
-    lines = [head.replace("  ", " ")]
+    lines = [clean(head.replace("  ", " "))]
     lines.append(f"GPUs: {_inventory_line(snapshot)}")
     counts = ", ".join(
         f"{summary.counts[s]} {label}"
@@ -75,7 +109,7 @@ def _inventory_line(snapshot: NodeSnapshot) -> str:
             if backend.runtime_version:
                 parts.append(("CUDA " if backend.vendor.value == "nvidia" else "ROCm ") + backend.runtime_version)
             stacks.append(f"{backend.name}: " + ", ".join(p for p in parts if p))
-    return gpus + (f" — {'; '.join(stacks)}" if stacks else "")
+    return clean(gpus + (f" — {'; '.join(stacks)}" if stacks else ""))
 
 
 def _where(result: CheckResult) -> str:
@@ -120,6 +154,7 @@ def _detailed(group: list[CheckResult], paint) -> list[str]:
 
 def _compact(value: Any, limit: int = 200) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "))
+    text = clean(text)  # a str is printed as it is (json.dumps output is ASCII with escapes already)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
