@@ -190,7 +190,9 @@ def _watts(microwatts: Optional[int]) -> Optional[float]:
 def _ras(device: DeviceSnapshot, reader: FileReader, path: Path) -> None:
     ras = path / "ras"
     entries = reader.entries(ras)
-    if entries is None:  # no RAS on this ASIC (or ECC disabled): nothing to say about ECC here
+    if entries is None:  # no RAS on this ASIC, or RAS switched off (amdgpu.ras_enable=0)
+        device.unsupported[f"sysfs:{reader.shown(ras)}"] = ("amdgpu publishes no ras/ directory (RAS is off, "
+                                                             "amdgpu.ras_enable=0, or the part has no RAS)")
         return
     features = reader.text(ras / "features")
     device.ecc.enabled = formats.umc_ecc_enabled(features) if features is not None else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Optional
@@ -108,7 +109,7 @@ class AmdsmiBackend:
         info.device_count = len(self._processors)
         if self._processors:
             driver = self._quietly(call, "amdsmi_get_gpu_driver_info", self._processors[0].handle)
-            info.driver_version = text(get(driver, "driver_version"))
+            info.driver_version = driver_release(text(get(driver, "driver_version")))
         return info
 
     def _enumerate(self, call: AmdsmiCaller, handles: list[Any]) -> list[Processor]:
@@ -199,6 +200,17 @@ class AmdsmiBackend:
         except Exception as exc:  # noqa: BLE001 - nothing to do about it at exit but say so
             log.warning("amdsmi_shut_down failed: %s", exc)
         self._initialised = False
+
+
+# amdsmi 6.4-7.0 with the in-tree amdgpu (no /sys/module/amdgpu/version) reports the whole /proc/version with its
+# spaces removed, e.g. "Linuxversion6.8.0-79-generic(buildd@lcy02-amd64-100)(x86_64-linux-gnu-gcc-13…"
+# (ROCm/k8s-device-plugin#157). The kernel release in it is the in-tree driver's version.
+_PROC_VERSION = re.compile(r"^Linux\s*version\s*([^\s(]+)")
+
+
+def driver_release(version: Optional[str]) -> Optional[str]:
+    match = _PROC_VERSION.match(version or "")
+    return match.group(1) if match else version
 
 
 def _library_version(version: Any) -> Optional[str]:
