@@ -343,5 +343,20 @@ def test_errors_met_while_enumerating_are_kept_on_the_device():
     node = mi300x_node(1)
     node.failing_calls = {"amdsmi_get_gpu_kfd_info": 10}  # NO_PERM
     (device,) = probe(node).devices
-    assert device.partition_id is None and device.pci_bus_id == MI300X_BDFS[0]
+    assert device.partition_id == 0 and device.pci_bus_id == MI300X_BDFS[0]  # from the location_id instead
     assert [(e.source, e.kind) for e in device.errors] == [("amdsmi.amdsmi_get_gpu_kfd_info", ErrorKind.NO_PERMISSION)]
+
+
+def test_cpx_partitions_at_function_zero_take_the_partition_from_location_id_bits():
+    """Kernels that moved the partition to location_id bits [31:28] report function .0 for all 64 partitions
+    (gpudiag issue 15 item 4); without the KFD partition ID, the location_id tells them apart."""
+    node = mi300x_node()
+    amd_node.cpx_mode(node)
+    node.partitions_at_function_zero = True
+    node.failing_calls = {"amdsmi_get_gpu_kfd_info": 2}  # NOT_SUPPORTED
+    devices = probe(node).devices
+
+    assert {d.pci_bus_id for d in devices} == set(MI300X_BDFS)  # every partition at .0
+    assert [d.partition_id for d in devices[:8]] == list(range(8))
+    assert sum(not d.is_logical_partition for d in devices) == 8
+    assert all(d.physical_pci_bus_id == MI300X_BDFS[i // 8] for i, d in enumerate(devices))

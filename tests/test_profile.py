@@ -169,8 +169,8 @@ def test_expectations_errors_name_their_field():
 # -- the shipped profiles ---------------------------------------------------------------------------------------
 
 
-def test_the_four_skus_are_shipped_and_every_value_cites_its_source():
-    assert shipped_profiles() == ["h100-8x", "h200-8x", "mi300x-8x", "mi355x-8x"]
+def test_the_five_skus_are_shipped_and_every_value_cites_its_source():
+    assert shipped_profiles() == ["h100-8x", "h200-8x", "mi300x-8x", "mi325x-8x", "mi355x-8x"]
     from importlib import resources
     for name in shipped_profiles():
         text = resources.files("gpudiag.profiles").joinpath(f"{name}.toml").read_text()
