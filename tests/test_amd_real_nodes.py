@@ -301,3 +301,17 @@ def test_cpx_partition_zero_reports_the_whole_vram(tmp_path):
     snapshot, _ = check(tmp_path, _cpx(amd_node.mi300x_node(1)), load_expectations())
     totals = [d.memory.total_bytes // 2**20 for d in snapshot.devices]
     assert totals[0] == 196592 and set(totals[1:]) == {196592 // 8}
+
+
+@pytest.mark.parametrize("bend", [lambda n: n, amd_node.vf_guest], ids=["bare-metal", "vf"])
+def test_the_exporter_shows_a_healthy_mi300x_node_all_ok_and_xgmi_wafl_counts(tmp_path, bend):
+    """Issue 9 item 2 in the exporter's series: no check of a healthy MI300X node reads 0 (unknown)."""
+    from gpudiag.exporter.textfile import render_textfile
+    from tests.exporter_support import series
+
+    snapshot, results = check(tmp_path, bend(amd_node.mi300x_node()))
+    text = render_textfile(snapshot, results, finished_at=1_800_000_000.0)
+    not_ok = [(labels["check"], labels.get("gpu")) for labels, v in series(text, "gpudiag_check_ok") if v != 1]
+    assert not_ok == []
+    blocks = {labels["block"] for labels, _ in series(text, "gpudiag_gpu_ecc_block_errors_total", gpu="0")}
+    assert "umc" in blocks and ("xgmi_wafl" in blocks) is (bend is not amd_node.vf_guest)
