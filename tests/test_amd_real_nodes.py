@@ -315,3 +315,47 @@ def test_the_exporter_shows_a_healthy_mi300x_node_all_ok_and_xgmi_wafl_counts(tm
     assert not_ok == []
     blocks = {labels["block"] for labels, _ in series(text, "gpudiag_gpu_ecc_block_errors_total", gpu="0")}
     assert "umc" in blocks and ("xgmi_wafl" in blocks) is (bend is not amd_node.vf_guest)
+
+
+def test_sysfs_fallback_names_the_ras_blocks_it_could_not_read(tmp_path):
+    node = amd_node.mi300x_node()
+    node.library_present = False
+    amd_node.ras_inaccessible(node, 2, (amd_node.BLOCK_UMC,))
+    snapshot, results = check(tmp_path, node)
+
+    assert snapshot.devices[2].source == "amdgpu-sysfs" and snapshot.devices[2].ecc.unreadable_blocks == ["umc"]
+    result = on(results, "ecc.uncorrected", 2)
+    assert result.status == Status.UNKNOWN and "umc" in result.message
+
+
+def test_check_json_and_exit_code_of_a_healthy_and_a_faulty_mi300x_node(tmp_path, capsys):
+    """`gpudiag check --json`: a healthy MI300X node exits 0 with status pass; an XGMI fault exits 1 on its GPU."""
+    import json
+
+    from gpudiag.cli import main
+
+    for name, faulty in (("healthy", False), ("faulty", True)):
+        node = amd_node.mi300x_node()
+        if faulty:
+            amd_node.xgmi_wafl_errors(node, 5, uncorrected=1)
+        root, kernel_log = node_root(tmp_path / name, node)
+        with installed(node):
+            code = main(["check", "--json", "--root", str(root), "--kernel-log", str(kernel_log),
+                         "-p", "expected_links_per_gpu=7", "--skip", "workload"])  # workload: this machine's CPUs
+        report = json.loads(capsys.readouterr().out)
+        assert not any(r["status"] == "unknown" for r in report["results"])
+        if not faulty:
+            assert (code, report["status"]) == (0, "pass")
+            continue
+        assert (code, report["status"]) == (1, "fail")
+        xgmi = [r for r in report["results"] if r["check"] == "topology.link_errors" and r["status"] == "fail"]
+        assert [(r["device"]["index"], r["action"]) for r in xgmi] == [(5, "reboot")]
+
+
+def test_link_status_not_supported_by_a_newer_amdsmi_is_not_down(tmp_path):
+    """ROCm/rocm-systems PR 2053: newer amdsmi answers NOT_SUPPORTED instead of every link "X"."""
+    node = amd_node.mi300x_node()
+    node.failing_calls = {"amdsmi_get_gpu_xgmi_link_status": 2}
+    _, results = check(tmp_path, node)
+    assert {r.status for r in only(results, "topology.links_up")} == {Status.SKIP}
+    assert not_passing(results) == []

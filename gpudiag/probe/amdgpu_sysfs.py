@@ -203,7 +203,10 @@ def _ras(device: DeviceSnapshot, reader: FileReader, path: Path) -> None:
         if counts is None:
             complete = False
             if text is not None:
-                why = "a RAS interrupt is being handled" if formats.RAS_QUERY_INACCESSIBLE in text else "unexpected"
+                inaccessible = formats.RAS_QUERY_INACCESSIBLE in text
+                why = "a RAS interrupt is being handled" if inaccessible else "unexpected"
+                if inaccessible:
+                    device.ecc.unreadable_blocks.append(entry.removesuffix("_err_count"))
                 shown = reader.shown(ras / entry)
                 reader.record(ras / entry, ErrorKind.ERROR, f"{shown} reads {text.strip()!r} ({why})")
             continue

@@ -135,7 +135,7 @@ def _link_status_missing(device: DeviceSnapshot, states: list[str], code: int) -
                 f"(added in gpu_metrics v1.7)")
     if code == STATUS_UNEXPECTED_DATA:
         return "amdsmi answers UNEXPECTED_DATA for the XGMI link status (an SR-IOV VF has no link status)"
-    if code in _UNSUPPORTED and device.metrics_version is not None:
-        return (f"amdsmi reports no XGMI link status with {metrics} (needs gpu_metrics v1.7+; ROCm/rocm-systems "
-                f"PR 2053)")
+    if code in _UNSUPPORTED:
+        # Newer amdsmi answers NOT_SUPPORTED where 7.0 gave all "X" (ROCm/rocm-systems PR 2053).
+        return f"amdsmi reports no XGMI link status with {metrics} (gpu_metrics v1.7+ carries it)"
     return None
