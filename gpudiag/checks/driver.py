@@ -181,7 +181,8 @@ def _amd_versions(snapshot: NodeSnapshot) -> dict[str, Optional[str]]:
     release = snapshot.host.kernel_release
     # The in-tree amdgpu has no /sys/module/amdgpu/version: its version is the kernel release, and amdsmi reports
     # that release (the probe cuts it out of the /proc/version text amdsmi 6.4-7.0 returns; vendor-api.md §1).
-    in_tree = module is None and ("amdgpu" in snapshot.host.modules_loaded or (release is not None and reported == release))
+    in_tree = module is None and ("amdgpu" in snapshot.host.modules_loaded
+                                  or (release is not None and reported == release))
     if in_tree and release is not None and reported in (None, release):
         return {IN_TREE: release, "amdsmi driver version": reported}
     return {"kernel module (/sys/module/amdgpu/version)": module, "amdsmi driver version": reported}

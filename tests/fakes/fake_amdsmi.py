@@ -22,7 +22,7 @@ from tests.fakes.amd_node import XGMI_DISABLED, FakeAmdGpu, FakeAmdNode
 from tests.fakes.fake_amdsmi_identity import IdentityCalls
 
 SUCCESS, NOT_SUPPORTED, INVAL, NOT_FOUND, AMDGPU_RESTART_ERR = 0, 2, 1, 31, 54
-NO_PERM, API_FAILED, UNEXPECTED_DATA = 10, 7, 43
+API_FAILED, UNEXPECTED_DATA = 7, 43
 UINT16_NA, UINT32_NA = 0xFFFF, 0xFFFFFFFF
 
 # amdsmi_temperature_type_t and amdsmi_temperature_metric_t values of the C header.
