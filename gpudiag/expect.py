@@ -50,6 +50,13 @@ class Expectations:
     # (DCGM_LIMIT_MAX_PCIREPLAY_RATE, dcgm_gpu_hardware_limits.h); a snapshot holds a count, not a rate, so this
     # is a count that a healthy link does not reach in days of uptime.
     pcie_replay_warn_count: int = 100
+    # AMD: PCIe L0 -> Recovery transitions since the driver loaded (gpu_metrics pcie_l0_to_recovery_count). AMD's
+    # node-scraper warns above 1 and errs above 3 (nodescraper/plugins/inband/amdsmi/analyzer_args.py). The count is
+    # cumulative, not a rate: the fail limit scales with days since boot (3 per day), so a node up for months is not
+    # failed for a handful of recoveries, while a link that retrains continuously (10,013,412 on an MI3xx node,
+    # ROCm/device-metrics-exporter PR 191) fails at any age.
+    pcie_recovery_warn_count: int = 1
+    pcie_recovery_fail_count_per_day: int = 3
     # AER correctable errors (TOTAL_ERR_COR) on the GPU's function since boot. Correctable errors are fixed by the
     # link layer, but a steady stream means a marginal link (riser, retimer, dirty connector).
     aer_correctable_warn_count: int = 100

@@ -54,5 +54,14 @@ def amd_mi355x_8x() -> NodeSnapshot:
     return snap
 
 
+def amd_mi325x_8x() -> NodeSnapshot:
+    snap = amd_mi300x_node()
+    for device in snap.devices:
+        device.name, device.memory.total_bytes = "AMD Instinct MI325X", 256 * GIB
+        device.power.limit_watts = device.power.default_limit_watts = device.power.max_limit_watts = 1000.0
+    return snap
+
+
 # Shipped profile → the healthy node it describes.
-NODES = {"h100-8x": nvidia_h100_8x, "h200-8x": nvidia_h200_8x, "mi300x-8x": amd_mi300x_8x, "mi355x-8x": amd_mi355x_8x}
+NODES = {"h100-8x": nvidia_h100_8x, "h200-8x": nvidia_h200_8x, "mi300x-8x": amd_mi300x_8x, "mi325x-8x": amd_mi325x_8x,
+         "mi355x-8x": amd_mi355x_8x}

@@ -56,7 +56,9 @@ def test_driver_version_not_configured_or_not_comparable():
     del amd.host.modules_loaded["amdgpu"]
     amd.backends[1].driver_version = amd.host.kernel_release  # in-tree amdgpu: amdsmi reports the kernel release
     in_tree = only(run(amd, "driver.version", expect(min_driver_version="6.10")))
-    assert in_tree.status == Status.UNKNOWN and "in-tree amdgpu" in in_tree.message
+    # The in-tree driver's version is the kernel release, and it is compared (gpudiag issue 15 item 6).
+    assert in_tree.status == Status.FAIL and "6.8.0-45-generic is older than the required 6.10" in in_tree.message
+    assert "in-tree amdgpu (kernel release)" in in_tree.observed
 
 
 # -- inventory.gpu_model, inventory.partition_mode --------------------------------------------------------------

@@ -119,7 +119,9 @@ def test_in_tree_amdgpu_is_not_a_version_mismatch():
     snap.host.modules_loaded["amdgpu"] = None  # in-tree: no /sys/module/amdgpu/version
     snap.backend("amdsmi").driver_version = snap.host.kernel_release  # what amdsmi reports then
     (result,) = run(snap, "driver.version_consistent")
-    assert result.status == Status.SKIP
+    # The in-tree driver's version is the kernel release, and amdsmi agrees with it.
+    assert result.status == Status.PASS
+    assert result.observed["in-tree amdgpu (kernel release)"] == snap.host.kernel_release
     # A DKMS module that disagrees with amdsmi is a mismatch.
     snap.host.modules_loaded["amdgpu"] = AMDGPU_DKMS
     snap.backend("amdsmi").driver_version = "6.8.5"

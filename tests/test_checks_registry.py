@@ -34,7 +34,7 @@ def test_selection_by_family_and_by_id():
     assert not any(i.startswith("pcie.") for i in everything_but_pcie)
     assert len(everything_but_pcie) == len(CHECK_IDS) - sum(i.startswith("pcie.") for i in CHECK_IDS)
     assert [c.id for c in resolve_selection(only=["pcie"], skip=["pcie.aer"])] == [
-        "pcie.link_generation", "pcie.link_width", "pcie.replay_errors"]
+        "pcie.link_generation", "pcie.link_width", "pcie.replay_errors", "pcie.link_recovery"]
     assert [c.id for c in resolve_selection()] == list(CHECK_IDS)
 
 

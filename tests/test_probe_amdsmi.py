@@ -51,7 +51,11 @@ def test_healthy_mi300x_node_identity_versions_and_no_errors():
     for device in probed.devices:
         assert device.errors == [] and device.reachable and device.source == "amdsmi"
         assert (device.name, device.architecture) == ("AMD Instinct MI300X", "gfx942")
-        assert device.vbios_version == "113-M3000100-102"
+        assert device.vbios_version == "022.042.000.002.000001"  # the version, not the part number
+        assert (device.virtualization, device.metrics_version) == ("baremetal", "1.8")
+        assert device.unsupported == {"amdsmi.amdsmi_gpu_xgmi_error_status": device.unsupported.get(
+            "amdsmi.amdsmi_gpu_xgmi_error_status")} and "11468" in device.unsupported[
+            "amdsmi.amdsmi_gpu_xgmi_error_status"]  # INVAL on gfx942 is the platform, not an error
         assert (device.partition_id, device.physical_pci_bus_id) == (0, device.pci_bus_id)
         assert not device.is_logical_partition
         assert (device.compute_partition, device.memory_partition) == ("SPX", "NPS1")
@@ -71,13 +75,16 @@ def test_units_are_converted_once_in_the_probe():
     assert (device.pcie.device_max_generation, device.pcie.device_max_width) == (5, 16)
     assert device.power.draw_watts == 180.0  # W from current_socket_power
     assert device.power.limit_watts == 750.0  # µW → W
-    assert (device.power.min_limit_watts, device.power.max_limit_watts) == (400.0, 750.0)
+    # MI300 (smu_v13_0_6_get_power_limit): minimum 0, default = the cap in force
+    assert (device.power.min_limit_watts, device.power.max_limit_watts) == (0.0, 750.0)
+    assert device.power.default_limit_watts == 750.0
     assert device.power.energy_joules == pytest.approx(6500, rel=1e-6)  # ticks × 15.259 µJ → J
     assert device.memory.total_bytes == 196592 * MIB and device.memory.used_bytes == 283 * MIB
     hotspot = device.temperatures["hotspot"]
     assert (hotspot.current_celsius, hotspot.slowdown_celsius, hotspot.shutdown_celsius) == (48.0, 100.0, 105.0)
     assert device.ecc.enabled is True
-    assert device.memory_health.bad_page_threshold == 1965
+    assert device.memory_health.bad_page_threshold == 128  # read from the driver (as root)
+    assert device.memory_health.bad_page_threshold_source == "driver"
 
 
 def test_unsupported_values_are_none_never_zero():
@@ -136,17 +143,33 @@ def test_bad_pages_by_status():
     assert (health.bad_pages_reserved, health.bad_pages_pending, health.bad_pages_unreservable) == (1, 3, 1)
 
 
-def test_xgmi_link_down_and_error_status():
+def test_xgmi_link_down():
     node = mi300x_node()
     amd_node.xgmi_link_down(node, 2, link=3)
-    node.gpus[2].xgmi_error_status = 1
     devices = probe(node).devices
 
     links = devices[2].links
     assert [link.up for link in links] == [True, True, True, False, True, True, True]
     assert {link.kind for link in links} == {"xgmi"}
-    assert devices[2].xgmi_error_status == "error"
-    assert devices[0].xgmi_error_status == "no_errors" and all(link.up for link in devices[0].links)
+    assert all(link.up for link in devices[0].links)
+
+
+def test_xgmi_error_status_where_amdgpu_supports_it():
+    node = amd_node.mi250x_node(2)  # DF 3.6: xgmi_error works
+    node.gpus[1].xgmi_error_status = 1
+    devices = probe(node).devices
+    assert [d.xgmi_error_status for d in devices] == ["no_errors", "error"]
+    assert all(d.errors == [] for d in devices)
+
+
+def test_xgmi_error_status_inval_on_mi300_is_not_an_error_and_wafl_counts_are_read():
+    node = mi300x_node(2)
+    amd_node.xgmi_wafl_errors(node, 1, corrected=3, uncorrected=1)
+    devices = probe(node).devices
+    for device in devices:
+        assert device.xgmi_error_status is None and device.errors == []
+        assert "EINVAL" in device.unsupported["amdsmi.amdsmi_gpu_xgmi_error_status"]
+    assert devices[1].ecc.by_block["xgmi_wafl"] == {"corrected": 3, "uncorrected": 1, "deferred": 0}
 
 
 def test_disabled_xgmi_links_are_not_reported_as_down():
@@ -320,7 +343,7 @@ def test_errors_met_while_enumerating_are_kept_on_the_device():
     node = mi300x_node(1)
     node.failing_calls = {"amdsmi_get_gpu_kfd_info": 10}  # NO_PERM
     (device,) = probe(node).devices
-    assert device.partition_id is None and device.pci_bus_id == MI300X_BDFS[0]
+    assert device.partition_id == 0 and device.pci_bus_id == MI300X_BDFS[0]  # from the location_id instead
     assert [(e.source, e.kind) for e in device.errors] == [("amdsmi.amdsmi_get_gpu_kfd_info", ErrorKind.NO_PERMISSION)]
 
 
@@ -351,3 +374,18 @@ def test_gfx_and_memory_clocks_in_mhz():
     assert (clocks.graphics_mhz, clocks.max_graphics_mhz) == (132, 2100)
     assert (clocks.memory_mhz, clocks.max_memory_mhz) == (None, None)
     assert probe(mi300x_node(1)).devices[0].clocks.max_memory_mhz == 1300
+
+
+def test_cpx_partitions_at_function_zero_take_the_partition_from_location_id_bits():
+    """Kernels that moved the partition to location_id bits [31:28] report function .0 for all 64 partitions
+    (gpudiag issue 15 item 4); without the KFD partition ID, the location_id tells them apart."""
+    node = mi300x_node()
+    amd_node.cpx_mode(node)
+    node.partitions_at_function_zero = True
+    node.failing_calls = {"amdsmi_get_gpu_kfd_info": 2}  # NOT_SUPPORTED
+    devices = probe(node).devices
+
+    assert {d.pci_bus_id for d in devices} == set(MI300X_BDFS)  # every partition at .0
+    assert [d.partition_id for d in devices[:8]] == list(range(8))
+    assert sum(not d.is_logical_partition for d in devices) == 8
+    assert all(d.physical_pci_bus_id == MI300X_BDFS[i // 8] for i, d in enumerate(devices))

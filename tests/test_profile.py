@@ -28,6 +28,7 @@ SPECIAL = {
     "required_kernel_modules": ('["nvidia", "nvidia_peermem"]', ("nvidia", "nvidia_peermem")),
     "large_bar_required": ("false", False),
     "expected_ecc_enabled": ("false", False),
+    "pcie_recovery_fail_count_per_day": ("5", 5),
 }
 BY_TYPE = {"int": ("3", 3), "float": ("0.5", 0.5), "bool": ("true", True), "tuple": ("[48, 79]", (48, 79))}
 WRONG = {"int": ('"3"', "expected an integer"), "float": ('"fast"', "expected a number"),
@@ -170,8 +171,8 @@ def test_expectations_errors_name_their_field():
 # -- the shipped profiles ---------------------------------------------------------------------------------------
 
 
-def test_the_four_skus_are_shipped_and_every_value_cites_its_source():
-    assert shipped_profiles() == ["h100-8x", "h200-8x", "mi300x-8x", "mi355x-8x"]
+def test_the_five_skus_are_shipped_and_every_value_cites_its_source():
+    assert shipped_profiles() == ["h100-8x", "h200-8x", "mi300x-8x", "mi325x-8x", "mi355x-8x"]
     from importlib import resources
     for name in shipped_profiles():
         text = resources.files("gpudiag.profiles").joinpath(f"{name}.toml").read_text()

@@ -177,7 +177,17 @@ def not_available(check_id: str, device: DeviceSnapshot, what: str, topics: Iter
             observed={"errors": [_error_text(e) for e in errors]}, expected=f"{what} readable",
             remediation=_probe_error_remediation(errors),
         )
-    return skipped(check_id, device, f"{what} is not supported on {device.label} ({device.name or 'unknown model'})")
+    reasons = unsupported_reasons(device, topics)
+    why = f": {'; '.join(reasons)}" if reasons else ""
+    return skipped(check_id, device,
+                   f"{what} is not supported on {device.label} ({device.name or 'unknown model'}){why}")
+
+
+def unsupported_reasons(device: DeviceSnapshot, topics: Iterable[str]) -> list[str]:
+    """Why the platform does not report a value, as the probe recorded it (DeviceSnapshot.unsupported)."""
+    topics = tuple(topics)
+    return list(dict.fromkeys(reason for source, reason in device.unsupported.items()
+                              if any(_names(source, t) for t in topics)))
 
 
 def driver_health_missing(check_id: str, device: DeviceSnapshot, attribute: str, what: str,
@@ -246,7 +256,8 @@ def physical_gpus(snapshot: NodeSnapshot) -> list[PhysicalGpu]:
     devices = physical_devices(snapshot)
     by_bus = {d.pci_bus_id: d for d in devices}
     # A PCI function that carries a logical partition is part of its physical GPU, not a GPU of its own.
-    partitions = {d.pci_bus_id for d in snapshot.devices if d.is_logical_partition}
+    # (Where all partitions report function .0, that function is the physical GPU's own: it stays.)
+    partitions = {d.pci_bus_id for d in snapshot.devices if d.is_logical_partition} - set(by_bus)
     gpus = [PhysicalGpu(by_bus.get(p.pci_bus_id), p) for p in snapshot.pci_gpus if p.pci_bus_id not in partitions]
     on_bus = {p.pci_bus_id for p in snapshot.pci_gpus}
     gpus += [PhysicalGpu(d, None) for d in devices if d.pci_bus_id not in on_bus]
@@ -268,7 +279,7 @@ def device_for_bus_id(snapshot: NodeSnapshot, pci_bus_id: Optional[str]) -> Opti
     """The physical device at a bus ID (a logical partition's bus ID leads to its physical GPU)."""
     device = next((d for d in snapshot.devices if d.pci_bus_id == pci_bus_id), None)
     if device is not None and device.is_logical_partition:
-        return next((d for d in snapshot.devices if d.pci_bus_id == device.physical_pci_bus_id), device)
+        return next((d for d in physical_devices(snapshot) if d.pci_bus_id == device.physical_pci_bus_id), device)
     return device
 
 

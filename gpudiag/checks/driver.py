@@ -171,15 +171,21 @@ def _nvidia_versions(snapshot: NodeSnapshot) -> dict[str, Optional[str]]:
             "NVML driver version": nvml.driver_version if nvml else None}
 
 
+IN_TREE = "in-tree amdgpu (kernel release)"
+
+
 def _amd_versions(snapshot: NodeSnapshot) -> dict[str, Optional[str]]:
     amdsmi = snapshot.backend("amdsmi")
     reported = amdsmi.driver_version if amdsmi else None
-    # amdsmi reports the kernel release when amdgpu is the in-tree driver (no /sys/module/amdgpu/version):
-    # that is not a driver version to compare (vendor-api.md §1, Driver).
-    if reported is not None and reported == snapshot.host.kernel_release:
-        reported = None
-    return {"kernel module (/sys/module/amdgpu/version)": snapshot.host.modules_loaded.get("amdgpu"),
-            "amdsmi driver version": reported}
+    module = snapshot.host.modules_loaded.get("amdgpu")
+    release = snapshot.host.kernel_release
+    # The in-tree amdgpu has no /sys/module/amdgpu/version: its version is the kernel release, and amdsmi reports
+    # that release (the probe cuts it out of the /proc/version text amdsmi 6.4-7.0 returns; vendor-api.md §1).
+    in_tree = module is None and ("amdgpu" in snapshot.host.modules_loaded
+                                  or (release is not None and reported == release))
+    if in_tree and release is not None and reported in (None, release):
+        return {IN_TREE: release, "amdsmi driver version": reported}
+    return {"kernel module (/sys/module/amdgpu/version)": module, "amdsmi driver version": reported}
 
 
 def _version_result(snapshot: NodeSnapshot, vendor: Vendor) -> CheckResult:
@@ -233,7 +239,7 @@ def _expected_version_result(snapshot: NodeSnapshot, vendor: Vendor, expect: Exp
                       expected=expected, remediation=install)
     if minimum is not None:
         try:
-            too_old = version_tuple(version) < version_tuple(minimum)
+            too_old = version_tuple(_numeric(version) if IN_TREE in versions else version) < version_tuple(minimum)
         except ValueError:
             return unknown(check_id, None, f"{name} driver version {version!r} cannot be compared with {expected}",
                            observed=versions, expected=expected, remediation=confirm)
@@ -242,6 +248,12 @@ def _expected_version_result(snapshot: NodeSnapshot, vendor: Vendor, expect: Exp
                           observed=versions, expected=expected, remediation=install)
     return passed(check_id, None, f"{name} driver {version} as expected ({expected})", observed=versions,
                   expected=expected)
+
+
+def _numeric(version: str) -> str:
+    """A kernel release `6.8.0-79-generic` → `6.8.0` (the in-tree amdgpu's version); driver versions pass as they
+    are."""
+    return version.split("-", 1)[0]
 
 
 def expected_version(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:

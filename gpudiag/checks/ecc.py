@@ -18,6 +18,8 @@ from gpudiag.checks.common import (
     query_command,
     reset_command,
     skipped,
+    unknown,
+    unsupported_reasons,
     warned,
 )
 from gpudiag.checks.verdicts import with_verdict
@@ -76,6 +78,9 @@ def _mode(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     if expect.expected_ecc_enabled is None:
         return skipped(MODE, device, "ECC mode is not judged (expected_ecc_enabled is unset)")
     if ecc.enabled is None:
+        ras_off = unsupported_reasons(device, ("ecc_enabled", "/ras$"))
+        if ras_off and expect.expected_ecc_enabled:
+            return _ras_not_reported(device, ras_off)
         return not_available(MODE, device, "ECC mode", _ECC_TOPICS)
     observed = {"enabled": ecc.enabled, "pending_enabled": ecc.pending_enabled}
     if expect.expected_ecc_enabled is False:
@@ -99,23 +104,55 @@ def _mode(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     return passed(MODE, device, f"{device.label}: ECC enabled", observed=observed, expected="ECC enabled")
 
 
+def _ras_not_reported(device: DeviceSnapshot, reasons: list[str]) -> CheckResult:
+    """amdgpu publishes no RAS feature mask on a GPU the profile says has ECC: RAS was switched off
+    (amdgpu.ras_enable=0), and with it ECC reporting and bad-page retirement."""
+    return failed(MODE, device, f"{device.label}: ECC/RAS is not reported ({'; '.join(reasons)}); the profile "
+                                f"expects ECC on",
+                  observed={"enabled": None, "why": reasons}, expected="ECC enabled",
+                  remediation=(f"Remove amdgpu.ras_enable=0 (and any amdgpu.ras_mask) from the kernel command line "
+                               f"and reboot; confirm with `cat /sys/class/drm/card*/device/ras/features` and "
+                               f"`{_ecc_query(device)}`. If the profile is wrong for this part, set "
+                               f"expected_ecc_enabled = false."))
+
+
+def _partial_total(device: DeviceSnapshot, observed: dict, expected: str) -> CheckResult:
+    """Some RAS blocks did not answer: amdsmi's total covers only the others, so 0 is not a clean bill."""
+    blocks = ", ".join(device.ecc.unreadable_blocks)
+    result = unknown if "umc" in device.ecc.unreadable_blocks else warned
+    return result(UNCORRECTED, device, f"{device.label}: no uncorrected ECC errors in the blocks that answered, but "
+                                       f"the counts of {blocks} could not be read",
+                  observed={**observed, "unreadable_blocks": device.ecc.unreadable_blocks}, expected=expected,
+                  remediation=(f"amdgpu answers 'Query currently inaccessible' while RAS is not ready or a GPU reset "
+                               f"runs, often right after a fatal error: check the kernel log (`dmesg -T | grep -i "
+                               f"-e ras -e 'hardware error' -e reset`), wait for the reset to finish and re-run. "
+                               f"Confirm with `{_ecc_query(device)}`."))
+
+
 def _uncorrected(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     ecc = device.ecc
     if ecc.volatile_uncorrected is None and ecc.aggregate_uncorrected is None:
+        if ecc.unreadable_blocks:
+            return _partial_total(device, {}, "0 uncorrected errors")
         return not_available(UNCORRECTED, device, "uncorrected ECC counts", _ECC_TOPICS)
     observed = {"volatile_uncorrected": ecc.volatile_uncorrected, "aggregate_uncorrected": ecc.aggregate_uncorrected,
                 "volatile_corrected": ecc.volatile_corrected, "aggregate_corrected": ecc.aggregate_corrected,
                 "by_block": ecc.by_block}
     expected = "0 uncorrected errors"
     if ecc.volatile_uncorrected:
+        blocks = [name for name, counts in ecc.by_block.items() if counts.get("uncorrected")]
+        where = f" (in {', '.join(blocks)})" if blocks else ""
         return failed(UNCORRECTED, device,
-                      f"{device.label}: {ecc.volatile_uncorrected} uncorrected ECC error(s) since the driver loaded",
+                      f"{device.label}: {ecc.volatile_uncorrected} uncorrected ECC error(s) since the driver "
+                      f"loaded{where}",
                       observed=observed, expected=expected,
                       remediation=(f"Drain the GPU: the jobs that hit these errors got corrupted data or were killed. "
                                    f"Check memory.* (row remapping / bad pages) and reset the GPU "
                                    f"(`{reset_command(device)}`) to apply any pending repair. If uncorrected errors "
                                    f"recur after the reset, {_rma_advice(device)}. Confirm with "
                                    f"`{_ecc_query(device)}`."))
+    if ecc.unreadable_blocks:
+        return _partial_total(device, observed, expected)
     if ecc.aggregate_uncorrected:
         return warned(UNCORRECTED, device, f"{device.label}: {ecc.aggregate_uncorrected} uncorrected ECC error(s) "
                                            f"in its lifetime, none since the driver loaded",
@@ -229,6 +266,11 @@ def _bad_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     expected = "none pending or unreservable"
     if threshold:
         expected = f"reserved < {expect.bad_pages_warn_fraction:.0%} of the threshold {threshold}, {expected}"
+    if health.bad_page_threshold_source == "default":
+        # The driver's value is root-only (debugfs); the part's documented default stands in, and says so.
+        observed["threshold_source"] = "default"
+        expected += (f" (threshold {threshold} is the documented default for {device.architecture}: the driver's "
+                     f"own value is readable only by root)")
     if expect.max_bad_pages is not None:
         expected = f"at most {expect.max_bad_pages} reserved, {expected}"
     confirm = f"Confirm with `amd-smi bad-pages -g {device.index}`."

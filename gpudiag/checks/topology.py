@@ -15,8 +15,10 @@ from gpudiag.checks.common import (
     reset_command,
     skipped,
     unknown,
+    unsupported_reasons,
     warned,
 )
+from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, PeerLink, Vendor
 
@@ -68,6 +70,9 @@ def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
     def judge(device: DeviceSnapshot) -> CheckResult:
         if not device.links and errors_about(device, _LINK_TOPICS):
             return not_available(check_id, device, f"{_fabric(device)} link state", _LINK_TOPICS)
+        if not device.links and unsupported_reasons(device, ("xgmi_link_status",)):
+            # Not reported is not down: an older gpu_metrics table or a VF (amdsmi_ras.py).
+            return not_available(check_id, device, "XGMI link state", ("xgmi_link_status",))
         expected = _expected_active_links(device, devices, expect)
         active = [link.index for link in device.links if link.up]
         down = [link.index for link in device.links if link.up is False]
@@ -96,20 +101,36 @@ def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
 
 def link_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
     check_id = LINK_ERRORS
-    if not any(d.links for d in physical_devices(snapshot)):
+    devices = physical_devices(snapshot)
+    if not any(d.links or _xgmi_wafl(d) is not None for d in devices):
         return [skipped(check_id, None, "no NVLink/XGMI links reported on this node")]
 
     def judge(device: DeviceSnapshot) -> CheckResult:
         counters = {link.index: link.error_counters for link in device.links if link.error_counters}
-        # AMD reports one XGMI error status per GPU (amdsmi_gpu_xgmi_error_status) instead of per-link counters.
-        flag = device.xgmi_error_status
-        if not counters and flag is None:
+        # AMD reports one XGMI error status per GPU (amdsmi_gpu_xgmi_error_status) instead of per-link counters;
+        # on MI300/MI350, where that status is not supported, the XGMI_WAFL RAS block counts XGMI errors.
+        flag, wafl = device.xgmi_error_status, _xgmi_wafl(device)
+        if "xgmi_wafl" in device.ecc.unreadable_blocks and flag is None:
+            return unknown(check_id, device, f"{device.label}: the XGMI_WAFL RAS counts could not be read (RAS not "
+                                             f"ready, or a GPU reset in progress)",
+                           observed={"unreadable_blocks": device.ecc.unreadable_blocks},
+                           expected="XGMI_WAFL RAS counts readable",
+                           remediation=f"Re-run once the reset is over; check `{_link_query(device)}` and the kernel "
+                                       f"log for RAS events (`dmesg -T | grep -i -e ras -e xgmi`).")
+        if not counters and flag is None and wafl is None:
             return not_available(check_id, device, f"{_fabric(device)} error counters", _LINK_TOPICS)
         observed = {**{f"link {i}": c for i, c in counters.items()}, "xgmi_error_status": flag}
         expected = f"every error counter <= {expect.link_error_warn_count}, no XGMI error status"
+        if wafl is not None:
+            observed["xgmi_wafl"] = wafl
+            expected += ", no uncorrectable XGMI_WAFL errors"
+            if wafl.get("uncorrected"):
+                return _xgmi_uncorrectable(device, observed, expected, wafl["uncorrected"])
         limit = expect.link_error_warn_count
         findings = [f"link {i}: " + ", ".join(f"{n} {name}" for name, n in c.items() if n > limit)
                     for i, c in counters.items() if any(n > limit for n in c.values())]
+        if wafl is not None and wafl.get("corrected", 0) > limit:
+            findings.append(f"{wafl['corrected']} correctable XGMI_WAFL errors")
         flagged = flag not in (None, "no_errors")
         if flagged:
             findings.append(f"XGMI error status {flag}")
@@ -125,6 +146,23 @@ def link_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResul
                       observed=observed, expected=expected)
 
     return for_each_device(snapshot, check_id, judge)
+
+
+def _xgmi_wafl(device: DeviceSnapshot) -> dict[str, int] | None:
+    """The XGMI_WAFL RAS block's counts (AMD), where the part reports them."""
+    return device.ecc.by_block.get("xgmi_wafl") if device.vendor == Vendor.AMD else None
+
+
+def _xgmi_uncorrectable(device: DeviceSnapshot, observed: dict, expected: str, count: int) -> CheckResult:
+    # An uncorrectable XGMI error lost data between GPUs of the hive; amdgpu answers it with a (hive) reset, and the
+    # link retrains at boot: reboot, then re-check; recurring errors on the same link are a baseboard/OAM fault.
+    result = failed(LINK_ERRORS, device, f"{device.label}: {count} uncorrectable XGMI error(s) (XGMI_WAFL RAS block) "
+                                         f"since the driver loaded",
+                    observed=observed, expected=expected,
+                    remediation=(f"Data crossing XGMI was lost: drain the node. {_link_remediation(device)} Confirm "
+                                 f"with `amd-smi metric --ecc-blocks -g {device.index}` (XGMI_WAFL) and the kernel "
+                                 f"log."))
+    return with_verdict(result, "reboot", "GPUDIAG-FABRIC-XGMI-UNCORRECTABLE")
 
 
 _FABRIC_PATHS = ("nvlink", "xgmi")

@@ -36,13 +36,17 @@ TABLE: dict[str, dict[Status, tuple[str, str]]] = {
     # Module and library of different versions: an upgrade without a reboot; the reboot is the fix.
     "driver.version_consistent": {F: ("reboot", "GPUDIAG-DRIVER-VERSION-MISMATCH")},
     "driver.version": {F: ("drain", "GPUDIAG-DRIVER-VERSION-UNEXPECTED")},
+    "driver.gpu_metrics_version": {W: ("watch", "GPUDIAG-DRIVER-METRICS-VERSION-SKEW")},
     "inventory.gpus_visible": {F: ("reboot", "GPUDIAG-INVENTORY-GPU-MISSING")},
+    # A partition held by another driver comes back when the holder is gone and amdgpu reloads.
+    "inventory.partitions": {F: ("reboot", "GPUDIAG-INVENTORY-PARTITION-MISSING")},
     "inventory.gpu_count": {F: ("drain", "GPUDIAG-INVENTORY-GPU-COUNT")},
     "inventory.gpu_model": {F: ("drain", "GPUDIAG-INVENTORY-MODEL-MISMATCH")},
     "inventory.partition_mode": {F: ("drain", "GPUDIAG-INVENTORY-PARTITION-MISMATCH")},
     "pcie.link_generation": {F: ("drain", "GPUDIAG-PCIE-DOWNTRAINED"), W: ("watch", "GPUDIAG-PCIE-DOWNTRAINED")},
     "pcie.link_width": {F: ("drain", "GPUDIAG-PCIE-WIDTH-DEGRADED")},
     "pcie.replay_errors": {W: ("watch", "GPUDIAG-PCIE-REPLAYS")},
+    "pcie.link_recovery": {F: ("drain", "GPUDIAG-PCIE-LINK-RECOVERY"), W: ("watch", "GPUDIAG-PCIE-LINK-RECOVERY")},
     "pcie.aer": {F: ("drain", "GPUDIAG-PCIE-AER-UNCORRECTABLE"), W: ("watch", "GPUDIAG-PCIE-AER-CORRECTABLE")},
     "ecc.mode": {F: ("reset", "GPUDIAG-ECC-MODE"), W: ("reset", "GPUDIAG-ECC-MODE-PENDING")},
     "ecc.uncorrected": {F: ("reset", "GPUDIAG-ECC-UNCORRECTED"), W: ("watch", "GPUDIAG-ECC-UNCORRECTED-LIFETIME")},

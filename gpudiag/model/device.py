@@ -38,6 +38,9 @@ class EccInfo:
     deferred: Optional[int] = None  # AMD: poisoned data consumed later
     # Per-block counts (AMD: "umc", "gfx", …; NVIDIA: "dram", "sram", …): {"corrected", "uncorrected", "deferred"}.
     by_block: dict[str, dict[str, int]] = field(default_factory=dict)
+    # AMD: RAS blocks enabled on the device whose counts could not be read (amdgpu answers "Query currently
+    # inaccessible" while RAS is not ready or a reset runs). The totals then cover only the other blocks.
+    unreadable_blocks: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -57,6 +60,9 @@ class MemoryHealth:
     bad_pages_pending: Optional[int] = None
     bad_pages_unreservable: Optional[int] = None
     bad_page_threshold: Optional[int] = None
+    # Where the threshold came from: "driver" (read from amdgpu) or "default" (the documented default for the part,
+    # when the driver's value is readable only by root through debugfs).
+    bad_page_threshold_source: Optional[str] = None
 
 
 @dataclass
@@ -270,6 +276,14 @@ class DeviceSnapshot:
     cpu_affinity: Optional[list[int]] = None
     processes: Optional[list[GpuProcess]] = None
 
+    # AMD: the gpu_metrics table version the driver publishes ("1.8"), and the virtualisation mode amdsmi reports
+    # ("baremetal" | "guest" (an SR-IOV VF) | "passthrough" | "host").
+    metrics_version: Optional[str] = None
+    virtualization: Optional[str] = None
+    # Values the platform does not report, with the reason: the source (vendor call, e.g.
+    # "amdsmi.amdsmi_get_power_info") → why it is absent. Checks that skip on such a value say why.
+    unsupported: dict[str, str] = field(default_factory=dict)
+
     # The device could not be talked to at all (lost, or its probe timed out): every check on it is unknown/fail.
     reachable: bool = True
     errors: list[ProbeError] = field(default_factory=list)
@@ -281,7 +295,11 @@ class DeviceSnapshot:
     @property
     def is_logical_partition(self) -> bool:
         """A partition of a physical GPU other than its first (which stands for the physical device)."""
-        return self.physical_pci_bus_id is not None and self.physical_pci_bus_id != self.pci_bus_id
+        if self.physical_pci_bus_id is None:
+            return False
+        # Kernels that carry the partition in location_id bits [31:28] give every partition function .0: the
+        # partition number, not the bus ID, tells them apart then.
+        return self.physical_pci_bus_id != self.pci_bus_id or (self.partition_id or 0) > 0
 
 
 @dataclass

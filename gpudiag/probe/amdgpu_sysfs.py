@@ -190,7 +190,9 @@ def _watts(microwatts: Optional[int]) -> Optional[float]:
 def _ras(device: DeviceSnapshot, reader: FileReader, path: Path) -> None:
     ras = path / "ras"
     entries = reader.entries(ras)
-    if entries is None:  # no RAS on this ASIC (or ECC disabled): nothing to say about ECC here
+    if entries is None:  # no RAS on this ASIC, or RAS switched off (amdgpu.ras_enable=0)
+        device.unsupported[f"sysfs:{reader.shown(ras)}"] = ("amdgpu publishes no ras/ directory (RAS is off, "
+                                                             "amdgpu.ras_enable=0, or the part has no RAS)")
         return
     features = reader.text(ras / "features")
     device.ecc.enabled = formats.umc_ecc_enabled(features) if features is not None else None
@@ -201,7 +203,10 @@ def _ras(device: DeviceSnapshot, reader: FileReader, path: Path) -> None:
         if counts is None:
             complete = False
             if text is not None:
-                why = "a RAS interrupt is being handled" if formats.RAS_QUERY_INACCESSIBLE in text else "unexpected"
+                inaccessible = formats.RAS_QUERY_INACCESSIBLE in text
+                why = "a RAS interrupt is being handled" if inaccessible else "unexpected"
+                if inaccessible:
+                    device.ecc.unreadable_blocks.append(entry.removesuffix("_err_count"))
                 shown = reader.shown(ras / entry)
                 reader.record(ras / entry, ErrorKind.ERROR, f"{shown} reads {text.strip()!r} ({why})")
             continue

@@ -8,16 +8,17 @@ physical GPU share its PCIe domain:bus:device, the function field of the BDF tha
 partition number (0000:0c:00.0 … 0000:0c:00.7), `amdsmi_get_gpu_kfd_info()["current_partition_id"]` gives the
 partition ID, and partition 0 (the primary) is the only one backed by the PCI device: device-wide data (power,
 gpu_metrics, serials, partition modes) answer NOT_SUPPORTED on the others. So logical GPUs are grouped by
-domain:bus:device and `physical_pci_bus_id` is the BDF of the group's partition 0. Assumed, not seen on hardware:
-that 7.0.2's amdsmi_get_gpu_device_bdf() already returns the partition in the function field (the guide says the
-CLI shows it so); if a driver reported one BDF for all partitions they would still be grouped, but would share
-`pci_bus_id`.
+domain:bus:device and `physical_pci_bus_id` is the BDF of the group's partition 0. Kernels that moved the
+partition number to bits [31:28] of the KFD location_id report every partition at function .0 (gpudiag issue 15
+item 4): they are still grouped by domain:bus:device, share `pci_bus_id`, and are told apart by the KFD partition
+ID (or, without it, the location_id bits from amdsmi_get_gpu_bdf_id), so 64 partitions stay 8 physical GPUs.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import re
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Optional
@@ -108,7 +109,7 @@ class AmdsmiBackend:
         info.device_count = len(self._processors)
         if self._processors:
             driver = self._quietly(call, "amdsmi_get_gpu_driver_info", self._processors[0].handle)
-            info.driver_version = text(get(driver, "driver_version"))
+            info.driver_version = driver_release(text(get(driver, "driver_version")))
         return info
 
     def _enumerate(self, call: AmdsmiCaller, handles: list[Any]) -> list[Processor]:
@@ -120,6 +121,11 @@ class AmdsmiBackend:
             processor.pci_bus_id = normalize_pci_bus_id(bdf) if bdf else None
             kfd = self._quietly(own, "amdsmi_get_gpu_kfd_info", handle)
             processor.partition_id = integer(get(kfd, "current_partition_id"))
+            if processor.partition_id is None:
+                # The KFD location_id: (domain << 32) | (partition << 28) | (bus << 8) | (device << 3) | function
+                # (amdsmi.h). Kernels that give every partition function .0 carry the partition here.
+                location = integer(self._quietly(own, "amdsmi_get_gpu_bdf_id", handle))
+                processor.partition_id = (location >> 28) & 0xF if location is not None else None
             processors.append(processor)
         _group_partitions(processors)
         return processors
@@ -199,6 +205,17 @@ class AmdsmiBackend:
         except Exception as exc:  # noqa: BLE001 - nothing to do about it at exit but say so
             log.warning("amdsmi_shut_down failed: %s", exc)
         self._initialised = False
+
+
+# amdsmi 6.4-7.0 with the in-tree amdgpu (no /sys/module/amdgpu/version) reports the whole /proc/version with its
+# spaces removed, e.g. "Linuxversion6.8.0-79-generic(buildd@lcy02-amd64-100)(x86_64-linux-gnu-gcc-13…"
+# (ROCm/k8s-device-plugin#157). The kernel release in it is the in-tree driver's version.
+_PROC_VERSION = re.compile(r"^Linux\s*version\s*([^\s(]+)")
+
+
+def driver_release(version: Optional[str]) -> Optional[str]:
+    match = _PROC_VERSION.match(version or "")
+    return match.group(1) if match else version
 
 
 def _library_version(version: Any) -> Optional[str]:

@@ -15,13 +15,16 @@ from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
 
 # amdsmi_status_t values (amdsmi.amdsmi_wrapper.AMDSMI_STATUS_*; 7.0.2 has no Python enum for them).
+STATUS_INVAL = 1
 STATUS_NOT_SUPPORTED = 2
 STATUS_NOT_YET_IMPLEMENTED = 3
+STATUS_API_FAILED = 7
 STATUS_TIMEOUT = 8
 STATUS_RETRY = 9
 STATUS_NO_PERM = 10
 STATUS_NOT_FOUND = 31  # the handle is no longer in the library's device list
 STATUS_DRIVER_NOT_LOADED = 34
+STATUS_UNEXPECTED_DATA = 43
 STATUS_AMDGPU_RESTART_ERR = 54  # amdgpu failed to come back from a reset
 
 _UNSUPPORTED = {STATUS_NOT_SUPPORTED, STATUS_NOT_YET_IMPLEMENTED}
@@ -57,31 +60,37 @@ class AmdsmiCaller:
         self.errors = errors
 
     def __call__(self, name: str, *args: Any) -> Any:
+        return self.answer(name, *args)[0]
+
+    def answer(self, name: str, *args: Any, tolerate: frozenset[int] = frozenset()) -> tuple[Any, int]:
+        """(value, 0), or (None, the status code) when the call did not answer. Statuses in `tolerate` are what
+        this call answers on a platform that lacks the value (e.g. INVAL from xgmi_error on MI300): like
+        NOT_SUPPORTED they are not probe errors, and the caller decides what they mean."""
         function = getattr(self.smi, name, None)
         if function is None:  # e.g. amdsmi_get_gpu_bad_page_threshold is new in 7.0 (vendor-api.md §12)
-            return None
+            return None, STATUS_NOT_YET_IMPLEMENTED
         source = f"amdsmi.{name}"
         for attempt in (1, 2):
             self.tracker.enter(source)
             try:
-                return function(*args)
+                return function(*args), 0
             except self.smi.AmdSmiLibraryException as exc:
                 code = exc.get_error_code()
-                if code in _UNSUPPORTED:
-                    return None
+                if code in _UNSUPPORTED or code in tolerate:
+                    return None, code
                 if code == STATUS_RETRY and attempt == 1:
                     continue  # the library asks for exactly this
                 kind, message = describe(self.smi, exc)
                 if code in _DEVICE_GONE:
                     raise DeviceLost(f"{source}: {message}") from exc
                 self.errors.append(ProbeError(source, kind, message))
-                return None
+                return None, code
             except Exception as exc:  # noqa: BLE001 - a wrapper slip on one field must not end the probe
                 self.errors.append(ProbeError(source, *describe(self.smi, exc)))
-                return None
+                return None, -1
             finally:
                 self.tracker.leave()
-        return None  # not reached: the second attempt returns or records
+        return None, STATUS_RETRY  # not reached: the second attempt returns or records
 
 
 def number(value: Any) -> Optional[float]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from gpudiag.model import DeviceSnapshot, GpuLink, GpuProcess, TemperatureSensor
+from gpudiag.model import DeviceSnapshot, GpuProcess, TemperatureSensor
 from gpudiag.probe import amdsmi_throttle
 from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer, number, text
+from gpudiag.probe.amdsmi_ras import fill_bad_pages, fill_ecc, fill_xgmi
 from gpudiag.probe.pcie_generation import generation_from_mts
 
 MIB = 1024 * 1024
@@ -47,9 +48,6 @@ _PCIE_ERROR_COUNTERS = {
     "other_end_recovery": "pcie_lc_perf_other_end_recovery_count",
 }
 
-_XGMI_LINK_UP = {"U": True, "D": False}  # "X" = disabled by configuration, "N/A" = unknown: not listed
-_XGMI_ERROR_STATUS = {0: "no_errors", 1: "error", 2: "multiple_errors"}
-
 
 def fill_device(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     """Every section, identity first: a lost GPU shows up there (DeviceLost) before the long tail of calls."""
@@ -57,16 +55,17 @@ def fill_device(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None
     _identity(device, call, handle)
     _firmware(device, call, handle)
     _pcie(device, call, handle)
-    _ecc(device, call, handle, smi)
-    _bad_pages(device, call, handle, smi)
+    fill_ecc(device, call, handle, smi)
+    fill_bad_pages(device, call, handle, smi)
     _temperatures(device, call, handle, smi)
     _power(device, call, handle)
     _throttle(device, call, handle)
     amdsmi_throttle.read_clocks(device, call, handle)
     _memory_and_activity(device, call, handle)
-    _xgmi(device, call, handle)
+    fill_xgmi(device, call, handle)
     _placement(device, call, handle)
     _processes(device, call, handle)
+    _note_metrics_skew(device)
 
 
 def _identity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
@@ -79,6 +78,11 @@ def _identity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     device.serial = text(get(board, "product_serial")) or text(get(asic, "asic_serial"))
     device.board_part_number = text(get(board, "model_number"))
     device.vbios_version = text(get(call("amdsmi_get_gpu_vbios_info", handle), "version"))
+    mode = get(call("amdsmi_get_gpu_virtualization_mode", handle), "mode")  # an AmdSmiVirtualizationMode member
+    device.virtualization = mode.name.lower() if mode is not None and mode.name != "UNKNOWN" else None
+    header = call("amdsmi_get_gpu_metrics_header_info", handle)  # read even for a table amdsmi cannot decode
+    revision = (integer(get(header, "format_revision")), integer(get(header, "content_revision")))
+    device.metrics_version = f"{revision[0]}.{revision[1]}" if None not in revision else None
 
 
 def _firmware(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
@@ -107,41 +111,6 @@ def _pcie(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
         value = integer(get(metric, key))
         if value is not None:
             pcie.error_counters[name] = value
-
-
-def _ecc(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any, smi: ModuleType) -> None:
-    enabled_blocks = integer(call("amdsmi_get_gpu_ecc_enabled", handle))  # bitmask of AmdSmiGpuBlock values
-    ecc = device.ecc
-    if enabled_blocks is not None:
-        ecc.enabled = bool(enabled_blocks & smi.AmdSmiGpuBlock.UMC)  # UMC = the HBM memory controllers
-    total = call("amdsmi_get_gpu_total_ecc_count", handle)
-    # amdgpu counts since the driver loaded: the volatile counters in NVML's terms.
-    ecc.volatile_corrected = integer(get(total, "correctable_count"))
-    ecc.volatile_uncorrected = integer(get(total, "uncorrectable_count"))
-    ecc.deferred = integer(get(total, "deferred_count"))
-    for block in smi.AmdSmiGpuBlock:
-        if block in (smi.AmdSmiGpuBlock.INVALID, smi.AmdSmiGpuBlock.RESERVED) or not (enabled_blocks or 0) & block:
-            continue
-        counts = call("amdsmi_get_gpu_ecc_count", handle, block)
-        values = {
-            "corrected": integer(get(counts, "correctable_count")),
-            "uncorrected": integer(get(counts, "uncorrectable_count")),
-            "deferred": integer(get(counts, "deferred_count")),
-        }
-        if any(v is not None for v in values.values()):
-            ecc.by_block[block.name.lower()] = {k: v for k, v in values.items() if v is not None}
-
-
-def _bad_pages(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any, smi: ModuleType) -> None:
-    pages = call("amdsmi_get_gpu_bad_page_info", handle)
-    health = device.memory_health
-    if isinstance(pages, list):
-        statuses = [page.get("status") for page in pages]
-        status = smi.AmdSmiMemoryPageStatus
-        health.bad_pages_reserved = statuses.count(status.RESERVED)
-        health.bad_pages_pending = statuses.count(status.PENDING)
-        health.bad_pages_unreservable = statuses.count(status.UNRESERVABLE)
-    health.bad_page_threshold = integer(call("amdsmi_get_gpu_bad_page_threshold", handle))
 
 
 def _temperatures(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any, smi: ModuleType) -> None:
@@ -179,10 +148,18 @@ def _power(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     device.power.default_limit_watts = _watts_from_microwatts(get(caps, "default_power_cap"), zero_is_unknown=True)
     device.power.min_limit_watts = _watts_from_microwatts(get(caps, "min_power_cap"))
     device.power.max_limit_watts = _watts_from_microwatts(get(caps, "max_power_cap"))
+    _note_vf_power(device)
     energy = call("amdsmi_get_energy_count", handle)
     accumulator, resolution = number(get(energy, "energy_accumulator")), number(get(energy, "counter_resolution"))
     if accumulator is not None and resolution is not None:
         device.power.energy_joules = accumulator * resolution / 1e6  # µJ → J
+
+
+def _note_vf_power(device: DeviceSnapshot) -> None:
+    # SR-IOV guests (MI300X VF 0x74b5, MI350X VF): the host's SMU owns power, and the VF reports neither draw nor
+    # cap (device-metrics-exporter output from an MI300X VF, digitalocean/do-agent PR 353: no power series).
+    if device.virtualization == "guest" and device.power.draw_watts is None and device.power.limit_watts is None:
+        device.unsupported["amdsmi.amdsmi_get_power_info"] = "an SR-IOV VF does not see power (the host owns it)"
 
 
 def _watts_from_microwatts(value: Any, zero_is_unknown: bool = False) -> float | None:
@@ -213,15 +190,6 @@ def _memory_and_activity(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any
     device.utilization.memory_percent = integer(get(activity, "umc_activity"))
 
 
-def _xgmi(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
-    status = get(call("amdsmi_get_gpu_xgmi_link_status", handle), "status") or []
-    for index, state in enumerate(status):
-        if state in _XGMI_LINK_UP:
-            device.links.append(GpuLink(index=index, kind="xgmi", up=_XGMI_LINK_UP[state]))
-    error_status = integer(call("amdsmi_gpu_xgmi_error_status", handle))  # the enum's .value, not the member
-    device.xgmi_error_status = _XGMI_ERROR_STATUS.get(error_status) if error_status is not None else None
-
-
 def _placement(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
     numa = integer(call("amdsmi_get_gpu_topo_numa_affinity", handle))
     device.numa_node = numa if numa is not None and numa >= 0 else None  # -1: no NUMA affinity
@@ -237,3 +205,19 @@ def _processes(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
             GpuProcess(entry["pid"], "compute", used_memory_bytes=integer(get(entry["memory_usage"], "vram_mem")))
             for entry in listed
         ]
+
+
+# The newest gpu_metrics table amdsmi 7.0.2 decodes (v1.8, MI350). A newer driver (v1.9 on 2026 kernels) publishes
+# a table it cannot read: the values it carries (power, PCIe and XGMI metrics, violation accumulators) come back
+# "N/A". Said once here, so that the checks that skip for it can say why.
+DECODED_METRICS_VERSION = (1, 8)
+
+
+def _note_metrics_skew(device: DeviceSnapshot) -> None:
+    if device.metrics_version is None:
+        return
+    major, _, minor = device.metrics_version.partition(".")
+    if (int(major), int(minor)) > DECODED_METRICS_VERSION:
+        device.unsupported["amdsmi.amdsmi_get_gpu_metrics_info"] = (
+            f"the driver's gpu_metrics v{device.metrics_version} is newer than this amdsmi decodes "
+            f"(v{DECODED_METRICS_VERSION[0]}.{DECODED_METRICS_VERSION[1]}): upgrade amd-smi-lib")

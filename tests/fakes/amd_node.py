@@ -2,8 +2,9 @@
 libamd_smi.so (fake_amdsmi.py) and by the amdgpu sysfs tree writer (amdgpu_sysfs_tree.py), so both backends are
 tested against the same scenarios.
 
-Default: a healthy 8x MI300X node (device 0x74a1, Gen5 x16, 192 GB HBM3, 750 W cap, 7 XGMI links up per GPU).
-Scenario knobs are the functions at the bottom.
+Default: a healthy 8x MI300X node (device 0x74a1, Gen5 x16, 192 GB HBM3, 750 W cap, 7 XGMI links up per GPU,
+gpu_metrics v1.8). Also: MI325X and MI355X nodes, and the SR-IOV guest (VF) view. Scenario knobs are the functions
+at the bottom; each quirk of a real node cites where it was seen.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class FakeAmdGpu:
     device_id: int = 0x74A1
     gfx_target: int = 0x942  # amdsmi formats "gfx" + hex(value)
     compute_units: int = 304
-    vbios_version: str = "113-M3000100-102"
+    # amd-smi static on MI3xx shows VBIOS VERSION like 022.042.000.002.000001 and PART_NUMBER 113-M3000100-102.
+    vbios_version: str = "022.042.000.002.000001"
+    vbios_part_number: str = "113-M3000100-102"
     board_part_number: str = "102-G30211-0C"
     driver_version: str = "6.12.12"
     firmware: dict[str, int] = field(
@@ -71,7 +74,9 @@ class FakeAmdGpu:
     # block → (corrected, uncorrected, deferred)
     ecc_counts: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     bad_pages: list[tuple[int, int]] = field(default_factory=list)  # (page address, PAGE_* status)
-    bad_page_threshold: int = 1965  # amdgpu default: VRAM / 100 MiB (amdgpu_ras_validate_threshold)
+    # The MI300/MI350 default (gpudiag issue 15 item 5); 1965 was the older VRAM / 100 MiB formula. Only root
+    # reads it (debugfs): see FakeAmdNode.root.
+    bad_page_threshold: int = 128
     # MI300X has no edge sensor (amd-smi shows N/A); junction ("hotspot") and HBM ("vram") it has.
     temperatures: dict[str, Temperature] = field(
         default_factory=lambda: {"hotspot": Temperature(48, 100, 105), "vram": Temperature(39, 95, 105)}
@@ -92,13 +97,30 @@ class FakeAmdGpu:
     # its 2100 MHz peak engine clock; MEM (4) runs HBM3 at 1300 MHz (5.2 Gb/s per pin; AMD MI300X data sheet).
     clocks_mhz: dict[int, tuple[int, int]] = field(default_factory=lambda: {0: (132, 2100), 4: (900, 1300)})
     xgmi_links: list[int] = field(default_factory=lambda: [XGMI_UP] * 7)
-    xgmi_error_status: int = 0
+    xgmi_error_status: int = 0  # answered only where amdgpu's xgmi_error works (df_fica)
+    # DF FICA access, which amdgpu's xgmi_error needs: MI200 (DF 3.6) has it; on MI300/MI350 (DF 4.x) the sysfs read
+    # fails with EINVAL and amdsmi answers INVAL (ROCm/rocm-systems#11468).
+    df_fica: bool = False
+    # The gpu_metrics table version (format, content): xgmi_link_status exists from v1.7; amdsmi 7.0.2 decodes up
+    # to v1.8 and reads a v1.9 table (2026 kernels) as N/A fields.
+    metrics_version: tuple[int, int] = (1, 8)
+    # amdgpu ras/features: the mask of enabled blocks, or None when the file is absent (amdgpu.ras_enable=0).
+    ras_features_present: bool = True
+    # Blocks whose ras/<blk>_err_count reads "Query currently inaccessible" (RAS not ready, or a reset running):
+    # rocm-smi-lib answers NOT_SUPPORTED for them and the total sums the others (gpudiag issue 15 item 2).
+    ras_inaccessible: set[int] = field(default_factory=set)
+    vf: bool = False  # an SR-IOV guest's view of the GPU (amdsmi virtualization mode GUEST)
+    missing_partitions: set[int] = field(default_factory=set)  # partitions whose DRM node another driver holds
     compute_partition: str = "SPX"
     memory_partition: str = "NPS1"
     vram_total_mib: int = 196592
     vram_used_mib: int = 283
     lost: bool = False
+    pcie_l0_to_recovery: int = 0
+    pcie_nak_sent: int = 0
+    pcie_nak_received: int = 0
     processes: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, name, VRAM bytes)
+    in_tree: bool = False  # amdgpu from the kernel itself (no /sys/module/amdgpu/version)
     hang_in: Optional[str] = None  # a C symbol that blocks on this GPU until FakeAmdNode.unhang is set
 
     @property
@@ -132,6 +154,9 @@ class FakeAmdNode:
     rocm_version: Optional[tuple[int, int, int]] = (7, 0, 2)  # librocm-core.so; None: not installed
     lib_version: tuple[int, int, int] = (26, 0, 2)
     init_status: int = 0  # what amdsmi_init returns (AMDSMI_STATUS_*)
+    root: bool = True  # gpudiag runs as root: amdsmi reads the bad-page threshold from debugfs
+    # Kernels that carry the partition in location_id bits [31:28] report every CPX partition at function .0.
+    partitions_at_function_zero: bool = False
     # C symbol → the AMDSMI_STATUS_* it returns instead of answering: an int for every call, a list for the next
     # calls in turn (then it answers normally).
     failing_calls: dict[str, int | list[int]] = field(default_factory=dict)
@@ -140,6 +165,48 @@ class FakeAmdNode:
 
 def mi300x_node(count: int = 8) -> FakeAmdNode:
     return FakeAmdNode(gpus=[FakeAmdGpu(bus=MI300X_BUSES[i], index=i) for i in range(count)])
+
+
+def mi325x_node(count: int = 8) -> FakeAmdNode:
+    """MI325X: the MI300X's gfx942 with 256 GB HBM3E and a 1000 W cap (AMD MI325X data sheet); device 0x74a5."""
+    node = mi300x_node(count)
+    for gpu in node.gpus:
+        gpu.market_name, gpu.device_id, gpu.board_part_number = "AMD Instinct MI325X", 0x74A5, "102-G30217-00"
+        gpu.vram_total_mib, gpu.power_cap_watts = 262128, 1000
+    return node
+
+
+def mi355x_node(count: int = 8) -> FakeAmdNode:
+    """MI355X: gfx950 (CDNA 4), 288 GB HBM3E, 1400 W (AMD MI355X data sheet). UNSURE: device ID 0x75a3 and the
+    part number; gpu_metrics v1.8 (smu_v13_0_12)."""
+    node = mi300x_node(count)
+    for gpu in node.gpus:
+        gpu.market_name, gpu.device_id, gpu.gfx_target = "AMD Instinct MI355X", 0x75A3, 0x950
+        gpu.compute_units, gpu.board_part_number = 256, "102-G31501-00"
+        gpu.vram_total_mib, gpu.power_cap_watts = 294896, 1400
+    return node
+
+
+def mi250x_node(count: int = 2) -> FakeAmdNode:
+    """MI250X (gfx90a, DF 3.6): amdgpu's xgmi_error works there; gpu_metrics v1.3 has no xgmi_link_status."""
+    node = mi300x_node(count)
+    for gpu in node.gpus:
+        gpu.market_name, gpu.device_id, gpu.gfx_target, gpu.df_fica = "AMD Instinct MI250X", 0x740C, 0x90A, True
+        gpu.metrics_version, gpu.reports_average_power, gpu.vram_total_mib = (1, 3), True, 65520
+        gpu.pcie_max_mts = gpu.pcie_mts = gpu.slot_max_mts = 16000
+    return node
+
+
+def vf_guest(node: FakeAmdNode) -> FakeAmdNode:
+    """The node as a cloud VM sees it: every GPU an SR-IOV VF (MI300X VF 0x74b5; the MI350X VF reports the same
+    way). A VF reports no power, answers UNEXPECTED_DATA for the XGMI link status, and has RAS only on UMC, SDMA,
+    GFX and PCIE_BIF (amdgpu_ras_check_supported for an SR-IOV VF)."""
+    for gpu in node.gpus:
+        gpu.vf = True
+        if gpu.device_id == 0x74A1:
+            gpu.device_id = 0x74B5
+        gpu.ras_blocks = (BLOCK_UMC, BLOCK_SDMA, BLOCK_GFX, BLOCK_PCIE_BIF)
+    return node
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -177,3 +244,46 @@ def cpx_mode(node: FakeAmdNode, memory_partition: str = "NPS4") -> None:
 
 def lose_gpu(node: FakeAmdNode, gpu: int) -> None:
     node.gpus[gpu].lost = True
+
+
+def xgmi_wafl_errors(node: FakeAmdNode, gpu: int, corrected: int = 0, uncorrected: int = 0) -> None:
+    """XGMI faults as MI300/MI350 report them: counts on the XGMI_WAFL RAS block (ROCm/rocm-systems#11468)."""
+    node.gpus[gpu].ecc_counts[BLOCK_XGMI_WAFL] = (corrected, uncorrected, 0)
+
+
+def ras_inaccessible(node: FakeAmdNode, gpu: int, blocks: tuple[int, ...] = (BLOCK_UMC,)) -> None:
+    node.gpus[gpu].ras_inaccessible |= set(blocks)
+
+
+def ras_disabled(node: FakeAmdNode, gpu: int, mask_zero: bool = False) -> None:
+    """amdgpu.ras_enable=0: no ras/ directory (NOT_SUPPORTED); or ras/features with mask 0 (API_FAILED)."""
+    if mask_zero:
+        node.gpus[gpu].ras_blocks = ()
+    else:
+        node.gpus[gpu].ras_features_present = False
+
+
+def reserved_bad_pages(node: FakeAmdNode, gpu: int, count: int) -> None:
+    node.gpus[gpu].bad_pages += [(0x10000 + i, PAGE_RESERVED) for i in range(count)]
+
+
+def old_gpu_metrics(node: FakeAmdNode, version: tuple[int, int] = (1, 6)) -> None:
+    """A driver whose gpu_metrics predates xgmi_link_status (v1.6 on ROCm 6.1-era MI300X) or is newer than amdsmi
+    7.0.2 decodes (v1.9)."""
+    for gpu in node.gpus:
+        gpu.metrics_version = version
+
+
+def in_tree_amdgpu(node: FakeAmdNode, kernel_release: str = "6.8.0-79-generic") -> None:
+    """amdgpu built into the distribution kernel: no /sys/module/amdgpu/version, and amdsmi 6.4-7.0 reports the
+    whole /proc/version with its spaces removed (ROCm/k8s-device-plugin#157)."""
+    for gpu in node.gpus:
+        gpu.driver_version = (f"Linuxversion{kernel_release}(buildd@lcy02-amd64-100)(x86_64-linux-gnu-gcc-13"
+                              f"(Ubuntu13.3.0-6ubuntu2~24.04)13.3.0,GNUld(GNUBinutilsforUbuntu)2.42)"
+                              f"#79-UbuntuSMPPREEMPT_DYNAMICTueAug1214:42:46UTC2025")
+        gpu.in_tree = True
+
+
+def pcie_recoveries(node: FakeAmdNode, gpu: int, count: int, naks: int = 0) -> None:
+    node.gpus[gpu].pcie_l0_to_recovery = count
+    node.gpus[gpu].pcie_nak_received = naks

@@ -30,6 +30,16 @@ _MI300X_BARS = [
     (0x3FC000000000, 2 * 1024 * 1024, IORESOURCE_MEM_64_PREFETCH), (0, 0, 0),
     (0, 0, 0), (0xB8000000, 512 * 1024, IORESOURCE_MEM_32), (0, 0, 0),
 ]
+
+
+def _bars(gpu: FakeAmdGpu) -> list[tuple[int, int, int]]:
+    """Resizable BAR maps all VRAM: BAR0 is the next power of two (256 GiB on MI300X/MI325X, 512 GiB on MI355X)."""
+    size = 256 * _GIB
+    while size < gpu.vram_total_mib * 1024 * 1024:
+        size *= 2
+    return [(0x3F8000000000, size, IORESOURCE_MEM_64_PREFETCH)] + _MI300X_BARS[1:]
+
+
 _AER_CLEAN = {
     "correctable": {"RxErr": 0, "BadTLP": 0, "BadDLLP": 0, "Rollover": 0, "Timeout": 0},
     "nonfatal": {"Undefined": 0, "DLP": 0, "PoisonTLP": 0, "CmpltTO": 0},
@@ -43,7 +53,11 @@ def gts(mts: int) -> str:
 
 
 def add_amdgpu_node(tree: SysfsTree, node: FakeAmdNode) -> list[Path]:
-    tree.add_module("amdgpu", node.gpus[0].driver_version if node.gpus else None)
+    in_tree = bool(node.gpus) and node.gpus[0].in_tree
+    # The in-tree driver has no version file (vendor-api.md §1); its version is the kernel release.
+    tree.add_module("amdgpu", node.gpus[0].driver_version if node.gpus and not in_tree else None)
+    if in_tree:
+        tree.set_kernel_release(node.gpus[0].driver_version.removeprefix("Linuxversion").split("(")[0])
     return [add_amdgpu(tree, gpu, card) for card, gpu in enumerate(node.gpus)]
 
 
@@ -60,7 +74,7 @@ def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
         driver="amdgpu",
         numa_node=gpu.numa_node,
         local_cpulist="0-47,96-143" if gpu.numa_node == 0 else "48-95,144-191",
-        bars=_MI300X_BARS,
+        bars=_bars(gpu),
         aer=_AER_CLEAN,
     )
     rel = str(device.relative_to(tree.root))
@@ -71,7 +85,7 @@ def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
         "product_name": gpu.market_name,
         "serial_number": gpu.serial,
         "unique_id": f"{gpu.unique_id:016x}",
-        "vbios_version": gpu.vbios_version,
+        "vbios_version": gpu.vbios_part_number,  # amdgpu_atombios.c prints the VBIOS part number (vbios_pn) here
         "mem_info_vram_total": gpu.vram_total_mib * 1024 * 1024,
         "mem_info_vram_used": gpu.vram_used_mib * 1024 * 1024,
         "current_compute_partition": gpu.compute_partition,
@@ -105,12 +119,17 @@ def _hwmon(tree: SysfsTree, rel: str, gpu: FakeAmdGpu, card: int) -> None:
 
 
 def _ras(tree: SysfsTree, rel: str, gpu: FakeAmdGpu) -> None:
+    if not gpu.ras_features_present:
+        return  # amdgpu.ras_enable=0: no ras/ directory at all
     mask = 0
     for block in gpu.ras_blocks:
         name = RAS_BLOCK_SYSFS_NAME[block]
         corrected, uncorrected, deferred = gpu.ecc(block)
         mask |= 1 << _RAS_FEATURE_BIT[name]
-        tree.write(f"{rel}/ras/{name}_err_count", f"ue: {uncorrected}\nce: {corrected}\nde: {deferred}\n")
+        counts = f"ue: {uncorrected}\nce: {corrected}\nde: {deferred}\n"
+        if block in gpu.ras_inaccessible:
+            counts = "Query currently inaccessible\n"  # amdgpu_ras.c while RAS is not ready or a reset runs
+        tree.write(f"{rel}/ras/{name}_err_count", counts)
     tree.write(f"{rel}/ras/features", f"feature mask: 0x{mask:08x}")
     pages = "".join(f"0x{address:08x} : 0x00001000 : {_BAD_PAGE_FLAG[status]}\n" for address, status in gpu.bad_pages)
     tree.write(f"{rel}/ras/gpu_vram_bad_pages", pages)

@@ -18,13 +18,14 @@ import ctypes
 import sys
 from typing import Any, Callable, Iterator
 
-from tests.fakes.amd_node import FakeAmdGpu, FakeAmdNode
+from tests.fakes.amd_node import XGMI_DISABLED, FakeAmdGpu, FakeAmdNode
+from tests.fakes.fake_amdsmi_identity import IdentityCalls
 
 SUCCESS, NOT_SUPPORTED, INVAL, NOT_FOUND, AMDGPU_RESTART_ERR = 0, 2, 1, 31, 54
+API_FAILED, UNEXPECTED_DATA = 7, 43
 UINT16_NA, UINT32_NA, UINT64_NA = 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 
-# amdsmi_fw_block_t, amdsmi_temperature_type_t and amdsmi_temperature_metric_t values of the C header.
-FW_ID = {"SMU": 1, "CP_MEC1": 7, "PSP_SOSDRV": 30, "PM": 77}
+# amdsmi_temperature_type_t and amdsmi_temperature_metric_t values of the C header.
 SENSOR = {0: "edge", 1: "hotspot", 2: "vram"}
 METRIC_CURRENT, METRIC_CRITICAL, METRIC_EMERGENCY = 0, 5, 7
 LINK_TYPE_INTERNAL, LINK_TYPE_XGMI = 0, 2
@@ -37,7 +38,7 @@ PRIMARY_ONLY = {
     "amdsmi_get_gpu_bad_page_info", "amdsmi_get_gpu_bad_page_threshold", "amdsmi_get_temp_metric",
     "amdsmi_get_power_info", "amdsmi_get_power_cap_info", "amdsmi_get_energy_count",
     "amdsmi_get_gpu_xgmi_link_status", "amdsmi_gpu_xgmi_error_status", "amdsmi_get_gpu_compute_partition",
-    "amdsmi_get_gpu_memory_partition",
+    "amdsmi_get_gpu_memory_partition", "amdsmi_get_gpu_metrics_header_info",
 }
 # Still answered for a lost GPU: cached by the library at discovery.
 CACHED_AT_DISCOVERY = {"amdsmi_get_gpu_device_bdf", "amdsmi_get_gpu_kfd_info"}
@@ -69,7 +70,7 @@ class _CFunction:
         return self.implementation(*args)
 
 
-class FakeLibAmdSmi:
+class FakeLibAmdSmi(IdentityCalls):
     def __init__(self, node: FakeAmdNode):
         self.node = node
         self.calls: list[str] = []
@@ -120,6 +121,8 @@ class FakeLibAmdSmi:
             for socket, gpu in enumerate(self.node.gpus):
                 members = []
                 for partition in range(gpu.partitions):
+                    if partition in gpu.missing_partitions:
+                        continue  # its DRM node is held by another driver: amdsmi does not list it
                     members.append(Processor(gpu, partition, handle))
                     self.processors[handle] = members[-1]
                     handle += 1
@@ -154,60 +157,6 @@ class FakeLibAmdSmi:
                 handles[i] = processor.handle
         return SUCCESS
 
-    # -- identity ----------------------------------------------------------------------------------------------
-
-    def c_amdsmi_get_gpu_device_bdf(self, p: Processor, bdf: Any) -> int:
-        fields = _target(bdf).struct_amdsmi_bdf_t
-        fields.domain_number, fields.bus_number, fields.device_number = 0, p.gpu.bus, 0
-        fields.function_number = p.partition  # the partition number, in CPX
-        return SUCCESS
-
-    def c_amdsmi_get_gpu_device_uuid(self, p: Processor, length: Any, buffer: Any) -> int:
-        uuid = f"{p.partition:02x}ff74a1-0000-1000-80{p.gpu.index:02x}-{p.gpu.unique_id & 0xFFFFFFFFFFFF:012x}"
-        ctypes.memmove(buffer, uuid.encode() + b"\0", len(uuid) + 1)
-        return SUCCESS
-
-    def c_amdsmi_get_gpu_kfd_info(self, p: Processor, info: Any) -> int:
-        kfd = _target(info)
-        kfd.kfd_id, kfd.node_id, kfd.current_partition_id = 0xBEEF00 + p.handle, p.handle - 0x1000 + 1, p.partition
-        return SUCCESS
-
-    def c_amdsmi_get_gpu_asic_info(self, p: Processor, info: Any) -> int:
-        asic = _target(info)
-        asic.market_name = p.gpu.market_name.encode()
-        asic.vendor_id, asic.vendor_name = 0x1002, b"Advanced Micro Devices Inc. [AMD/ATI]"
-        asic.subvendor_id, asic.device_id, asic.rev_id = 0x1002, p.gpu.device_id, 0
-        # Only the primary partition reports the ASIC serial; an empty one becomes "N/A" in the wrapper.
-        asic.asic_serial = b"" if p.secondary else f"0x{p.gpu.unique_id:016X}".encode()
-        asic.oam_id, asic.num_of_compute_units = p.gpu.index, p.gpu.compute_units // p.gpu.partitions
-        asic.target_graphics_version, asic.subsystem_id = p.gpu.gfx_target, 0x74A1
-        return SUCCESS
-
-    def c_amdsmi_get_gpu_board_info(self, p: Processor, info: Any) -> int:
-        board = _target(info)
-        board.model_number, board.product_serial = p.gpu.board_part_number.encode(), p.gpu.serial.encode()
-        board.product_name, board.manufacturer_name = b"AMD Instinct MI300X OAM", b"AMD"
-        return SUCCESS
-
-    def c_amdsmi_get_gpu_vbios_info(self, p: Processor, info: Any) -> int:
-        vbios = _target(info)
-        vbios.name, vbios.build_date = b"AMD MI300X_HW_SRIOV_CVS_1VF", b"2024/05/28 10:57"
-        vbios.part_number, vbios.version = p.gpu.vbios_version.encode(), p.gpu.vbios_version.encode()
-        return SUCCESS
-
-    def c_amdsmi_get_fw_info(self, p: Processor, info: Any) -> int:
-        fw = _target(info)
-        fw.num_fw_info = len(p.gpu.firmware)
-        for i, (name, version) in enumerate(p.gpu.firmware.items()):
-            fw.fw_info_list[i].fw_id, fw.fw_info_list[i].fw_version = FW_ID[name], version
-        return SUCCESS
-
-    def c_amdsmi_get_gpu_driver_info(self, p: Processor, info: Any) -> int:
-        driver = _target(info)
-        driver.driver_name, driver.driver_version = b"amdgpu", p.gpu.driver_version.encode()
-        driver.driver_date = b"2015/01/01 00:00"
-        return SUCCESS
-
     # -- PCIe, RAS -------------------------------------------------------------------------------------------
 
     def c_amdsmi_get_pcie_info(self, p: Processor, info: Any) -> int:
@@ -218,19 +167,34 @@ class FakeLibAmdSmi:
         metric.pcie_width, metric.pcie_speed = p.gpu.pcie_width, p.gpu.pcie_mts
         metric.pcie_bandwidth = UINT32_NA
         metric.pcie_replay_count, metric.pcie_replay_roll_over_count = p.gpu.pcie_replay_count, 0
-        metric.pcie_l0_to_recovery_count, metric.pcie_nak_sent_count, metric.pcie_nak_received_count = 0, 0, 0
+        metric.pcie_l0_to_recovery_count = p.gpu.pcie_l0_to_recovery
+        metric.pcie_nak_sent_count, metric.pcie_nak_received_count = p.gpu.pcie_nak_sent, p.gpu.pcie_nak_received
         metric.pcie_lc_perf_other_end_recovery_count = UINT32_NA  # not in this firmware's gpu_metrics
+        if _undecodable(p):  # the counters come from gpu_metrics: N/A from a table amdsmi cannot read
+            metric.pcie_l0_to_recovery_count = metric.pcie_nak_sent_count = metric.pcie_nak_received_count = 2**64 - 1
+            metric.pcie_replay_count = 2**64 - 1
         return SUCCESS
 
     def c_amdsmi_get_gpu_ecc_enabled(self, p: Processor, blocks: Any) -> int:
+        # rocm-smi-lib reads ras/features: absent (amdgpu.ras_enable=0) → NOT_SUPPORTED, a mask of 0 → API_FAILED
+        # (gpudiag issue 15 item 7).
+        if not p.gpu.ras_features_present:
+            return NOT_SUPPORTED
+        if not p.gpu.ras_blocks:
+            return API_FAILED
         _target(blocks).value = sum(p.gpu.ras_blocks)
         return SUCCESS
 
     def c_amdsmi_get_gpu_total_ecc_count(self, p: Processor, counts: Any) -> int:
-        return self._fill_counts(_target(counts), [p.gpu.ecc(block) for block in p.gpu.ras_blocks])
+        if not p.gpu.ras_features_present or not p.gpu.ras_blocks:
+            return NOT_SUPPORTED
+        # The sum over the blocks that answered, and SUCCESS even when some did not ("Query currently
+        # inaccessible" while RAS is not ready or a reset runs; gpudiag issue 15 item 2).
+        readable = [b for b in p.gpu.ras_blocks if b not in p.gpu.ras_inaccessible]
+        return self._fill_counts(_target(counts), [p.gpu.ecc(block) for block in readable])
 
     def c_amdsmi_get_gpu_ecc_count(self, p: Processor, block: int, counts: Any) -> int:
-        if int(block) not in p.gpu.ras_blocks:
+        if int(block) not in p.gpu.ras_blocks or int(block) in p.gpu.ras_inaccessible:
             return NOT_SUPPORTED
         return self._fill_counts(_target(counts), [p.gpu.ecc(int(block))])
 
@@ -249,6 +213,9 @@ class FakeLibAmdSmi:
         return SUCCESS
 
     def c_amdsmi_get_gpu_bad_page_threshold(self, p: Processor, threshold: Any) -> int:
+        # Read from debugfs: root only (NOT_SUPPORTED otherwise); a VF has no bad-page retirement of its own.
+        if not self.node.root or p.gpu.vf:
+            return NOT_SUPPORTED
         _target(threshold).value = p.gpu.bad_page_threshold
         return SUCCESS
 
@@ -267,20 +234,25 @@ class FakeLibAmdSmi:
         return SUCCESS
 
     def c_amdsmi_get_power_info(self, p: Processor, info: Any) -> int:
+        if p.gpu.vf:
+            return NOT_SUPPORTED  # the host owns power: an MI300X VF reports none
         power = _target(info)
         power.socket_power = p.gpu.power_watts
         # MI300 reports the current socket power, MI200 and older the average; the other reads 0xFFFF.
         average = p.gpu.reports_average_power
-        power.current_socket_power = UINT16_NA if average else p.gpu.power_watts
+        power.current_socket_power = UINT16_NA if average or _undecodable(p) else p.gpu.power_watts
         power.average_socket_power = p.gpu.power_watts if average else UINT16_NA
         power.gfx_voltage, power.soc_voltage, power.mem_voltage = UINT16_NA, UINT16_NA, UINT16_NA
         power.power_limit = p.gpu.power_cap_watts
         return SUCCESS
 
     def c_amdsmi_get_power_cap_info(self, p: Processor, sensor: Any, info: Any) -> int:
+        if p.gpu.vf:
+            return NOT_SUPPORTED
         caps = _target(info)
+        # MI300 (smu_v13_0_6_get_power_limit): the default is the current cap and the minimum 0.
         caps.power_cap = caps.default_power_cap = caps.max_power_cap = p.gpu.power_cap_watts * 1_000_000
-        caps.min_power_cap, caps.dpm_cap = 400_000_000, 2100
+        caps.min_power_cap, caps.dpm_cap = 0, 2100
         return SUCCESS
 
     def c_amdsmi_get_energy_count(self, p: Processor, accumulator: Any, resolution: Any, timestamp: Any) -> int:
@@ -313,7 +285,8 @@ class FakeLibAmdSmi:
 
     def c_amdsmi_get_gpu_vram_usage(self, p: Processor, usage: Any) -> int:
         vram = _target(usage)
-        vram.vram_total = p.gpu.vram_total_mib // p.gpu.partitions
+        # Partition 0 reports the whole GPU's VRAM, the others their share (192 GB and 24 GB on an MI300X in CPX).
+        vram.vram_total = p.gpu.vram_total_mib // (1 if p.partition == 0 else p.gpu.partitions)
         vram.vram_used = p.gpu.vram_used_mib // p.gpu.partitions
         return SUCCESS
 
@@ -323,13 +296,19 @@ class FakeLibAmdSmi:
         return SUCCESS
 
     def c_amdsmi_get_gpu_xgmi_link_status(self, p: Processor, info: Any) -> int:
+        if p.gpu.vf:
+            return UNEXPECTED_DATA  # what a VF answers (gpudiag issue 15 item 10)
         status = _target(info)
         status.total_links = len(p.gpu.xgmi_links)
+        # xgmi_link_status is in gpu_metrics from v1.7; without it amdsmi 7.0 reports every link disabled ("X").
+        readable = (1, 7) <= p.gpu.metrics_version and not _undecodable(p)
         for i, state in enumerate(p.gpu.xgmi_links):
-            status.status[i] = state
+            status.status[i] = state if readable else XGMI_DISABLED
         return SUCCESS
 
     def c_amdsmi_gpu_xgmi_error_status(self, p: Processor, status: Any) -> int:
+        if not p.gpu.df_fica:
+            return INVAL  # xgmi_error reads EINVAL on MI300/MI350 (ROCm/rocm-systems#11468)
         _target(status).value = p.gpu.xgmi_error_status
         return SUCCESS
 
@@ -374,6 +353,11 @@ class FakeLibAmdSmi:
         cap.is_iolink_coherent = cap.is_iolink_atomics_32bit = cap.is_iolink_atomics_64bit = 1
         cap.is_iolink_dma = cap.is_iolink_bi_directional = 1
         return SUCCESS
+
+
+def _undecodable(p: Processor) -> bool:
+    """A gpu_metrics table newer than amdsmi 7.0.2 decodes (v1.8): its values read N/A."""
+    return p.gpu.metrics_version > (1, 8)
 
 
 class FakeLibRocmCore:
