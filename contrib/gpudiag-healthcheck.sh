@@ -38,8 +38,8 @@
 #   GPUDIAG_ARGS      more `gpudiag check` arguments (word-split), default "--skip workload"
 #   GPUDIAG_TIMEOUT   whole seconds the gpudiag run may take, 1 to 55 (default 20, see the time limits above)
 #   GPUDIAG_UNKNOWN   report (default) or drain: what an undecided check (status unknown, exit 0) becomes
-#   GPUDIAG_STATE     file keeping the last decided verdict (default /var/lib/gpudiag/healthcheck.state, in a
-#                     directory only root writes; "" = none)
+#   GPUDIAG_STATE     file keeping the last decided verdict (default /var/lib/gpudiag-healthcheck/state: a
+#                     directory only root writes, not the exporter's /var/lib/gpudiag; "" = none)
 #   GPUDIAG           the gpudiag command (default gpudiag)         GPUDIAG_RESUME=1  resume nodes it drained
 set -u
 
@@ -50,7 +50,7 @@ config=${GPUDIAG_CONFIG:-/etc/default/gpudiag-healthcheck}
 GPUDIAG=${GPUDIAG:-gpudiag}
 GPUDIAG_TIMEOUT=${GPUDIAG_TIMEOUT:-20}
 GPUDIAG_UNKNOWN=${GPUDIAG_UNKNOWN:-report}
-GPUDIAG_STATE=${GPUDIAG_STATE-/var/lib/gpudiag/healthcheck.state}
+GPUDIAG_STATE=${GPUDIAG_STATE-/var/lib/gpudiag-healthcheck/state}
 GPUDIAG_ARGS=${GPUDIAG_ARGS:---skip workload}
 GPUDIAG_NOTHING_PROBED=${GPUDIAG_NOTHING_PROBED:-notok}
 GPUDIAG_RESUME=${GPUDIAG_RESUME:-0}
@@ -157,7 +157,9 @@ judge
 if [ -n "$GPUDIAG_STATE" ]; then
   if [ "$verdict" = "$UNKNOWN" ] && [ "$mode" = report ]; then
     last="" last_reason=""
-    [ -f "$GPUDIAG_STATE" ] && { read -r last; read -r last_reason; } < "$GPUDIAG_STATE"
+    # Only a regular file of our own: not one another user planted or swapped for a symlink.
+    [ -f "$GPUDIAG_STATE" ] && [ ! -L "$GPUDIAG_STATE" ] && [ -O "$GPUDIAG_STATE" ] &&
+      { read -r last; read -r last_reason; } < "$GPUDIAG_STATE"
     if [ "$last" = "$NOTOK" ] && [ -n "$last_reason" ]; then
       log "$reason"
       verdict=$NOTOK reason="${last_reason:0:200} (still: this run could not decide)"

@@ -130,6 +130,12 @@ def test_an_undecided_run_never_clears_a_failure(bench):
     assert healthcheck(env, "--report", GPUDIAG_TIMEOUT="soon") == kept
     assert healthcheck(env, "--report", FAKE_RC="0")[0] == 0  # a decided pass does
     assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json") == (2, UNDECIDED_LINE)
+    # a state file that is not ours, planted as a symlink, is not believed
+    state = tmp_path / "state" / "healthcheck.state"
+    (tmp_path / "planted").write_text("1\ngpudiag rma: planted\n")
+    state.unlink()
+    state.symlink_to(tmp_path / "planted")
+    assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json") == (2, UNDECIDED_LINE)
     # without a state file an undecided run is only undecided
     healthcheck(env, "--report", FAKE_RC="1")
     assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json", GPUDIAG_STATE="")[0] == 2
