@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -252,3 +253,14 @@ def test_gpudiag_serve_takes_the_profile_options(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")
+def test_promtool_lints_the_metrics_of_a_node_without_gpus(tmp_path):
+    (tmp_path / "sys").mkdir()
+    target = tmp_path / "gpudiag.prom"
+    with library_missing():
+        cli.main(["textfile", "--root", str(tmp_path), "--output", str(target), "--profile", "h200-8x"])
+    done = subprocess.run(["promtool", "check", "metrics"], input=target.read_text(), capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")
