@@ -264,3 +264,43 @@ def test_promtool_lints_the_metrics_of_a_node_without_gpus(tmp_path):
     done = subprocess.run(["promtool", "check", "metrics"], input=target.read_text(), capture_output=True, text=True,
                           timeout=60)
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (apt-get install prometheus)")
+def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
+    """The shipped rules, evaluated by a real Prometheus over a real `gpudiag serve` on a node with no GPU: the
+    alert goes pending at once (it fires after its `for: 2m`), and the one for another vendor's library does not."""
+    import yaml
+
+    from tests.test_prometheus import RULES, query, start_prometheus, stop
+
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "tests.exporter_node", str(tmp_path / "root"), "0", "--", "--listen", "127.0.0.1:0",
+         "--interval", "0.5", "--timeout", "2"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    prometheus = None
+    try:
+        target = re.search(r"serving https?://(\S+)/metrics", exporter.stderr.readline()).group(1)
+        prometheus, api = start_prometheus(tmp_path, {
+            "global": {"evaluation_interval": "1s"}, "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "gpudiag", "scrape_interval": "1s", "scrape_timeout": "1s",
+                                "static_configs": [{"targets": [target]}]}]})
+
+        def pending():
+            try:
+                found = query(api, 'ALERTS{alertname="GpudiagNoGpuLeft"}')
+            except OSError:
+                return None  # Prometheus still starting
+            return found or None
+
+        (alert,) = wait_for(pending, timeout=60, interval=0.5)
+        assert alert["metric"]["instance"] == target and alert["metric"]["alertstate"] == "pending"
+        # the AMD libraries gpudiag tried on this bare node are down (backend_up 0), and yet no library alert
+        rules = {r["alert"]: r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+        assert query(api, 'gpudiag_backend_up{vendor="amd"} == 0')
+        assert query(api, rules["GpudiagBackendDown"]) == []
+    finally:
+        if prometheus is not None:
+            stop(prometheus)
+        stop(exporter)
