@@ -18,3 +18,16 @@ bash tools/capture_sysfs.sh "$d/sysfs.tar.gz"
 { cat /proc/driver/nvidia/version; echo ---; cat /proc/version; echo ---; cat /proc/modules; } > "$d/proc.txt" 2>&1
 nvidia-smi -q > "$d/nvidia-smi-q.txt" 2>&1
 python3 bench/check_vs_nvidia_smi.py --runs 15 --json "$d/bench.json" > "$d/bench.txt" 2>&1
+# The exporter judged against the node's profile (gpudiag_check_status, gpudiag_node_gpus), and the scheduler hook's
+# wall time, which must stay inside NHC's 30 s watchdog (contrib/gpudiag-healthcheck.sh, GPUDIAG_TIMEOUT 20 s).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+python3 -m gpudiag textfile --profile h200-8x -p expected_gpu_count="$gpus" --output "$d/textfile-profile.prom" \
+  2>> "$d/check.stderr"; echo "textfile exit $?" >> "$d/check.stderr"
+printf '#!/bin/sh\nexec python3 -m gpudiag "$@"\n' > "$d/gpudiag-wrapper"; chmod +x "$d/gpudiag-wrapper"
+started=$(date +%s.%N)
+GPUDIAG="$d/gpudiag-wrapper" GPUDIAG_CONFIG=/dev/null GPUDIAG_STATE="$d/healthcheck.state" GPUDIAG_PROFILE=h200-8x \
+  GPUDIAG_ARGS="--skip workload -p expected_gpu_count=$gpus" bash contrib/gpudiag-healthcheck.sh --report \
+  > "$d/healthcheck.txt" 2>&1
+echo "exit $? after $(python3 -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 1))' "$started") s" \
+  >> "$d/healthcheck.txt"
+rm -f "$d/gpudiag-wrapper" "$d/healthcheck.state"
