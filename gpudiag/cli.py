@@ -2,6 +2,9 @@
 
 0 no check failed (warnings allowed) · 1 at least one check failed · 2 usage or configuration error ·
 3 nothing could be probed (no usable backend and no GPU on the PCI bus) · 4 internal error.
+
+Nothing probed is 3 only while no check failed: where the profile or baseline expects GPUs, a node with none is
+a verdict (inventory.gpu_count / baseline.inventory fail), exit 1, as the JSON report's status says.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ PASSIVE_DEFAULT_TIMEOUT, ACTIVE_DEFAULT_TIMEOUT = 10.0, 600.0
 TimeoutOption = typer.Option(
     None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2)."
 )
+# What the node should be: `check`, `serve` and `textfile` judge against the same expectations (_expectations).
+ProfileOption = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
+ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
+BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")
 
 
 @contextlib.contextmanager
@@ -158,6 +165,20 @@ def nothing_probed(snapshot) -> bool:
     return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
 
 
+def nothing_judged(snapshot, results) -> bool:
+    """Exit 3: nothing could be probed and no check could fail for it. A profile or baseline that expects GPUs
+    makes a node without any a FAIL (exit 1): zero GPUs where eight should be is a verdict, not a probe problem."""
+    from gpudiag.report import summarize
+
+    if not nothing_probed(snapshot):
+        return False
+    if summarize(results).failed:
+        log.warning("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against "
+                    "the expected node, that fails")
+        return False
+    return True
+
+
 # -- commands ---------------------------------------------------------------------------------------------------
 
 
@@ -177,9 +198,9 @@ def check(
         1, "--level", min=1, max=2,
         help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, memory test, stress).",
     ),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml)."),
-    params: Optional[List[str]] = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable)."),
-    baseline_file: Optional[Path] = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it."),
+    profile: Optional[str] = ProfileOption,
+    params: Optional[List[str]] = ParamOption,
+    baseline_file: Optional[Path] = BaselineOption,
 ) -> None:
     """Run every check and print the troubleshooting checklist."""
     from gpudiag.checks import probe_parts_for, resolve_selection, run_checks
@@ -204,7 +225,7 @@ def check(
     sys.stdout.write(render(output_format, snapshot, results, verbose=verbose, color=use_color))
     sys.stdout.flush()
 
-    if nothing_probed(snapshot):
+    if nothing_judged(snapshot, results):
         print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_PROBED)
     raise typer.Exit(EXIT_FAILED if summarize(results).failed else EXIT_OK)
@@ -261,11 +282,16 @@ def serve(
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
+    profile: Optional[str] = ProfileOption,
+    params: Optional[List[str]] = ParamOption,
+    baseline_file: Optional[Path] = BaselineOption,
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
     from gpudiag.exporter import serve as run_exporter
 
-    raise typer.Exit(run_exporter(listen, web_config, _collect_options(root, kernel_log, timeout), interval))
+    expectations = _expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2
+    raise typer.Exit(run_exporter(listen, web_config, _collect_options(root, kernel_log, timeout), interval,
+                                  expectations))
 
 
 @app.command()
@@ -277,6 +303,9 @@ def textfile(
     level: int = typer.Option(
         1, "--level", min=1, max=2, help="2: also load-test idle GPUs and export what they measured (acceptance windows)."
     ),
+    profile: Optional[str] = ProfileOption,
+    params: Optional[List[str]] = ParamOption,
+    baseline_file: Optional[Path] = BaselineOption,
 ) -> None:
     """Write the metrics and check results once, for node_exporter's textfile collector (gpudiag-check.timer)."""
     from gpudiag.checks import run_checks
@@ -284,12 +313,14 @@ def textfile(
 
     if output.suffix != ".prom" and str(output) != "-":
         log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
+    expectations = _expectations(profile, params or [], baseline_file)
     node = _collect(root, kernel_log, timeout, level)
+    results = run_checks(node, expectations)
     try:
-        write_textfile(output, node, run_checks(node))
+        write_textfile(output, node, results)
     except OSError as exc:
         raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-    raise typer.Exit(EXIT_NOTHING_PROBED if nothing_probed(node) else EXIT_OK)
+    raise typer.Exit(EXIT_NOTHING_PROBED if nothing_judged(node, results) else EXIT_OK)
 
 
 @app.command()

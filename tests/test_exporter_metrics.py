@@ -166,6 +166,13 @@ def test_check_ok_is_the_worst_result_per_check_and_gpu():
     assert value(text, "gpudiag_check_ok", check="ecc.uncorrected", gpu="1") == 0  # unknown is not ok
     assert value(text, "gpudiag_check_ok", check="driver.loaded", gpu="") == 1
     assert len(series(text, "gpudiag_check_ok")) == 5
+    # gpudiag_check_status, the state set of the same worst status, tells warn, skip and unknown from pass
+    current = {(labels["check"], labels["gpu"], labels["uuid"], labels["status"])
+               for labels, v in series(text, "gpudiag_check_status") if v == 1}
+    assert current == {("topology.nvlink", "0", ref0.uuid, "fail"), ("topology.nvlink", "1", ref1.uuid, "warn"),
+                       ("ecc.uncorrected", "1", ref1.uuid, "unknown"), ("driver.loaded", "", "", "skip"),
+                       ("host.iommu", "", "", "pass")}
+    assert len(series(text, "gpudiag_check_status")) == 5 * 5  # every status of each, the others at 0
 
 
 def test_collector_runs_and_kernel_log_readability():

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,14 @@ FAILING_REPORT = {"schema_version": 1, "status": "fail", "results": [
     {"check": "thermal.temperature", "status": "warn", "device": {"index": 0, "pci_bus_id": "0000:19:00.0"},
      "action": "watch", "fault_code": "GPUDIAG-THERMAL-MARGIN"},
 ]}
+PASSING_REPORT = {"schema_version": 1, "status": "warn", "results": [
+    {"check": "thermal.temperature", "status": "warn", "device": {"index": 0, "pci_bus_id": "0000:19:00.0"},
+     "action": "watch", "fault_code": "GPUDIAG-THERMAL-MARGIN"}]}
+# Exit 0 with checks that could not decide: the kernel log unreadable hides every Xid.
+UNDECIDED_REPORT = {"schema_version": 1, "status": "unknown", "results": [
+    {"check": "pcie.link_width", "status": "pass", "device": {"index": 0, "pci_bus_id": "0000:19:00.0"}},
+    {"check": "kernel_log.xid", "status": "unknown", "device": None, "action": "none", "fault_code": None,
+     "message": "cannot read /dev/kmsg: Operation not permitted\x1b[2J"}]}
 
 
 def _script(path: Path, body: str) -> Path:
@@ -42,18 +51,25 @@ def _script(path: Path, body: str) -> Path:
 
 @pytest.fixture
 def bench(tmp_path):
-    """Stand-ins: `gpudiag` prints $FAKE_REPORT and exits $FAKE_RC (or hangs); `scontrol` logs its calls."""
-    (tmp_path / "report.json").write_text(json.dumps(FAILING_REPORT))
+    """Stand-ins: `gpudiag` prints $FAKE_REPORT (by default the failing report, the passing one for exit 0) and
+    exits $FAKE_RC (or hangs); `scontrol` logs its calls."""
+    for name, report in (("report.json", FAILING_REPORT), ("pass.json", PASSING_REPORT),
+                         ("unknown.json", UNDECIDED_REPORT)):
+        (tmp_path / name).write_text(json.dumps(report))
     gpudiag = _script(tmp_path / "gpudiag", 'echo "$@" > "$FAKE_DIR/gpudiag.args"\n'
                                             '[ "$FAKE_RC" = hang ] && exec sleep 10\n'
-                                            'cat "$FAKE_DIR/report.json"; echo "gpudiag: error: $FAKE_ERR" >&2\n'
+                                            '[ "$FAKE_RC" = stubborn ] && trap "" TERM && sleep 10\n'
+                                            'default=report.json; [ "$FAKE_RC" = 0 ] && default=pass.json\n'
+                                            'cat "$FAKE_DIR/${FAKE_REPORT:-$default}"\n'
+                                            'echo "gpudiag: error: $FAKE_ERR" >&2\n'
                                             'exit "$FAKE_RC"\n')
     scontrol = _script(tmp_path / "scontrol", 'echo "$@" >> "$FAKE_DIR/scontrol.calls"\n'
                                               'if [ "$1" = show ] && [ -n "${FAKE_REASON:-}" ]; then\n'
                                               '  printf "NodeName=gpu07 State=IDLE+DRAIN\\n   Reason=%s\\n" '
                                               '"$FAKE_REASON"; fi\n')
     env = {"PATH": os.environ["PATH"], "FAKE_DIR": str(tmp_path), "GPUDIAG": str(gpudiag), "SCONTROL": str(scontrol),
-           "GPUDIAG_CONFIG": str(tmp_path / "none"), "SLURMD_NODENAME": "gpu07", "FAKE_ERR": "bad profile"}
+           "GPUDIAG_CONFIG": str(tmp_path / "none"), "SLURMD_NODENAME": "gpu07", "FAKE_ERR": "bad profile",
+           "GPUDIAG_STATE": str(tmp_path / "state" / "healthcheck.state")}
     return tmp_path, env
 
 
@@ -77,12 +93,94 @@ def test_report_mode_maps_gpudiag_exit_codes_to_the_plugin_protocol(bench, gpudi
     assert (code, out) == (expected, line)
     if gpudiag_rc != "hang":
         assert (tmp_path / "gpudiag.args").read_text().split() == [
-            "check", "--format", "json", "--profile", "h200-8x", "--skip", "workload"]
+            "check", "--format", "json", "--timeout", "1", "--profile", "h200-8x", "--skip", "workload"]
 
 
 def test_nothing_probed_can_be_unknown_on_mixed_fleets(bench):
     _, env = bench
     assert healthcheck(env, "--report", FAKE_RC="3", GPUDIAG_NOTHING_PROBED="unknown")[0] == 2
+
+
+UNDECIDED_LINE = "gpudiag undecided: kernel_log.xid (cannot read /dev/kmsg: Operation not permitted [2J)"
+
+
+@pytest.mark.parametrize("setting, expected", [(None, 2), ("report", 2), ("drain", 1)])
+def test_an_undecided_check_is_never_ok(bench, setting, expected):
+    """Exit 0 with status unknown (an unreadable /dev/kmsg hides every Xid) was reported OK."""
+    _, env = bench
+    extra = {"GPUDIAG_UNKNOWN": setting} if setting else {}
+    # the message's terminal escape does not reach the scheduler's reason
+    assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json", **extra) == (expected, UNDECIDED_LINE)
+
+
+def test_exit_0_counts_only_with_a_passing_report(bench):
+    _, env = bench
+    assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="pass.json") == (0, "gpudiag: all checks pass")
+    code, line = healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="missing.json")  # no report on stdout
+    assert code == 2 and line.startswith("gpudiag: could not judge the node (exit 0, report unreadable:")
+
+
+def test_an_undecided_run_never_clears_a_failure(bench):
+    tmp_path, env = bench
+    failure = "gpudiag reboot: GPUDIAG-PCIE-WIDTH-DEGRADED 0000:3b:00.0, GPUDIAG-XID-79 0000:19:00.0"
+    kept = (1, f"{failure} (still: this run could not decide)")
+    assert healthcheck(env, "--report", FAKE_RC="1") == (1, failure)
+    assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json") == kept
+    assert healthcheck(env, "--report", FAKE_RC="4") == kept  # a gpudiag bug does not clear it either
+    assert healthcheck(env, "--report", GPUDIAG_TIMEOUT="soon") == kept
+    assert healthcheck(env, "--report", FAKE_RC="0")[0] == 0  # a decided pass does
+    assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json") == (2, UNDECIDED_LINE)
+    # a state file that is not ours, planted as a symlink, is not believed
+    state = tmp_path / "state" / "healthcheck.state"
+    (tmp_path / "planted").write_text("1\ngpudiag rma: planted\n")
+    state.unlink()
+    state.symlink_to(tmp_path / "planted")
+    assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json") == (2, UNDECIDED_LINE)
+    # without a state file an undecided run is only undecided
+    healthcheck(env, "--report", FAKE_RC="1")
+    assert healthcheck(env, "--report", FAKE_RC="0", FAKE_REPORT="unknown.json", GPUDIAG_STATE="")[0] == 2
+
+
+def test_slurm_mode_neither_drains_nor_resumes_on_an_undecided_run(bench):
+    tmp_path, env = bench
+    calls = tmp_path / "scontrol.calls"
+    healthcheck(env, FAKE_RC="0", FAKE_REPORT="unknown.json", GPUDIAG_RESUME="1",
+                FAKE_REASON="gpudiag drain: GPUDIAG-PCIE-DOWNTRAINED")
+    assert not calls.exists()  # not drained, and the node gpudiag drained earlier is not resumed
+    healthcheck(env, FAKE_RC="1")
+    calls.unlink()
+    healthcheck(env, FAKE_RC="0", FAKE_REPORT="unknown.json")  # after a failure (and, say, an admin's resume)
+    assert not calls.exists()
+    healthcheck(env, FAKE_RC="0", FAKE_REPORT="unknown.json", GPUDIAG_UNKNOWN="drain")
+    assert calls.read_text().splitlines() == ["show node gpu07",
+                                              f"update nodename=gpu07 state=drain reason={UNDECIDED_LINE}"]
+
+
+def worst_case_seconds() -> int:
+    """How long the script lets gpudiag run by default: GPUDIAG_TIMEOUT, then SIGKILL after --kill-after."""
+    script = HEALTHCHECK.read_text()
+    default = int(re.search(r"GPUDIAG_TIMEOUT=\$\{GPUDIAG_TIMEOUT:-(\d+)\}", script).group(1))
+    (kill_after,) = {int(k) for k in re.findall(r"timeout --kill-after=(\d+) \"\$GPUDIAG_TIMEOUT\"", script)}
+    return default + kill_after
+
+
+def test_the_run_stays_inside_nhcs_and_slurms_limits(bench):
+    """NHC's watchdog kills its whole run after 30 s (nhc: TIMEOUT=${TIMEOUT:-30}); slurmd kills a
+    HealthCheckProgram after 60 s (slurm.conf(5)). gpudiag gets a probe deadline of its own inside the script's."""
+    tmp_path, env = bench
+    assert worst_case_seconds() <= 25  # room for NHC's other checks within its 30 s
+    healthcheck(env, "--report", FAKE_RC="0")
+    args = (tmp_path / "gpudiag.args").read_text().split()
+    default = worst_case_seconds() - 2
+    assert args[args.index("--timeout") + 1] == str(default - 5)
+    # a timeout past the schedulers' limits is refused, not obeyed
+    assert healthcheck(env, "--report", FAKE_RC="0", GPUDIAG_TIMEOUT="120") == (
+        2, "gpudiag: configuration error, node left alone: GPUDIAG_TIMEOUT=120 is not 1 to 55 seconds")
+    # a gpudiag that ignores SIGTERM is killed 2 s later: reported not OK, within the bound
+    started = time.monotonic()
+    assert healthcheck(env, "--report", FAKE_RC="stubborn", GPUDIAG_TIMEOUT="1") == (
+        1, "gpudiag: the check hung for more than 1s (a GPU or driver call)")
+    assert time.monotonic() - started < 1 + 2 + 2
 
 
 def test_slurm_mode_drains_with_the_reason_and_only_on_failure(bench):
@@ -137,13 +235,21 @@ def test_the_nhc_check_dies_only_on_failure(bench):
     tmp_path, env = bench
     driver = (f'die() {{ echo "DIE $1 $2"; }}\nlog() {{ echo "LOG $1"; }}\n. "{NHC}"\n'
               f'check_gpudiag; echo "RC $?"\n')
-    for rc, expected in (("0", ["RC 0"]),
-                         ("1", ["DIE 1 gpudiag reboot: GPUDIAG-PCIE-WIDTH-DEGRADED 0000:3b:00.0, GPUDIAG-XID-79 "
-                                "0000:19:00.0", "RC 1"]),
-                         ("2", ["LOG check_gpudiag: gpudiag: configuration error, node left alone: gpudiag: error: bad "
-                                "profile", "RC 0"])):
+    failure = "gpudiag reboot: GPUDIAG-PCIE-WIDTH-DEGRADED 0000:3b:00.0, GPUDIAG-XID-79 0000:19:00.0"
+    undecided = "gpudiag undecided: kernel_log.xid (cannot read /dev/kmsg: Operation not permitted [2J)"
+    for rc, report, expected in (
+            ("0", "pass.json", ["RC 0"]),
+            ("2", None, ["LOG check_gpudiag: not OK, undecided (node left as it is): gpudiag: configuration error, "
+                         "node left alone: gpudiag: error: bad profile", "RC 0"]),
+            ("0", "unknown.json", [f"LOG check_gpudiag: not OK, undecided (node left as it is): {undecided}", "RC 0"]),
+            ("1", None, [f"DIE 1 {failure}", "RC 1"]),
+            # NHC resumes a node it drained once every check returns 0: an undecided run must not be that 0
+            ("0", "unknown.json", [f"DIE 1 {failure} (still: this run could not decide)", "RC 1"]),
+            ("2", None, [f"DIE 1 {failure} (still: this run could not decide)", "RC 1"]),
+            ("0", "pass.json", ["RC 0"])):
         done = subprocess.run(["bash", "-c", driver], capture_output=True, text=True, timeout=30,
-                              env={**env, "FAKE_RC": rc, "GPUDIAG_HEALTHCHECK": str(HEALTHCHECK)})
+                              env={**env, "FAKE_RC": rc, "GPUDIAG_HEALTHCHECK": str(HEALTHCHECK),
+                                   **({"FAKE_REPORT": report} if report else {})})
         assert done.stdout.splitlines() == expected
 
 
@@ -169,8 +275,8 @@ def test_the_npd_plugin_config_passes_npds_own_validation():
         assert _go_duration(rule["timeout"]) <= global_timeout
         assert rule["type"] == "permanent" and rule["condition"] in conditions
         assert Path(rule["path"]).name == HEALTHCHECK.name and rule["args"] == ["--report"]
-        # gpudiag's own deadline must end before NPD kills the plugin, or a hang reads as Unknown, not NonOK.
-        assert 120 < _go_duration(rule["timeout"])
+        # the script's own deadline must end before NPD kills the plugin, or a hang reads as Unknown, not NonOK.
+        assert worst_case_seconds() < _go_duration(rule["timeout"])
 
 
 def test_the_daemonset_serves_what_its_probes_ask_for():

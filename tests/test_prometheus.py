@@ -185,6 +185,17 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def start_prometheus(tmp_path: Path, config: dict) -> tuple[subprocess.Popen, str]:
+    """A Prometheus server on loopback with `config` as its prometheus.yml: the process and its API's base URL."""
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
 def query(prometheus: str, promql: str) -> list[dict]:
     url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     with urllib.request.urlopen(url, timeout=5) as response:
@@ -216,14 +227,8 @@ def test_prometheus_scrapes_gpudiag_serve(tmp_path, secured):
     try:
         target = re.search(r"serving https?://(\S+)/metrics", exporter.stderr.readline()).group(1)
         scrape["static_configs"] = [{"targets": [target]}]
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"global": {"evaluation_interval": "1s"},
-                                                                 "scrape_configs": [scrape]}))
-        port = free_port()
-        prometheus = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        api = f"http://127.0.0.1:{port}"
+        prometheus, api = start_prometheus(tmp_path, {"global": {"evaluation_interval": "1s"},
+                                                      "scrape_configs": [scrape]})
 
         def gpus_up():
             try:

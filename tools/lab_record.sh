@@ -28,3 +28,16 @@ python3 bench/kernel_log_scan.py --json "$d/bench-kernel-log.json" > "$d/bench-k
 python3 -m gpudiag check --level 2 --only pcie,active --json > "$d/check-level2-pcie.json" 2>> "$d/check.stderr"; echo "level2 exit $?" >> "$d/check.stderr"
 python3 -m gpudiag textfile --output "$d/metrics.prom" 2>> "$d/check.stderr"
 nvidia-smi -q -d PCI,PERFORMANCE > "$d/nvidia-smi-q-pci-performance.txt" 2>&1
+# The exporter judged against the node's profile (gpudiag_check_status, gpudiag_node_gpus), and the scheduler hook's
+# wall time, which must stay inside NHC's 30 s watchdog (contrib/gpudiag-healthcheck.sh, GPUDIAG_TIMEOUT 20 s).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+python3 -m gpudiag textfile --profile h200-8x -p expected_gpu_count="$gpus" --output "$d/textfile-profile.prom" \
+  2>> "$d/check.stderr"; echo "textfile exit $?" >> "$d/check.stderr"
+printf '#!/bin/sh\nexec python3 -m gpudiag "$@"\n' > "$d/gpudiag-wrapper"; chmod +x "$d/gpudiag-wrapper"
+started=$(date +%s.%N)
+GPUDIAG="$d/gpudiag-wrapper" GPUDIAG_CONFIG=/dev/null GPUDIAG_STATE="$d/healthcheck.state" GPUDIAG_PROFILE=h200-8x \
+  GPUDIAG_ARGS="--skip workload -p expected_gpu_count=$gpus" bash contrib/gpudiag-healthcheck.sh --report \
+  > "$d/healthcheck.txt" 2>&1
+echo "exit $? after $(python3 -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 1))' "$started") s" \
+  >> "$d/healthcheck.txt"
+rm -f "$d/gpudiag-wrapper" "$d/healthcheck.state"

@@ -89,6 +89,24 @@ CHECK_OK = _define(
     "1 when the check passed, warned or was skipped; 0 when it failed or could not decide (unknown).",
     ("check", "gpu"),
 )
+# The state set behind gpudiag_check_ok: which of pass/warn/fail/skip/unknown each (check, gpu) is in, so that a skip
+# or an unknown is not read as a pass. Same (check, gpu) series as gpudiag_check_ok, plus the GPU's uuid and
+# pci_bus_id (empty for node-level checks) to join without gpudiag_gpu_info.
+CHECK_STATUS = _define(
+    "gpudiag_check_status",
+    "gauge",
+    "1 for the check's current status (pass, warn, fail, skip, unknown), 0 for the other statuses.",
+    ("check", "gpu", "uuid", "pci_bus_id", "status"),
+)
+# Node-level and always present after a collection, even with no GPU at all: what a "no GPU left" alert needs, since
+# count() over per-GPU series of a node that lost every GPU is no series at all.
+NODE_GPUS = _define(
+    "gpudiag_node_gpus",
+    "gauge",
+    "GPUs this node shows: GPU functions on the PCI bus (source=pci_bus), and GPUs that answered their vendor "
+    "library in the last collection (source=answering).",
+    ("source",),
+)
 XID_ERRORS = _gpu(
     "gpudiag_gpu_xid_errors_total",
     "counter",

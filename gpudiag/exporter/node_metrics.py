@@ -28,6 +28,9 @@ def add_snapshot(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         fs.add(m.DEVICE_UP, gpu_labels(device), int(device.reachable))
         add_device(fs, device, drivers.get(device.source))
     _add_pci_functions(fs, snapshot)
+    fs.add(m.NODE_GPUS, ("pci_bus",), len(snapshot.pci_gpus))
+    # As inventory.gpu_count counts them: physical GPUs (not CPX partitions) that answered.
+    fs.add(m.NODE_GPUS, ("answering",), sum(1 for d in snapshot.devices if d.reachable and not d.is_logical_partition))
     for backend in snapshot.backends:
         fs.add(m.BACKEND_UP, (backend.name, backend.vendor.value), int(backend.available))
         if backend.available:
@@ -82,15 +85,21 @@ def add_collector_runs(fs: FamilySet, runs: Iterable[CollectorRun]) -> None:
 
 def add_checks(fs: FamilySet, results: Iterable[CheckResult]) -> None:
     """One series per (check, gpu): a check that reports several findings on one GPU (one per link, say) shows the
-    worst of them, since Prometheus rejects duplicate series."""
-    worst: dict[tuple[str, str], Status] = {}
+    worst of them, since Prometheus rejects duplicate series. gpudiag_check_status is the state set of that same
+    worst status, one series per status, so that every gpudiag_check_ok series has exactly one status at 1."""
+    worst: dict[tuple[str, str], CheckResult] = {}
     for result in results:
         key = (result.check, "" if result.device is None else str(result.device.index))
         previous = worst.get(key)
-        if previous is None or STATUS_SEVERITY[result.status] > STATUS_SEVERITY[previous]:
-            worst[key] = result.status
-    for key, status in worst.items():
-        fs.add(m.CHECK_OK, key, int(status in _OK_STATUSES))
+        if previous is None or STATUS_SEVERITY[result.status] > STATUS_SEVERITY[previous.status]:
+            worst[key] = result
+    for key, result in worst.items():
+        fs.add(m.CHECK_OK, key, int(result.status in _OK_STATUSES))
+    for key, result in worst.items():
+        device = result.device
+        ids = key + (("", "") if device is None else (device.uuid or "", device.pci_bus_id or ""))
+        for status in Status:
+            fs.add(m.CHECK_STATUS, ids + (status.value,), int(status == result.status))
 
 
 def _add_pci_functions(fs: FamilySet, snapshot: NodeSnapshot) -> None:

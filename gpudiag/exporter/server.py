@@ -26,6 +26,7 @@ from gpudiag.probe import deadline
 from gpudiag.probe.nvml_events import XidWatcher
 
 if TYPE_CHECKING:
+    from gpudiag.expect import Expectations
     from gpudiag.probe import CollectOptions
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,16 @@ def _default_judge(snapshot: NodeSnapshot) -> list[CheckResult]:
     from gpudiag.checks import run_checks
 
     return run_checks(snapshot)
+
+
+def judge_against(expectations: Optional["Expectations"]) -> Callable[[NodeSnapshot], list[CheckResult]]:
+    """The checks against the node's profile and baseline (`serve --profile/-p/--baseline`), as `check` runs them:
+    without them a node that lost every GPU has nothing to fail against."""
+    if expectations is None:
+        return _default_judge
+    from gpudiag.checks import run_checks
+
+    return lambda snapshot: run_checks(snapshot, expectations)
 
 
 class Exporter:
@@ -125,7 +136,8 @@ class Exporter:
         return self.state.health()
 
 
-def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", interval_seconds: float) -> int:
+def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", interval_seconds: float,
+          expectations: Optional["Expectations"] = None) -> int:
     """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address or web config."""
     from gpudiag.probe import Collector
 
@@ -136,7 +148,8 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
         return EXIT_USAGE
     collector = Collector(options)
     try:
-        exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds)
+        exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
+                            judge=judge_against(expectations))
     except (ValueError, OSError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         print(f"gpudiag: error: cannot listen on {listen}: {reason}", file=sys.stderr)
