@@ -323,3 +323,36 @@ def test_serve_with_the_toolkit_inline_config_answers_https(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+@pytest.mark.parametrize("prefer,chosen", [(True, "ECDHE-RSA-AES256-GCM-SHA384"), (False, "ECDHE-RSA-AES128-GCM-SHA256")])
+def test_prefer_server_cipher_suites_is_enforced(tmp_path, prefer, chosen):
+    for name in ("server.crt", "server.key"):
+        shutil.copy(TOOLKIT / name, tmp_path / name)
+    config = tmp_path / "web.yml"
+    config.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  max_version: TLS12\n"
+                      "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
+                      f"  prefer_server_cipher_suites: {str(prefer).lower()}\n")
+    exporter = start(config)
+    try:  # the client prefers AES-128; the server's order prefers AES-256
+        assert get(exporter, client(ciphers="ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384"))[2][0] == chosen
+    finally:
+        exporter.stop()
+
+
+@pytest.mark.parametrize("value,seconds", [
+    ("1s", 1.0), ("250ms", 0.25), ("1m30s", 90.0), ("1.5h", 5400.0), ("0", 0.0), (0, 0.0),
+    (1_000_000_000, 1.0),  # yaml.v2 decodes an integer into a time.Duration as nanoseconds
+])
+def test_go_durations(value, seconds):
+    from gpudiag.exporter.rate_limit import parse_go_duration
+
+    assert parse_go_duration(value, "x") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("value", ["", "1", "s", "1 s", "1d", True, None, "1s2"])
+def test_bad_go_durations(value):
+    from gpudiag.exporter.rate_limit import parse_go_duration
+
+    with pytest.raises(WebConfigError):
+        parse_go_duration(value, "x")
