@@ -259,6 +259,10 @@ def test_basic_auth_as_the_toolkit():
         assert get(exporter, client(), headers=auth("dave", "dave123"))[0].status == 200
         assert get(exporter, client(), headers=auth("carol", "carol123"))[0].status == 200
         assert get(exporter, client(), headers=auth("dave", "bad"))[0].status == 401
+        assert get(exporter, client(), path="/healthz")[0].status == 401
+        assert get(exporter, client(), path="/")[0].status == 401
+        response, body, _ = get(exporter, client(), path="/livez")  # no password: a kubelet probe has none
+        assert (response.status, body) == (200, b"ok\n")
     finally:
         exporter.stop()
 

@@ -14,8 +14,9 @@ Defences for a daemon on every GPU node, where any local user and anything on th
 - a GET or HEAD with a body is refused (400, closed), and so is anything sent after a request before its answer
   (answered, then closed): no request is ever read out of another one's bytes;
 - basic auth runs bcrypt one check at a time with bounded caches and a short queue (web_config.BasicAuth);
-- a configured rate_limit is checked before authentication, as the toolkit does, on every path but /livez (a
-  liveness probe answered 429 would restart a healthy pod);
+- a configured rate_limit is checked before authentication, as the toolkit does, on every path but /livez, which
+  is exempt from authentication too (it answers "ok" and nothing else; a liveness probe answered 401 or 429 would
+  restart a healthy pod);
 - the listen backlog is the kernel's maximum, not http.server's 5;
 - nothing is resolved: the listen address is bound as given (http.server would look up its FQDN in DNS at start-up,
   which hangs on a node whose resolver is down);
@@ -199,9 +200,12 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
 
     def _admitted(self, path: str) -> bool:
-        """The rate limit (not on /livez), then authentication; False once the refusal is answered."""
+        """The rate limit, then authentication; False once the refusal is answered. /livez is exempt from both: it
+        says "ok" and nothing else, and a kubelet probe has no password (a 401 or 429 would restart the pod)."""
+        if path == "/livez":
+            return True
         limiter = self.server.web.limiter
-        if limiter is not None and path != "/livez" and not limiter.allow():
+        if limiter is not None and not limiter.allow():
             self._send(429, b"Too Many Requests\n")
             return False
         return self._authorised()
