@@ -277,7 +277,7 @@ def serve(
     # The default is gpudiag.exporter.server.DEFAULT_LISTEN, spelled out so that the CLI does not import the
     # exporter (and prometheus_client) for every command; a test keeps the two equal.
     listen: str = typer.Option(":9858", "--listen", help="HOST:PORT to serve /metrics and /healthz on; :PORT is every interface."),
-    web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth (exporter-toolkit web-config YAML)."),
+    web_config: Optional[Path] = typer.Option(None, "--web-config", "--web.config.file", help="TLS, basic auth, rate limit, headers (exporter-toolkit web-config YAML)."),
     interval: float = typer.Option(15.0, "--interval", min=0.5, help="Seconds between collections."),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,

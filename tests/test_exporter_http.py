@@ -93,7 +93,8 @@ def test_a_refused_request_with_a_body_closes_the_connection(exporter):
     assert reply.count(b"HTTP/1.1") == 1
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/"), ("GET", "/metrics/x"), ("POST", "/debug"), ("HEAD", "/x")])
+@pytest.mark.parametrize("method,path", [("GET", "/index.html"), ("GET", "/metrics/x"), ("POST", "/debug"),
+                                         ("HEAD", "/x"), ("GET", "/livez/x")])
 def test_unknown_paths_are_404(exporter, method, path):
     assert request(exporter, method, path)[0].status == 404
 
@@ -289,18 +290,23 @@ def test_basic_auth_with_bcrypt_hashes(tmp_path):
 
 
 @pytest.mark.parametrize("text,message", [
-    ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file is required"),
-    ("tls_server_config:\n  cert_file: server.crt\n  key_file: missing.key\n", "cannot load the TLS certificate"),
+    ("tls_server_config:\n  cert_file: server.crt\n", "missing one of key or key_file"),
+    ("tls_server_config:\n  cert_file: server.crt\n  key_file: missing.key\n", "cannot read key_file"),
     ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  cipher_suites: [x]\n",
-     "unsupported setting tls_server_config.cipher_suites"),
-    ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAnyClientCert\n",
-     "'RequireAnyClientCert' is not supported"),
-    ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
-     "  client_auth_type: VerifyClientCertIfGiven\n", "client_ca_file is required"),
+     "unknown cipher 'x'"),
+    ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: Maybe\n",
+     "invalid ClientAuth 'Maybe'"),
+    ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_ca_file: ca.crt\n",
+     "without a Client Auth Policy"),
+    ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_allowed_sans: [a]\n",
+     "client_allowed_sans needs a client_auth_type"),
     ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: SSL3\n",
-     "min_version 'SSL3' is not one of"),
+     "unknown TLS version 'SSL3'"),
     ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice: not a bcrypt hash"),
-    ("http_server_config:\n  http2: false\n", "unsupported setting http_server_config"),
+    ("http_server_config:\n  http3: true\n", "unknown setting http_server_config.http3"),
+    ("http_server_config:\n  headers:\n    Strict-Transport-Security: \"a\\nb\"\n", "cannot hold a line break"),
+    ("rate_limit:\n  interval: soon\n", "rate_limit.interval: 'soon' is not a duration"),
+    ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit.burst must be a whole number"),
     ("basic_auth_users: [alice]\n", "basic_auth_users must be a mapping"),
     ("tls_server_config:\n  cert_file: [\n", "not valid YAML at line 3 (expected the node content"),
 ])

@@ -286,7 +286,8 @@ def test_the_daemonset_serves_what_its_probes_ask_for():
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     assert container["args"][:3] == ["serve", "--listen", ":9858"]
     assert container["ports"][0]["containerPort"] == 9858
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}  # never restart on a hung GPU
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert daemonset["spec"]["selector"]["matchLabels"] == daemonset["spec"]["template"]["metadata"]["labels"]
 
 

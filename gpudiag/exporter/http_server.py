@@ -1,4 +1,6 @@
-"""The HTTP side: `/metrics` and `/healthz`, GET and HEAD only, with TLS and basic auth when configured.
+"""The HTTP side: `/metrics` (gzip when asked), `/healthz` (readiness: a recent collection succeeded), `/livez`
+(liveness: this loop answers; it never touches the collector or a GPU) and a landing page at `/`; GET and HEAD
+only, with the web config's TLS, basic auth, rate limit and response headers when configured.
 
 Defences for a daemon on every GPU node, where any local user and anything on the network may be hostile
 (issue 10, items 5-8; the limits are listed in docs/exporter-security.md):
@@ -12,6 +14,9 @@ Defences for a daemon on every GPU node, where any local user and anything on th
 - a GET or HEAD with a body is refused (400, closed), and so is anything sent after a request before its answer
   (answered, then closed): no request is ever read out of another one's bytes;
 - basic auth runs bcrypt one check at a time with bounded caches and a short queue (web_config.BasicAuth);
+- a configured rate_limit is checked before authentication, as the toolkit does, on every path but /livez, which
+  is exempt from authentication too (it answers "ok" and nothing else; a liveness probe answered 401 or 429 would
+  restart a healthy pod);
 - the listen backlog is the kernel's maximum, not http.server's 5;
 - nothing is resolved: the listen address is bound as given (http.server would look up its FQDN in DNS at start-up,
   which hangs on a node whose resolver is down);
@@ -30,8 +35,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Callable, Optional, Union
 from urllib.parse import urlsplit
 
+from gpudiag import __version__
 from gpudiag.exporter.connections import Connection, Connections
 from gpudiag.exporter.http_head import HeadRejected, HeadTimeout, read_head
+from gpudiag.exporter.responses import GzipCache, accepts_gzip, landing_page
 from gpudiag.exporter.web_config import AuthBusy, WebConfig
 
 log = logging.getLogger(__name__)
@@ -41,12 +48,26 @@ ALLOWED_METHODS = "GET, HEAD"
 LINGER_SECONDS, LINGER_BYTES = 0.5, 65536  # after a 431/414: how long and how much is read and discarded
 
 
+PATHS = {
+    "/metrics": "Prometheus metrics (gzip when the scraper accepts it)",
+    "/healthz": "readiness: 200 while the last collection is recent and complete, else 503",
+    "/livez": "liveness: 200 while this HTTP server answers (never waits on a GPU)",
+}
+LANDING = landing_page(__version__, list(PATHS.items()))
+
+
 class Routes:
-    """What the handler serves; plain callables so that the HTTP layer knows nothing of collections."""
+    """What the handler serves; plain callables so that the HTTP layer knows nothing of collections.
+
+    `metrics` returns the body as [the part cached per collection, per-scrape parts]: its gzip is cached likewise."""
 
     def __init__(self, metrics: Callable[[], list[bytes]], health: Callable[[], tuple[bool, str]]):
         self.metrics = metrics
         self.health = health
+        self.gzip = GzipCache()
+
+    def metrics_gzip(self) -> list[bytes]:
+        return self.gzip.compress(self.metrics())
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -143,15 +164,23 @@ class Handler(BaseHTTPRequestHandler):
                 self.request.close()
 
     def do_GET(self) -> None:
-        if not self._authorised():
-            return
         path = urlsplit(self.path).path
+        if not self._admitted(path):
+            return
         routes = self.server.routes
         if path == "/metrics":
-            self._send(200, routes.metrics(), CONTENT_TYPE_METRICS)
+            if accepts_gzip(self.headers.get("Accept-Encoding")):
+                self._send(200, routes.metrics_gzip(), CONTENT_TYPE_METRICS,
+                           {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+            else:
+                self._send(200, routes.metrics(), CONTENT_TYPE_METRICS, {"Vary": "Accept-Encoding"})
         elif path == "/healthz":
             healthy, message = routes.health()
             self._send(200 if healthy else 503, message.encode() + b"\n")
+        elif path == "/livez":
+            self._send(200, b"ok\n")  # this thread answering is the whole check: no lock, no collector, no GPU
+        elif path == "/":
+            self._send(200, LANDING, "text/html; charset=utf-8")
         else:
             self._send(404, b"not found\n")
 
@@ -161,14 +190,25 @@ class Handler(BaseHTTPRequestHandler):
         # Whatever body the request carries is not read: the connection closes after the answer, so that its
         # bytes are never taken for the next request.
         self.close_connection = True
-        if self._authorised():
-            path = urlsplit(self.path).path
-            if path in ("/metrics", "/healthz"):
+        path = urlsplit(self.path).path
+        if self._admitted(path):
+            if path in PATHS or path == "/":
                 self._send(405, b"method not allowed\n", extra={"Allow": ALLOWED_METHODS})
             else:
                 self._send(404, b"not found\n")
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+
+    def _admitted(self, path: str) -> bool:
+        """The rate limit, then authentication; False once the refusal is answered. /livez is exempt from both: it
+        says "ok" and nothing else, and a kubelet probe has no password (a 401 or 429 would restart the pod)."""
+        if path == "/livez":
+            return True
+        limiter = self.server.web.limiter
+        if limiter is not None and not limiter.allow():
+            self._send(429, b"Too Many Requests\n")
+            return False
+        return self._authorised()
 
     def _authorised(self) -> bool:
         auth = self.server.web.auth
@@ -189,6 +229,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(sum(len(chunk) for chunk in chunks)))
         for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        for name, value in self.server.web.headers.items():  # http_server_config.headers, on every answer
             self.send_header(name, value)
         if self.server.stopping or self.close_connection:
             self.send_header("Connection", "close")

@@ -2,7 +2,9 @@
 
 Default listen address `:9858`, every interface, IPv4 and IPv6. Prometheus scrapes node exporters from another
 host, so a loopback default would only make every deployment override it; the port keeps clear of the GPU
-exporters a node may already run during a migration (DCGM exporter 9400, nvidia_gpu_exporter 9835). The metrics
+exporters a node may already run during a migration (DCGM exporter 9400, nvidia_gpu_exporter 9835); it is also
+sysload_exporter's default, and Prometheus' port allocation list has no free number left (docs/exporter-security.md,
+"The port"): where both run, move one with --listen. The metrics
 describe hardware health and inventory (UUIDs, serials, driver versions), nothing that grants access; where they
 must not leave a trusted network, use `--web-config` (TLS, basic auth) or `--listen 127.0.0.1:9858`.
 """

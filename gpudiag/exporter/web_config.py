@@ -1,14 +1,19 @@
-"""TLS and basic auth from an exporter-toolkit style web-config file (`--web-config FILE`), the format every
-Prometheus exporter reads, so that one file and one habit serve the whole fleet:
+"""An exporter-toolkit web-config file (`--web-config FILE`, alias `--web.config.file`), the format every
+Prometheus exporter reads, so that one file and one habit serve the whole fleet. Everything the toolkit accepts
+(https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md) is accepted and enforced,
+and what it refuses is refused for the same reason (tests/test_web_config_toolkit.py replays its test configs):
 
-    tls_server_config:
-      cert_file: server.crt          # relative paths are relative to this file
-      key_file: server.key
-      client_auth_type: RequireAndVerifyClientCert   # optional; needs client_ca_file
-      client_ca_file: clients.pem
-      min_version: TLS12             # optional: TLS10 … TLS13; default TLS12
+    tls_server_config: …             # tls_config.py: files or inline PEM, client certificates, ciphers, curves
+    http_server_config:
+      headers: {X-Frame-Options: deny}   # set on every response; only the headers the toolkit allows
+      http2: true                    # accepted; gpudiag speaks HTTP/1.1 (see below)
+    rate_limit: {interval: 1s, burst: 10}   # rate_limit.py: a token bucket, 429 when empty
     basic_auth_users:
       prometheus: $2y$10$…           # bcrypt hash, e.g. `htpasswd -nBC 10 "" | tr -d ':\\n'`
+
+`http2`: Python's HTTP server speaks HTTP/1.1 and offers no ALPN, so clients (Prometheus included) use HTTP/1.1
+whatever the setting; it is accepted so that a node_exporter file works, and with TLS on and http2 left true a
+cipher list without an HTTP/2-required suite is refused, as the toolkit (golang.org/x/net/http2) refuses it.
 
 Anything gpudiag cannot honour is an error, never ignored: a security setting silently dropped is worse than a
 service that refuses to start.
@@ -21,42 +26,43 @@ import binascii
 import hashlib
 import os
 import re
-import ssl
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from gpudiag.exporter import web_errors as E
+from gpudiag.exporter.rate_limit import TokenBucket, parse_rate_limit
+from gpudiag.exporter.tls_config import HTTP2_REQUIRED, TLSServer, parse_tls
+from gpudiag.exporter.web_errors import WebConfigError
 
-class WebConfigError(Exception):
-    """The web-config file is unreadable or invalid; the message is one line for the operator."""
+__all__ = ["AuthBusy", "BasicAuth", "WebConfig", "WebConfigError", "load_web_config"]
 
-
-_TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
-_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
+_BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}$")
+# exporter-toolkit's web/handler.go extraHTTPHeaders: the headers a config may set, and the values allowed where
+# the header is an enumeration (None: any value).
+HEADERS = {
+    "Strict-Transport-Security": None,
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": None,
+    "Content-Security-Policy": None,
 }
-# exporter-toolkit's client_auth_type values Python's ssl module can enforce. RequestClientCert and
-# RequireAnyClientCert accept unverified certificates, which ssl cannot do: they are refused, not weakened.
-_CLIENT_AUTH = {
-    "NoClientCert": ssl.CERT_NONE,
-    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
-}
-_BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 
 
 @dataclass
 class WebConfig:
-    tls: Optional[ssl.SSLContext] = None
+    tls: Optional[TLSServer] = None
     auth: Optional["BasicAuth"] = None
+    headers: dict[str, str] = field(default_factory=dict)
+    limiter: Optional[TokenBucket] = None
+    http2: bool = True
 
 
 def load_web_config(path: Path) -> WebConfig:
+    """The config, every file it names read and checked now; WebConfigError (with the toolkit's error class) if
+    the toolkit would refuse it."""
     import yaml
 
     from gpudiag.fileio import CONFIG_MAX_BYTES, DocumentError, parse_bounded, read_text
@@ -64,7 +70,7 @@ def load_web_config(path: Path) -> WebConfig:
     try:  # a regular file, size-capped, UTF-8, not nested too deep (gpudiag.fileio)
         data = parse_bounded(yaml.safe_load, read_text(path, CONFIG_MAX_BYTES))
     except DocumentError as exc:
-        raise WebConfigError(f"{path}: {exc}") from None
+        raise WebConfigError(f"{path}: {exc}", E.NO_SUCH_FILE) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
@@ -73,13 +79,24 @@ def load_web_config(path: Path) -> WebConfig:
     if data is None:
         return WebConfig()
     _require_mapping(data, "the file")
-    _reject_unknown(data, {"tls_server_config", "basic_auth_users"}, "")
-    base = Path(path).resolve().parent
-    config = WebConfig()
-    if data.get("tls_server_config"):
-        config.tls = _tls_context(data["tls_server_config"], base)
-    if data.get("basic_auth_users"):
-        config.auth = BasicAuth(_users(data["basic_auth_users"]))
+    _reject_unknown(data, {"tls_server_config", "http_server_config", "rate_limit", "basic_auth_users"}, "")
+    # The toolkit's order: the YAML (types, names, header values), then the password hashes, then the files.
+    # Not resolved: relative paths are relative to the directory the file is named in (Go's filepath.Dir).
+    base = Path(os.path.abspath(path)).parent
+    tls = parse_tls(data.get("tls_server_config"), base)
+    headers, http2 = _http_server(data.get("http_server_config"))
+    limiter = parse_rate_limit(data.get("rate_limit"))
+    users = _users(data["basic_auth_users"]) if data.get("basic_auth_users") else None
+    config = WebConfig(headers=headers, limiter=limiter, http2=http2)
+    if tls is not None:
+        config.tls = TLSServer(tls)
+        if http2 and tls.ciphers and tls.min_version != "TLS13" and not HTTP2_REQUIRED & set(tls.ciphers):
+            raise WebConfigError(
+                "tls_server_config.cipher_suites is missing an HTTP/2-required AES_128_GCM_SHA256 cipher (need "
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 or TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256), which the "
+                "toolkit refuses while http_server_config.http2 is true", E.NO_HTTP2_CIPHER)
+    if users is not None:
+        config.auth = BasicAuth(users)
     return config
 
 
@@ -91,50 +108,35 @@ def _require_mapping(value: Any, what: str) -> None:
 def _reject_unknown(section: dict, allowed: set[str], prefix: str) -> None:
     unknown = sorted(str(k) for k in section if k not in allowed)
     if unknown:
-        raise WebConfigError(f"unsupported setting {prefix}{unknown[0]} (supported: {', '.join(sorted(allowed))})")
+        raise WebConfigError(f"unknown setting {prefix}{unknown[0]} (known: {', '.join(sorted(allowed))})")
 
 
-def _tls_context(section: Any, base: Path) -> ssl.SSLContext:
-    _require_mapping(section, "tls_server_config")
-    _reject_unknown(section, _TLS_KEYS, "tls_server_config.")
-    for key in ("cert_file", "key_file"):
-        if not isinstance(section.get(key), str) or not section[key]:
-            raise WebConfigError(f"tls_server_config.{key} is required")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = _version(section, "min_version", "TLS12")
-    if "max_version" in section:
-        context.maximum_version = _version(section, "max_version", "TLS13")
-    cert, key = base / section["cert_file"], base / section["key_file"]
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise WebConfigError(f"cannot load the TLS certificate {cert} and key {key}: {_reason(exc)}") from None
-    auth_type = section.get("client_auth_type", "NoClientCert")
-    if auth_type not in _CLIENT_AUTH:
-        raise WebConfigError(
-            f"tls_server_config.client_auth_type {auth_type!r} is not supported (supported: {', '.join(_CLIENT_AUTH)})"
-        )
-    context.verify_mode = _CLIENT_AUTH[auth_type]
-    if context.verify_mode != ssl.CERT_NONE:
-        ca = section.get("client_ca_file")
-        if not isinstance(ca, str) or not ca:
-            raise WebConfigError(f"tls_server_config.client_ca_file is required with client_auth_type {auth_type}")
-        try:
-            context.load_verify_locations(cafile=base / ca)
-        except (OSError, ssl.SSLError) as exc:
-            raise WebConfigError(f"cannot load the client CA file {base / ca}: {_reason(exc)}") from None
-    return context
-
-
-def _version(section: dict, key: str, default: str) -> ssl.TLSVersion:
-    name = section.get(key, default)
-    if name not in _VERSIONS:
-        raise WebConfigError(f"tls_server_config.{key} {name!r} is not one of {', '.join(_VERSIONS)}")
-    return _VERSIONS[name]
-
-
-def _reason(exc: Exception) -> str:
-    return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+def _http_server(section: Any) -> tuple[dict[str, str], bool]:
+    if section is None:
+        return {}, True
+    _require_mapping(section, "http_server_config")
+    _reject_unknown(section, {"headers", "http2"}, "http_server_config.")
+    http2 = section.get("http2", True)
+    if not isinstance(http2, bool):
+        raise WebConfigError("http_server_config.http2 must be true or false")
+    headers = section.get("headers") or {}
+    _require_mapping(headers, "http_server_config.headers")
+    out = {}
+    for name, value in headers.items():
+        if isinstance(value, (dict, list)) or value is None:
+            raise WebConfigError(f"http_server_config.headers.{name} must be a string")
+        name, value = str(name), str(value)
+        if name not in HEADERS:
+            raise WebConfigError(f"HTTP header {name!r} can not be configured (allowed: {', '.join(HEADERS)})",
+                                 E.INVALID_HEADER)
+        allowed = HEADERS[name]
+        if allowed is not None and value not in allowed:
+            raise WebConfigError(f"invalid value for {name}: {value!r} (one of {', '.join(allowed)})",
+                                 E.INVALID_VALUE)
+        if any(c in value for c in "\r\n\0"):
+            raise WebConfigError(f"http_server_config.headers.{name}: a value cannot hold a line break")
+        out[name] = value
+    return out, http2
 
 
 def _users(section: Any) -> dict[str, bytes]:
@@ -142,12 +144,14 @@ def _users(section: Any) -> dict[str, bytes]:
     users = {}
     for user, hashed in section.items():
         if not isinstance(hashed, str) or not _BCRYPT_HASH.match(hashed):
-            raise WebConfigError(f"basic_auth_users.{user}: not a bcrypt hash ($2a$/$2b$/$2y$, 60 characters)")
+            raise WebConfigError(f"basic_auth_users.{user}: not a bcrypt hash ($2a$/$2b$/$2y$, cost 04-31, 60 "
+                                 "characters)", E.BAD_PASSWORD)
         users[str(user)] = hashed.encode()
     try:
         import bcrypt  # noqa: F401 - checked here so that a missing package is a start-up error, not a 500
     except ImportError:
-        raise WebConfigError("basic_auth_users needs the Python package bcrypt (pip install bcrypt)") from None
+        raise WebConfigError("basic_auth_users needs the Python package bcrypt (pip install bcrypt)",
+                             E.UNSUPPORTED) from None
     return users
 
 
