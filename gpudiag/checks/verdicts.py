@@ -23,8 +23,8 @@ from gpudiag.model import CheckResult, Status
 ACTIONS = ("none", "watch", "drain", "reset", "reboot", "rma")
 ACTION_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
 
-_DEFAULT_ACTION = {Status.PASS: "none", Status.SKIP: "none", Status.WARN: "watch", Status.UNKNOWN: "watch",
-                   Status.FAIL: "drain"}
+# For a status the table does not list (pass and skip need nothing: `assign` sets "none" before looking here).
+_DEFAULT_ACTION = {Status.WARN: "watch", Status.UNKNOWN: "watch", Status.FAIL: "drain"}
 
 F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
 
