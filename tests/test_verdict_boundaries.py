@@ -39,6 +39,12 @@ def test_temperature_against_the_slowdown_limit_and_its_margin(celsius, status):
         assert "within 5°C of its slowdown limit 90°C" in message
 
 
+def test_the_message_lists_every_sensor_when_clear_and_only_the_offenders_otherwise():
+    assert _temperature(47.0)[2].endswith(": gpu 47°C, memory 52°C")
+    warm = _temperature(86.0)[2]
+    assert "gpu 86°C within 5°C" in warm and "memory" not in warm
+
+
 def test_shutdown_limit_fails_even_without_a_slowdown_limit():
     status, _, message = _temperature(95.0, slowdown_celsius=None, max_operating_celsius=None)
     assert status == F and "at/over its shutdown limit 95°C" in message
