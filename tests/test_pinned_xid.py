@@ -149,3 +149,17 @@ def test_the_critical_xid_alert_pages_exactly_on_the_failing_codes():
     failing = {code for code, (_, _, severity, _) in EXPECTED.items() if severity == F}
     # 61 (micro-controller breakpoint) warns in the check but pages: it precedes 62 on failing GSPs.
     assert _critical_alert_codes() == failing | {61}
+
+
+# The bucket's own action (module docstring above), which a profile that demotes a code to a warning keeps.
+BUCKET_ACTION = {"RESTART_APP": "watch", "IGNORE": "watch", "CHECK_UVM": "watch", "WORKFLOW_XID_45": "watch",
+                 "RESET_GPU": "reset", "WORKFLOW_XID_48": "reset", "WORKFLOW_NVLINK_ERR": "reset",
+                 "RESTART_BM": "reboot", "RESTART_VM": "reboot", "CHECK_MECHANICALS": "drain",
+                 "WORKFLOW_NVLINK5_ERR": "drain", "XID_154": "drain", "-": "watch"}
+
+
+@pytest.mark.parametrize("code", sorted(EXPECTED))
+def test_a_code_demoted_to_a_warning_keeps_its_buckets_action(code):
+    _, bucket, _, _ = EXPECTED[code]
+    expected = {63: "reset", 94: "reset"}.get(code, BUCKET_ACTION[bucket])
+    assert automation_action(code, W) == expected
