@@ -136,6 +136,19 @@ def test_stress_peak_temperature_against_slowdown_and_margin(peak, status):
         assert f"peak temperature {peak:g}°C within 5°C of its slowdown limit 87°C" in result.message
 
 
+def test_stress_temperature_needs_both_a_sensor_and_sampled_temperatures():
+    def unsampled(stress):
+        for sample in stress.samples:
+            sample.temperature_celsius = None
+    result = _stress(unsampled)
+    assert result.status == P and result.observed["max_temperature_celsius"] is None
+    active = healthy_active()
+    active.devices[0].stress.samples[2].temperature_celsius = 200.0
+    snap = node(active)
+    snap.devices[0].temperatures = {}  # no sensor limits to judge the peak against
+    assert for_gpu(run(snap, "active.stress"), 0).status == P
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # pcie.replay_errors: warn above 100 replays, or on any rollover of the counter
 
@@ -211,3 +224,28 @@ def test_label_value_escaping(value, escaped):
     families = FamilySet()
     families.add(SPEC, (value,), 1)
     assert families.exposition().decode().splitlines()[2] == f'gpudiag_test_info{{model="{escaped}"}} 1'
+
+
+@pytest.mark.parametrize("value, text", [
+    (2.0, "2"), (2.5, "2.5"), (-3.0, "-3"), (999_999_999_999_999.0, "999999999999999"),
+    (1e15, "1000000000000000.0"), (float("nan"), "NaN"), (float("inf"), "+Inf"), (float("-inf"), "-Inf"),
+    (True, "1"), (False, "0"), (7, "7")])
+def test_sample_values_in_the_text_format(value, text):
+    """Integral floats print as integers below 1e15 (exactly representable), the rest as Python's repr."""
+    families = FamilySet()
+    families.add(SPEC, ("x",), value)
+    assert families.exposition().decode().splitlines()[2] == f'gpudiag_test_info{{model="x"}} {text}'
+
+
+def test_none_adds_no_series_and_no_family():
+    families = FamilySet()
+    families.add(SPEC, ("x",), None)
+    assert families.names() == [] and families.exposition() == b""
+    other = MetricSpec("gpudiag_test_other", "counter", "b\\c", ())
+    families.add(other, (), 3)
+    families.add(SPEC, ("y",), 1)
+    assert families.names() == ["gpudiag_test_other", "gpudiag_test_info"]
+    assert families.exposition().decode().splitlines()[:3] == [
+        "# HELP gpudiag_test_other b\\\\c", "# TYPE gpudiag_test_other counter", "gpudiag_test_other 3"]
+    with pytest.raises(ValueError):
+        families.add(SPEC, ("a", "b"), 1)
