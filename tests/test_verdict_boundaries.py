@@ -11,7 +11,7 @@ from gpudiag.exporter.catalog import MetricSpec
 from gpudiag.exporter.families import FamilySet
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, ProbeError, Status, TemperatureSensor, TelemetrySample
-from tests.snapshots import for_gpu, nvidia_h200_node, run
+from tests.snapshots import amd_mi300x_node, for_gpu, nvidia_h200_node, run
 from tests.test_checks_active import healthy_active, node
 
 F, W, P = Status.FAIL, Status.WARN, Status.PASS
@@ -249,3 +249,27 @@ def test_none_adds_no_series_and_no_family():
         "# HELP gpudiag_test_other b\\\\c", "# TYPE gpudiag_test_other counter", "gpudiag_test_other 3"]
     with pytest.raises(ValueError):
         families.add(SPEC, ("a", "b"), 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# memory.bad_pages (AMD): the profile's max_bad_pages is the most accepted; the device threshold 128 fails when
+# reached, 90 % of it (115.2) warns
+
+
+def _bad_pages(reserved, expect=None):
+    snap = amd_mi300x_node()
+    health = snap.devices[0].memory_health
+    health.bad_pages_reserved, health.bad_pages_pending, health.bad_pages_unreservable = reserved, 0, 0
+    health.bad_page_threshold = 128
+    result = for_gpu(run(snap, "memory.bad_pages", expect), 0)
+    return result.status, result.action
+
+
+@pytest.mark.parametrize("reserved, status", [(115, P), (116, W), (127, W), (128, F)])
+def test_bad_pages_against_the_device_threshold(reserved, status):
+    assert _bad_pages(reserved)[0] == status
+
+
+@pytest.mark.parametrize("reserved, status", [(3, P), (4, F)])
+def test_bad_pages_against_the_profiles_maximum(reserved, status):
+    assert _bad_pages(reserved, Expectations(max_bad_pages=3)) == (status, "rma" if status == F else "none")
