@@ -149,6 +149,22 @@ def test_stress_temperature_needs_both_a_sensor_and_sampled_temperatures():
     assert for_gpu(run(snap, "active.stress"), 0).status == P
 
 
+@pytest.mark.parametrize("kind, source, message, status", [
+    (ErrorKind.TIMEOUT, "active", "deadline reached", Status.UNKNOWN),  # not run to the end: no verdict on the GPU
+    (ErrorKind.NOT_FOUND, "cuda.load", "libcuda.so.1 could not be loaded", Status.UNKNOWN),
+    (ErrorKind.ERROR, "cuda.cuModuleLoadDataEx", "CUDA_ERROR_NO_BINARY_FOR_GPU", Status.UNKNOWN),
+    (ErrorKind.ERROR, "cuda.cuLaunchKernel", "CUDA_ERROR_LAUNCH_FAILED", F),  # the GPU failed under load
+])
+def test_a_stress_that_never_launched_is_unknown_for_setup_and_fails_for_runtime_errors(kind, source, message, status):
+    def never_launched(stress):
+        stress.launches, stress.samples = 0, []
+        stress.error = ProbeError(source, kind, message)
+    result = _stress(never_launched)
+    assert result.status == status and message in result.message
+    if status == F:
+        assert "dmesg -T | grep -i -e NVRM -e Xid" in result.remediation and result.action == "drain"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # pcie.replay_errors: warn above 100 replays, or on any rollover of the counter
 
