@@ -5,8 +5,8 @@ Stdlib only. For each target file it builds AST mutants, one change each:
 - comparison flips (`<` ↔ `>=`, `>` ↔ `<=`, `==` ↔ `!=`, `in` ↔ `not in`, `is` ↔ `is not`) and boundary shifts
   (`<` → `<=`, `>` → `>=`, `<=` → `<`, `>=` → `>`);
 - `and` ↔ `or`; a negated `if` / `while` / conditional-expression test;
-- severity swaps (`Status.FAIL` → WARN, WARN → PASS, PASS → FAIL, UNKNOWN → PASS, SKIP → FAIL) and action swaps
-  (the automation actions "watch", "drain", "reset", "reboot", "rma", "none" each replaced by a neighbour);
+- severity swaps (`Status.FAIL` → WARN, WARN → PASS, PASS → FAIL, UNKNOWN → PASS, SKIP → FAIL) and action
+  swaps (the automation actions "watch", "drain", "reset", "reboot", "rma", "none" each replaced by a neighbour);
 - early returns removed (an `if` whose body ends in `return` deleted) and returned values replaced by None.
 
 Each mutant runs against the tests that executed its line: one traced run of the candidate tests (the test files
