@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpudiag.checks import run_checks
+from gpudiag.checks.verdicts import is_internal_error
 from gpudiag.expect import Expectations
 from gpudiag.model import (
     BackendInfo,
@@ -236,6 +237,7 @@ def statuses(results: list[CheckResult]) -> set[Status]:
 def assert_actionable(result: CheckResult, status: Status) -> None:
     """The result has the status, and says what was seen, what was expected and what to do."""
     assert result.status == status, (result.status, result.message)
+    assert not is_internal_error(result), result.message  # an `unknown` from a crash is not the unknown meant
     assert result.message
     assert result.observed is not None and result.expected is not None, result
     assert result.remediation.strip(), result

@@ -124,7 +124,9 @@ def test_catalog_covers_the_common_codes_with_the_documented_severities():
     for code in (13, 31, 43, 45, 68):
         assert xid_severity(code, default) == Status.WARN, code
     assert xid_severity(12345, default) == Status.WARN
-    assert all(info.action and info.meaning for info in XID_CATALOG.values())
+    # No two codes share a meaning (a renumbered or copied entry shows); every code's row is pinned against NVIDIA's
+    # catalog in tests/test_pinned_xid.py.
+    assert len({info.meaning for info in XID_CATALOG.values()}) == len(XID_CATALOG)
 
 
 def test_amdgpu_events_by_kind():

@@ -127,6 +127,9 @@ def test_every_xid_the_checks_fail_on_pages_as_critical():
     assert regexes["GpudiagXidError"] == {critical}  # the two alerts split the codes between them
     failing = sorted(code for code, info in XID_CATALOG.items() if info.severity == Status.FAIL)
     assert [code for code in failing if not re.fullmatch(critical, str(code))] == []
+    # …and the other way: a code that only warns does not page (61 on purpose: it precedes 62 on failing GSPs).
+    warning = sorted(code for code, info in XID_CATALOG.items() if info.severity == Status.WARN)
+    assert [code for code in warning if re.fullmatch(critical, str(code))] == [61]
     assert not re.fullmatch(critical, "13") and not re.fullmatch(critical, "31")  # application faults stay warnings
 
 

@@ -4,6 +4,8 @@ registry; the JSON report carries both after the remediation."""
 import json
 import re
 
+import pytest
+
 from gpudiag.checks import CHECK_IDS, run_checks
 from gpudiag.checks.verdicts import ACTIONS, TABLE, assign, derived_code, strongest
 from gpudiag.model import CheckResult, Status
@@ -58,6 +60,7 @@ def test_every_result_of_a_run_has_a_verdict_and_the_json_carries_it():
     assert (passing["action"], passing["fault_code"]) == ("none", None)
 
 
+@pytest.mark.internal_error_expected
 def test_a_check_that_raises_is_an_internal_error_to_watch(monkeypatch):
     import gpudiag.checks as checks
     from gpudiag.checks.common import Check

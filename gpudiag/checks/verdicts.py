@@ -23,8 +23,8 @@ from gpudiag.model import CheckResult, Status
 ACTIONS = ("none", "watch", "drain", "reset", "reboot", "rma")
 ACTION_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
 
-_DEFAULT_ACTION = {Status.PASS: "none", Status.SKIP: "none", Status.WARN: "watch", Status.UNKNOWN: "watch",
-                   Status.FAIL: "drain"}
+# For a status the table does not list (pass and skip need nothing: `assign` sets "none" before looking here).
+_DEFAULT_ACTION = {Status.WARN: "watch", Status.UNKNOWN: "watch", Status.FAIL: "drain"}
 
 F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
 
@@ -105,7 +105,14 @@ TABLE: dict[str, dict[Status, tuple[str, str]]] = {
 
 # A GPU that stopped answering its library (checks.common.unreachable): reset it, whatever the check was.
 UNREACHABLE = ("reset", "GPUDIAG-GPU-UNREACHABLE")
+# A check that raised (a gpudiag bug, checks/__init__.py): `unknown` like a device that did not answer, but with this
+# fault code, so that automation and the tests can tell the two apart.
 INTERNAL_ERROR = ("watch", "GPUDIAG-INTERNAL-ERROR")
+
+
+def is_internal_error(result: CheckResult) -> bool:
+    """True for the result of a check that raised, as opposed to a device or call that failed."""
+    return result.fault_code == INTERNAL_ERROR[1]
 
 
 def derived_code(check_id: str, status: Status) -> str:
