@@ -1,4 +1,4 @@
-"""The `gpudiag` command. The only place that exits; exit codes are part of the contract (DESIGN.md):
+"""The `gpudiag` command. The only place that exits; exit codes are part of the contract (docs/architecture.md):
 
 0 no check failed (warnings allowed) · 1 at least one check failed · 2 usage or configuration error ·
 3 nothing could be probed (no usable backend and no GPU on the PCI bus) · 4 internal error.
