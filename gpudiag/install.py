@@ -133,12 +133,12 @@ def run_step(argv: list[str]) -> None:
         raise InstallError(f"`{' '.join(argv)}` failed with exit status {done.returncode}")
 
 
-def install(root: Path, command: list[str], dry_run: bool, reload: bool, enable: bool) -> None:
+def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enable: bool, live: bool) -> None:
+    """Write the files under `root`; on the `live` node (root /) also run the systemd tools."""
     from gpudiag import __version__
 
     check_command(command)
     files = planned_files(root, command, __version__)
-    live = root == Path("/")
     steps: list[list[str]] = []
     if live and reload:
         steps = [["systemd-sysusers", str(root / SYSUSERS_DIR / "gpudiag.conf")], ["systemctl", "daemon-reload"]]
@@ -172,6 +172,6 @@ def install_service(
     if enable and (root != Path("/") or not reload):
         raise UsageError("--enable starts the units on this node: it cannot go with --root or --no-reload")
     try:
-        install(root, command, dry_run, reload, enable)
+        install(root, command, dry_run=dry_run, reload=reload, enable=enable, live=root == Path("/"))
     except InstallError as exc:
         raise UsageError(str(exc)) from None

@@ -180,3 +180,50 @@ def test_without_a_console_script_the_interpreter_runs_the_module(tmp_path, monk
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python3"))
     monkeypatch.setenv("PATH", str(tmp_path))
     assert install.installed_command() == [str(tmp_path / "python3"), "-m", "gpudiag"]
+
+
+# -- the systemd tools on a live node (here stand-ins on PATH that log their arguments) ------------------------------
+
+
+@pytest.fixture
+def systemd_tools(tmp_path, monkeypatch):
+    bin_dir, calls = tmp_path / "fake-bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for tool in ("systemctl", "systemd-sysusers"):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit "${{FAIL_{tool.replace("-", "_")}:-0}}"\n')
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return calls
+
+
+def test_a_live_install_creates_the_user_reloads_and_enables(tmp_path, gpudiag_exe, systemd_tools, capsys):
+    root = tmp_path / "live"
+    install.install(root, [str(gpudiag_exe)], dry_run=False, reload=True, enable=True, live=True)
+    assert systemd_tools.read_text().splitlines() == [
+        f"systemd-sysusers {root}/etc/sysusers.d/gpudiag.conf",  # the user exists before a unit names it
+        "systemctl daemon-reload",
+        "systemctl enable --now gpudiag-exporter.service gpudiag-check.timer",
+    ]
+    assert (root / "etc/systemd/system/gpudiag-check.timer").is_file()
+    assert "Next:" not in capsys.readouterr().out
+
+
+def test_a_live_install_without_enable_says_what_starts_it(tmp_path, gpudiag_exe, systemd_tools, capsys):
+    install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=False, live=True)
+    assert systemd_tools.read_text().splitlines()[-1] == "systemctl daemon-reload"
+    assert "Next: systemctl enable --now gpudiag-exporter.service gpudiag-check.timer" in capsys.readouterr().out
+
+
+def test_a_failing_systemd_tool_stops_the_install_with_one_line(tmp_path, gpudiag_exe, systemd_tools, monkeypatch):
+    monkeypatch.setenv("FAIL_systemd_sysusers", "1")
+    with pytest.raises(install.InstallError, match=r"`systemd-sysusers .*` failed with exit status 1"):
+        install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=True, live=True)
+    assert systemd_tools.read_text().splitlines() == [
+        f"systemd-sysusers {tmp_path}/live/etc/sysusers.d/gpudiag.conf"]  # nothing enabled after a failure
+
+
+def test_a_node_without_systemd_is_told_so(tmp_path, gpudiag_exe, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(install.InstallError, match="systemd-sysusers not found: is this a systemd node"):
+        install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=False, live=True)
