@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,19 @@ def test_the_readme_install_command_works_under_debians_python(tmp_path):
     for name in ("systemd/gpudiag-exporter.service", "systemd/gpudiag.sysusers",
                  "monitoring/grafana/gpudiag-dashboard.json", "monitoring/prometheus/gpudiag-alerts.yml"):
         assert (shipped / name).is_file() and not (shipped / name).is_symlink(), name
+    # and the wheel itself lists them (what a wheel built elsewhere and copied to a node carries)
+    done = subprocess.run([str(venv / "bin" / "pip"), "wheel", "--no-deps", "--no-index", "--no-build-isolation",
+                           "-w", str(tmp_path / "dist"), "."], cwd=source, env=env, timeout=180, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = (tmp_path / "dist").glob("gpudiag-*.whl")
+    listed = set(zipfile.ZipFile(wheel).namelist())
+    for unit in ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.sysusers"):
+        assert f"gpudiag/_shipped/systemd/{unit}" in listed
+    assert {"gpudiag/_shipped/monitoring/grafana/gpudiag-dashboard.json",
+            "gpudiag/_shipped/monitoring/prometheus/gpudiag-alerts.yml", "gpudiag/profiles/h200-8x.toml"} <= listed
+    assert not any(name.startswith(("tests/", "systemd/")) for name in listed)
+
     done = subprocess.run([str(gpudiag), "install-service", "--root", str(tmp_path / "image"), "--dry-run"],
                           cwd=home, env=env, timeout=60, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
