@@ -72,15 +72,17 @@ def installed_command() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "gpudiag"]
 
 
-def check_command(command: list[str]) -> None:
+def check_command(command: list[str], root: Path = Path("/")) -> None:
+    """Refuse a program the service could not run. Under --root (an image being built) it may exist in the image
+    only: ROOT/program counts."""
     program = command[0]
     if not os.path.isabs(program):
         raise InstallError(f"--gpudiag {program}: give an absolute path")
     if _UNSAFE_PATH.search(program):
         raise InstallError(f"{program}: the path has characters systemd would interpret (space, %, $, quotes, "
                            f"backslash); install gpudiag under a plain path such as /opt/gpudiag")
-    if not (os.path.isfile(program) and os.access(program, os.X_OK)):
-        raise InstallError(f"{program}: no such executable")
+    if not any(os.path.isfile(p) and os.access(p, os.X_OK) for p in (program, root / program.lstrip("/"))):
+        raise InstallError(f"{program}: no such executable" + (f" (nor under {root})" if root != Path("/") else ""))
     if program.startswith(HIDDEN_BY_PROTECT_HOME):
         raise InstallError(f"{program} is under a home directory, which the units' ProtectHome=yes hides from the "
                            f"service: install gpudiag system-wide, e.g. python3 -m venv /opt/gpudiag && "
@@ -137,7 +139,7 @@ def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enab
     """Write the files under `root`; on the `live` node (root /) also run the systemd tools."""
     from gpudiag import __version__
 
-    check_command(command)
+    check_command(command, root)
     files = planned_files(root, command, __version__)
     steps: list[list[str]] = []
     if live and reload:

@@ -227,3 +227,17 @@ def test_a_node_without_systemd_is_told_so(tmp_path, gpudiag_exe, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(install.InstallError, match="systemd-sysusers not found: is this a systemd node"):
         install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=False, live=True)
+
+
+def test_under_root_the_gpudiag_may_exist_in_the_image_only(tmp_path, capsys):
+    image = tmp_path / "image"
+    inside = image / "opt/gpudiag/bin/gpudiag"
+    inside.parent.mkdir(parents=True)
+    inside.write_text("#!/bin/sh\n")
+    inside.chmod(0o755)
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", "/opt/gpudiag/bin/gpudiag")
+    assert (code, err) == (0, "")
+    (exec_start,) = settings_of(image / "etc/systemd/system/gpudiag-exporter.service")["ExecStart"]
+    assert exec_start.startswith("/opt/gpudiag/bin/gpudiag serve ")
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", "/opt/other/bin/gpudiag")
+    assert code == 2 and f"no such executable (nor under {image})" in err
