@@ -132,3 +132,8 @@ def test_relative_links_in_the_docs_resolve():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
             if "://" not in target and not target.startswith("mailto:"):
                 assert (page.parent / target).exists(), f"{page.relative_to(REPO)} links to missing {target}"
+
+
+def test_the_readme_check_table_lists_every_check_in_registry_order():
+    listed = re.findall(r"^\| `([a-z_]+\.[a-z0-9_]+)` \|", (REPO / "README.md").read_text(), re.MULTILINE)
+    assert listed == list(CHECK_IDS)
