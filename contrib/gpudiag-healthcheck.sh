@@ -118,7 +118,9 @@ judge() {
        return ;;
   esac
   probe_deadline=$((GPUDIAG_TIMEOUT > 6 ? GPUDIAG_TIMEOUT - 5 : 1))
-  args=(check --format json --timeout "$probe_deadline")
+  args=(check --format json)
+  # A recording (--replay, a dry run of this hook) is not probed: gpudiag refuses a probe deadline next to it.
+  case " $GPUDIAG_ARGS" in *" --replay"*) ;; *) args+=(--timeout "$probe_deadline") ;; esac
   [ -n "${GPUDIAG_PROFILE:-}" ] && args+=(--profile "$GPUDIAG_PROFILE")
   [ -n "${GPUDIAG_BASELINE:-}" ] && args+=(--baseline "$GPUDIAG_BASELINE")
   # shellcheck disable=SC2206  # GPUDIAG_ARGS is a list of words on purpose

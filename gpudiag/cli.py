@@ -1,4 +1,4 @@
-"""The `gpudiag` command. The only place that exits; exit codes are part of the contract (DESIGN.md):
+"""The `gpudiag` command. The only place that exits; exit codes are part of the contract (docs/architecture.md):
 
 0 no check failed (warnings allowed) · 1 at least one check failed · 2 usage or configuration error ·
 3 nothing could be probed (no usable backend and no GPU on the PCI bus) · 4 internal error.
@@ -19,6 +19,9 @@ from typing import Iterator, List, Optional
 
 import typer
 
+from gpudiag import cli_habits as habits
+from gpudiag.install import install_service
+
 try:  # typer 0.2x ships its own copy of click; older typer uses click itself
     from typer import _click as click
 except ImportError:  # pragma: no cover - depends on the installed typer
@@ -27,13 +30,17 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_PROBED, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
+    context_settings=habits.CONTEXT_SETTINGS,  # -h too
     help="GPU node health and diagnostics for AMD and NVIDIA nodes.",
 )
 log = logging.getLogger("gpudiag")
+
+
+@app.callback(invoke_without_command=True)
+def _gpudiag(ctx: typer.Context, version: bool = habits.VersionOption) -> None:
+    habits.help_when_bare(ctx)  # bare `gpudiag`: the help on stdout, exit 0
 
 
 class UsageProblem(Exception):
@@ -206,6 +213,7 @@ def check(
     from gpudiag.checks import probe_parts_for, resolve_selection, run_checks
     from gpudiag.report import render, summarize
 
+    habits.refuse_ignored_options(replay, as_json, fmt.value)
     only_ids, skip_ids = _split_ids(only), _split_ids(skip)
     try:
         selected = resolve_selection(only_ids, skip_ids)
@@ -243,7 +251,7 @@ def snapshot(
 
     node = _collect(root, kernel_log, timeout)
     _write_output(output, snapshot_json(node), "snapshot")
-    raise typer.Exit(EXIT_NOTHING_PROBED if nothing_probed(node) else EXIT_OK)
+    raise habits.nothing_probed_exit() if nothing_probed(node) else typer.Exit(EXIT_OK)
 
 
 @app.command()
@@ -260,6 +268,7 @@ def baseline(
     from gpudiag.checks.baseline_of import baseline_of
     from gpudiag.report import summarize
 
+    habits.refuse_ignored_options(replay)
     node = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout)
     if nothing_probed(node):
         print("gpudiag: error: nothing could be probed: no GPU to record a baseline of", file=sys.stderr)
@@ -320,7 +329,7 @@ def textfile(
         write_textfile(output, node, results)
     except OSError as exc:
         raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-    raise typer.Exit(EXIT_NOTHING_PROBED if nothing_judged(node, results) else EXIT_OK)
+    raise habits.nothing_probed_exit() if nothing_judged(node, results) else typer.Exit(EXIT_OK)
 
 
 @app.command()
@@ -331,11 +340,15 @@ def version() -> None:
     print(__version__)
 
 
+app.command("install-service")(install_service)  # gpudiag/install.py
+
+
 # -- entry point ------------------------------------------------------------------------------------------------
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     debug = bool(os.environ.get("GPUDIAG_DEBUG"))
+    habits.degrade_unencodable_streams()  # PYTHONIOENCODING=ascii: "->" for "→", not a UnicodeEncodeError
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         stream=sys.stderr,
@@ -347,10 +360,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except click.exceptions.UsageError as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpudiag`: the help is the message
-            print(exc.format_message(), file=sys.stderr)
-        else:
-            print(f"gpudiag: error: {exc.format_message()}", file=sys.stderr)
+        print(f"gpudiag: error: {exc.format_message()}", file=sys.stderr)
         return EXIT_USAGE
     except typer.Abort:
         print("gpudiag: aborted", file=sys.stderr)

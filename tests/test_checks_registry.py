@@ -95,7 +95,7 @@ def test_every_check_has_a_summary():
     assert all(isinstance(c, Check) and c.summary for c in REGISTRY)
 
 
-# Layering: checks are pure functions of the snapshot (DESIGN.md "The flow").
+# Layering: checks are pure functions of the snapshot (docs/architecture.md, "The flow").
 _FORBIDDEN_MODULES = {"pynvml", "amdsmi", "os", "pathlib", "io", "glob", "shutil", "subprocess", "socket", "ctypes",
                       "psutil"}
 _LAYER_FILES = sorted(Path(checks.__file__).parent.glob("*.py")) + [Path(checks.__file__).parent.parent / "expect.py"]

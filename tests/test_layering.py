@@ -1,4 +1,4 @@
-"""DESIGN.md's layering, enforced: imports run downward only (cli → report | exporter → checks → probe → model),
+"""The layering of docs/architecture.md: imports run downward only (cli → report | exporter → checks → probe → model),
 and nothing above probe/ touches a vendor library."""
 
 from __future__ import annotations

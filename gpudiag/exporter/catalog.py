@@ -1,6 +1,6 @@
 """Every metric gpudiag exports: its name, type, help and labels, in one place.
 
-Naming (DESIGN.md, and Prometheus's naming guide): prefix `gpudiag_`, base units in the name (`_celsius`, `_watts`,
+Naming (docs/architecture.md; Prometheus naming): prefix `gpudiag_`, base units in the name (`_celsius`, `_watts`,
 `_joules`, `_hertz`, `_bytes`, `_seconds`, `_ratio`), counters end in `_total`. Identity labels (model, serial,
 VBIOS, driver) sit only on `gpudiag_gpu_info`; every per-GPU series carries `gpu` (index), `uuid` and `pci_bus_id`
 so that it can be joined to the info series. The dashboard and alert-rule tests check their expressions against

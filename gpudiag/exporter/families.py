@@ -1,6 +1,6 @@
 """A set of metric families under construction, written straight to the Prometheus text format (0.0.4).
 
-A value of None adds nothing: an unsupported reading has no series, never a 0 (DESIGN.md). A family with no
+A value of None adds nothing: an unsupported reading has no series, never a 0 (docs/architecture.md). A family with no
 samples is not emitted at all.
 
 Why not prometheus_client's metric families: they hold a dict of labels per sample and render by sorting each

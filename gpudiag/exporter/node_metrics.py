@@ -14,7 +14,7 @@ from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
 from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, NodeSnapshot, Status
 
 # gpudiag_check_ok: what an operator can rely on. Unknown is not ok: a check that could not decide has not shown
-# the GPU healthy (DESIGN.md).
+# the GPU healthy (docs/architecture.md).
 _OK_STATUSES = {Status.PASS, Status.WARN, Status.SKIP}
 
 

@@ -1,4 +1,4 @@
-"""The versioned JSON report (DESIGN.md "Outward contract")."""
+"""The versioned JSON report (docs/architecture.md, "The outward contract")."""
 
 from __future__ import annotations
 

@@ -1,0 +1,179 @@
+"""`gpudiag install-service`: put the systemd units that ship inside the package onto this node.
+
+The units in systemd/ name `/usr/local/bin/gpudiag`, which neither a venv nor pipx creates (and `systemd-analyze
+verify` refuses a unit whose program is missing), so they are rendered with the path of the gpudiag that runs this
+command. Written: /etc/systemd/system/{gpudiag-exporter.service, gpudiag-check.service, gpudiag-check.timer} and
+/etc/sysusers.d/gpudiag.conf (the `gpudiag` system user both units run as; /etc, not /usr/lib, because this is a
+local installation, not a distribution package: sysusers.d(5)). Then `systemd-sysusers` creates the user and
+`systemctl daemon-reload` makes systemd read the units; `--enable` also starts the exporter and the textfile timer.
+
+`--root DIR` writes under DIR instead (an image being built, a test) and runs no systemctl; `--dry-run` prints what
+would be written and runs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+try:  # as in cli.py: typer 0.2x ships its own copy of click
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import UsageError
+
+# The package's copy of the top-level systemd/ and monitoring/ directories (symbolic links in the source tree, which
+# an editable install follows and a wheel build copies; pyproject.toml's package-data ships them).
+SHIPPED = Path(__file__).resolve().parent / "_shipped"
+UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer")
+SYSUSERS = "gpudiag.sysusers"
+PLACEHOLDER = "/usr/local/bin/gpudiag"  # what the shipped units name
+UNIT_DIR, SYSUSERS_DIR = Path("etc/systemd/system"), Path("etc/sysusers.d")
+ENABLE = ("gpudiag-exporter.service", "gpudiag-check.timer")
+# The units set ProtectHome=yes: a gpudiag under these directories is invisible to the service.
+HIDDEN_BY_PROTECT_HOME = ("/home/", "/root/", "/run/user/")
+# Characters systemd would interpret in an ExecStart= program path (specifiers, variables, quoting).
+_UNSAFE_PATH = re.compile(r"[\s%$\\\"';]")
+_EXEC_LINE = re.compile(r"^(ExecStart[A-Za-z]*=[-@:+!]*)" + re.escape(PLACEHOLDER) + r"(?=\s|$)", re.MULTILINE)
+
+
+class InstallError(Exception):
+    """A reason not to install: one line for the user."""
+
+
+def shipped_file(*parts: str) -> Path:
+    path = SHIPPED.joinpath(*parts)
+    if not path.is_file():
+        raise InstallError(f"{path}: not in this installation of gpudiag (was it built without its package data?)")
+    return path
+
+
+def installed_command() -> list[str]:
+    """How systemd should start this gpudiag: the console script that is running, the one beside this Python (a
+    venv's bin/), the one on PATH, or this Python with `-m gpudiag`; absolute, never resolved through symlinks (a
+    pipx link keeps working across pipx upgrades)."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    candidates = []
+    if argv0 is not None and argv0.name == "gpudiag":
+        candidates.append(Path(os.path.abspath(argv0)))
+    candidates.append(Path(os.path.abspath(sys.executable)).parent / "gpudiag")
+    on_path = shutil.which("gpudiag")
+    if on_path:
+        candidates.append(Path(os.path.abspath(on_path)))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return [str(candidate)]
+    return [os.path.abspath(sys.executable), "-m", "gpudiag"]
+
+
+def check_command(command: list[str], root: Path = Path("/")) -> None:
+    """Refuse a program the service could not run. Under --root (an image being built) it may exist in the image
+    only: ROOT/program counts."""
+    program = command[0]
+    if not os.path.isabs(program):
+        raise InstallError(f"--gpudiag {program}: give an absolute path")
+    if _UNSAFE_PATH.search(program):
+        raise InstallError(f"{program}: the path has characters systemd would interpret (space, %, $, quotes, "
+                           f"backslash); install gpudiag under a plain path such as /opt/gpudiag")
+    if not any(os.path.isfile(p) and os.access(p, os.X_OK) for p in (program, root / program.lstrip("/"))):
+        raise InstallError(f"{program}: no such executable" + (f" (nor under {root})" if root != Path("/") else ""))
+    if program.startswith(HIDDEN_BY_PROTECT_HOME):
+        raise InstallError(f"{program} is under a home directory, which the units' ProtectHome=yes hides from the "
+                           f"service: install gpudiag system-wide, e.g. python3 -m venv /opt/gpudiag && "
+                           f"/opt/gpudiag/bin/pip install <gpudiag> && /opt/gpudiag/bin/gpudiag install-service")
+
+
+def render_unit(text: str, command: list[str], version: str) -> str:
+    """The unit with ExecStart= naming `command` instead of the placeholder, and a header saying where it came from."""
+    rendered, count = _EXEC_LINE.subn(lambda m: m.group(1) + " ".join(command), text)
+    if count == 0 and re.search(r"^ExecStart", text, re.MULTILINE):  # the timer has none
+        raise InstallError(f"a shipped unit's ExecStart= does not start with {PLACEHOLDER}: cannot render it")
+    header = (f"# Written by `gpudiag install-service` (gpudiag {version}) for {' '.join(command)}. Local changes "
+              f"belong in a drop-in (systemctl edit UNIT): running install-service again replaces this file.\n")
+    return header + rendered
+
+
+def planned_files(root: Path, command: list[str], version: str) -> list[tuple[Path, str]]:
+    """(destination, content) of everything the installer writes."""
+    files = [(root / UNIT_DIR / unit, render_unit(shipped_file("systemd", unit).read_text(), command, version))
+             for unit in UNITS]
+    files.append((root / SYSUSERS_DIR / "gpudiag.conf", shipped_file("systemd", SYSUSERS).read_text()))
+    return files
+
+
+def write_file(path: Path, text: str) -> str:
+    """Write `path` atomically (mode 0644: systemd and the admin read units); 'unchanged' when it already says it."""
+    from gpudiag.fileio import write_atomically
+
+    try:
+        if path.is_file() and path.read_text() == text:
+            return "unchanged"
+        existed = path.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, text, 0o644)
+    except OSError as exc:
+        raise InstallError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    return "replaced" if existed else "written"
+
+
+def run_step(argv: list[str]) -> None:
+    """Run one systemd tool; a failure is one line naming the command (its own message follows on stderr)."""
+    if shutil.which(argv[0]) is None:
+        raise InstallError(f"{argv[0]} not found: is this a systemd node? (--root DIR writes the files without it)")
+    print("+ " + " ".join(argv))
+    try:
+        done = subprocess.run(argv, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        raise InstallError(f"`{' '.join(argv)}` did not finish within 120 s") from None
+    if done.returncode != 0:
+        raise InstallError(f"`{' '.join(argv)}` failed with exit status {done.returncode}")
+
+
+def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enable: bool, live: bool) -> None:
+    """Write the files under `root`; on the `live` node (root /) also run the systemd tools."""
+    from gpudiag import __version__
+
+    check_command(command, root)
+    files = planned_files(root, command, __version__)
+    steps: list[list[str]] = []
+    if live and reload:
+        steps = [["systemd-sysusers", str(root / SYSUSERS_DIR / "gpudiag.conf")], ["systemctl", "daemon-reload"]]
+        if enable:
+            steps.append(["systemctl", "enable", "--now", *ENABLE])
+    if dry_run:
+        for path, text in files:
+            print(f"--- would write {path} (mode 0644)")
+            print(text, end="" if text.endswith("\n") else "\n")
+        for argv in steps:
+            print("--- would run " + " ".join(argv))
+        return
+    for path, text in files:
+        print(f"{write_file(path, text):9} {path}")
+    for argv in steps:
+        run_step(argv)
+    if not enable:
+        hint = "systemctl enable --now " + " ".join(ENABLE)
+        print(f"Next: {hint}" if live and reload else f"On the node: systemd-sysusers, systemctl daemon-reload, {hint}")
+
+
+def install_service(
+    root: Path = typer.Option(Path("/"), "--root", help="Install under this directory (an image, a test) and run no systemctl."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the files it would write and the commands it would run; change nothing."),
+    reload: bool = typer.Option(True, "--reload/--no-reload", help="Run systemd-sysusers and systemctl daemon-reload (default; never with --root)."),
+    enable: bool = typer.Option(False, "--enable", help="Also `systemctl enable --now` the exporter and the textfile timer."),
+    gpudiag: Optional[Path] = typer.Option(None, "--gpudiag", help="The gpudiag executable the units run (default: this one)."),
+) -> None:
+    """Install the systemd units (exporter, textfile timer) and the gpudiag system user, for this gpudiag."""
+    command = [str(gpudiag)] if gpudiag is not None else installed_command()
+    if enable and (root != Path("/") or not reload):
+        raise UsageError("--enable starts the units on this node: it cannot go with --root or --no-reload")
+    try:
+        install(root, command, dry_run=dry_run, reload=reload, enable=enable, live=root == Path("/"))
+    except InstallError as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,243 @@
+"""`gpudiag install-service` (issue 12): the shipped units rendered with the real gpudiag, into a temporary root, pass
+`systemd-analyze verify` and keep the security exposure the source units were measured at; the package carries the
+units and the monitoring files (an editable install here, a built wheel in test_readme_setup.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudiag import cli, install
+from tests.test_systemd_units import ANALYZE, SYSTEMD, UNITS, needs_analyze, settings_of
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def gpudiag_exe(tmp_path) -> Path:
+    """An installed-looking gpudiag outside any home directory: this interpreter running this checkout."""
+    exe = tmp_path / "opt" / "bin" / "gpudiag"
+    exe.parent.mkdir(parents=True)
+    exe.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} -m gpudiag \"$@\"\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.fixture
+def installed_root(tmp_path, gpudiag_exe, capsys) -> Path:
+    root = tmp_path / "root"
+    code, out, err = run(capsys, "install-service", "--root", str(root), "--gpudiag", str(gpudiag_exe))
+    assert (code, err) == (0, ""), err
+    assert "systemctl daemon-reload" in out  # said, not run: --root is not this node
+    return root
+
+
+def test_the_package_ships_units_and_monitoring_files():
+    for name in (*UNITS, "gpudiag.sysusers"):
+        assert (install.SHIPPED / "systemd" / name).read_text() == (SYSTEMD / name).read_text()
+    shipped = install.SHIPPED / "monitoring"
+    assert (shipped / "grafana" / "gpudiag-dashboard.json").is_file()
+    assert (shipped / "prometheus" / "gpudiag-alerts.yml").is_file()
+
+
+def test_install_writes_units_sysusers_and_names_the_real_gpudiag(installed_root, gpudiag_exe):
+    units = installed_root / "etc/systemd/system"
+    assert sorted(p.name for p in units.iterdir()) == sorted(UNITS)
+    for unit in ("gpudiag-exporter.service", "gpudiag-check.service"):
+        (exec_start,) = settings_of(units / unit)["ExecStart"]
+        assert shlex.split(exec_start)[0] == str(gpudiag_exe)
+        assert install.PLACEHOLDER not in exec_start
+        assert oct((units / unit).stat().st_mode & 0o777) == "0o644"
+    sysusers = installed_root / "etc/sysusers.d/gpudiag.conf"
+    assert re.search(r"^u gpudiag - ", sysusers.read_text(), re.MULTILINE)
+    # everything but ExecStart= is the shipped unit, word for word
+    for unit in UNITS:
+        source = (SYSTEMD / unit).read_text().splitlines()
+        rendered = (units / unit).read_text().splitlines()[1:]  # after the "Written by" header
+        assert [a for a, b in zip(source, rendered) if a != b] == [
+            line for line in source if line.startswith("ExecStart=")]
+
+
+@needs_analyze
+def test_installed_units_pass_systemd_analyze_verify(installed_root):
+    units = [str(installed_root / "etc/systemd/system" / u) for u in UNITS]
+    result = subprocess.run([ANALYZE, "verify", "--man=no", *units], capture_output=True, text=True, timeout=60,
+                            cwd=installed_root)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+@needs_analyze
+@pytest.mark.parametrize("unit,limit", [("gpudiag-exporter.service", 2.0), ("gpudiag-check.service", 1.1)])
+def test_installed_units_keep_their_security_exposure(installed_root, unit, limit):
+    # the same limits test_systemd_units.py holds the source units to
+    result = subprocess.run([ANALYZE, "security", "--offline=true", "--no-pager",
+                             str(installed_root / "etc/systemd/system" / unit)],
+                            capture_output=True, text=True, timeout=60, cwd=installed_root)
+    exposure = float(re.search(r"Overall exposure level for \S+: (\d+\.\d)", result.stdout).group(1))
+    assert exposure <= limit, result.stdout
+
+
+def test_the_installed_exec_start_runs(installed_root):
+    (exec_start,) = settings_of(installed_root / "etc/systemd/system/gpudiag-exporter.service")["ExecStart"]
+    program = shlex.split(exec_start)[0]
+    done = subprocess.run([program, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--listen" in done.stdout
+
+
+def test_a_second_install_changes_nothing(installed_root, gpudiag_exe, capsys):
+    code, out, _ = run(capsys, "install-service", "--root", str(installed_root), "--gpudiag", str(gpudiag_exe))
+    assert code == 0 and out.count("unchanged") == len(UNITS) + 1
+
+
+def test_dry_run_shows_everything_and_writes_nothing(tmp_path, gpudiag_exe, capsys):
+    root = tmp_path / "dry"
+    code, out, err = run(capsys, "install-service", "--root", str(root), "--gpudiag", str(gpudiag_exe), "--dry-run")
+    assert (code, err) == (0, "") and not root.exists()
+    for unit in UNITS:
+        assert f"--- would write {root}/etc/systemd/system/{unit} (mode 0644)" in out
+    assert f"ExecStart={gpudiag_exe} serve --listen" in out and "u gpudiag - " in out
+
+
+def test_dry_run_on_the_live_node_lists_the_systemd_commands(gpudiag_exe, capsys):
+    code, out, _ = run(capsys, "install-service", "--gpudiag", str(gpudiag_exe), "--dry-run", "--enable")
+    assert code == 0
+    assert "--- would run systemd-sysusers /etc/sysusers.d/gpudiag.conf" in out
+    assert "--- would run systemctl daemon-reload" in out
+    assert "--- would run systemctl enable --now gpudiag-exporter.service gpudiag-check.timer" in out
+
+
+def test_no_reload_runs_no_systemd_command(gpudiag_exe, capsys):
+    code, out, _ = run(capsys, "install-service", "--gpudiag", str(gpudiag_exe), "--dry-run", "--no-reload")
+    assert code == 0 and "would run" not in out
+
+
+@pytest.mark.parametrize("path, message", [
+    ("/root/.venvs/gpudiag/bin/gpudiag", "ProtectHome=yes"),
+    ("/home/ops/.local/bin/gpudiag", "ProtectHome=yes"),
+    ("relative/gpudiag", "absolute path"),
+    ("/opt/my gpudiag/bin/gpudiag", "characters systemd would interpret"),
+    ("/opt/100%/gpudiag", "characters systemd would interpret"),
+    ("/nonexistent/bin/gpudiag", "no such executable"),
+])
+def test_a_gpudiag_the_service_could_not_run_is_refused(tmp_path, capsys, path, message, monkeypatch):
+    real = os.path.isfile
+    if path.startswith(("/root/", "/home/")):  # exists, but where the service cannot see it
+        monkeypatch.setattr(os.path, "isfile", lambda p: p == path or real(p))
+        monkeypatch.setattr(os, "access", lambda p, mode: True)
+    code, out, err = run(capsys, "install-service", "--root", str(tmp_path / "r"), "--gpudiag", path)
+    assert (code, out) == (2, "") and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_enable_needs_the_live_node(tmp_path, gpudiag_exe, capsys):
+    code, _, err = run(capsys, "install-service", "--root", str(tmp_path), "--enable", "--gpudiag", str(gpudiag_exe))
+    assert code == 2 and "--enable" in err
+
+
+def test_an_unwritable_root_is_one_line(tmp_path, gpudiag_exe, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, out, err = run(capsys, "install-service", "--root", str(blocker), "--gpudiag", str(gpudiag_exe))
+    assert code == 2 and err.startswith("gpudiag: error: ") and "cannot write" in err and len(err.splitlines()) == 1
+
+
+# -- which gpudiag the units name -----------------------------------------------------------------------------------
+
+
+def test_the_running_console_script_is_named(tmp_path, monkeypatch):
+    script = tmp_path / "venv" / "bin" / "gpudiag"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "install-service"])
+    assert install.installed_command() == [str(script)]
+
+
+def test_beside_the_interpreter_when_run_as_a_module(tmp_path, monkeypatch):
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "gpudiag").write_text("#!/bin/sh\n")
+    (venv_bin / "gpudiag").chmod(0o755)
+    monkeypatch.setattr(sys, "argv", ["/somewhere/gpudiag/__main__.py"])
+    monkeypatch.setattr(sys, "executable", str(venv_bin / "python3"))
+    assert install.installed_command() == [str(venv_bin / "gpudiag")]
+
+
+def test_without_a_console_script_the_interpreter_runs_the_module(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["/somewhere/gpudiag/__main__.py"])
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert install.installed_command() == [str(tmp_path / "python3"), "-m", "gpudiag"]
+
+
+# -- the systemd tools on a live node (here stand-ins on PATH that log their arguments) ------------------------------
+
+
+@pytest.fixture
+def systemd_tools(tmp_path, monkeypatch):
+    bin_dir, calls = tmp_path / "fake-bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for tool in ("systemctl", "systemd-sysusers"):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit "${{FAIL_{tool.replace("-", "_")}:-0}}"\n')
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return calls
+
+
+def test_a_live_install_creates_the_user_reloads_and_enables(tmp_path, gpudiag_exe, systemd_tools, capsys):
+    root = tmp_path / "live"
+    install.install(root, [str(gpudiag_exe)], dry_run=False, reload=True, enable=True, live=True)
+    assert systemd_tools.read_text().splitlines() == [
+        f"systemd-sysusers {root}/etc/sysusers.d/gpudiag.conf",  # the user exists before a unit names it
+        "systemctl daemon-reload",
+        "systemctl enable --now gpudiag-exporter.service gpudiag-check.timer",
+    ]
+    assert (root / "etc/systemd/system/gpudiag-check.timer").is_file()
+    assert "Next:" not in capsys.readouterr().out
+
+
+def test_a_live_install_without_enable_says_what_starts_it(tmp_path, gpudiag_exe, systemd_tools, capsys):
+    install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=False, live=True)
+    assert systemd_tools.read_text().splitlines()[-1] == "systemctl daemon-reload"
+    assert "Next: systemctl enable --now gpudiag-exporter.service gpudiag-check.timer" in capsys.readouterr().out
+
+
+def test_a_failing_systemd_tool_stops_the_install_with_one_line(tmp_path, gpudiag_exe, systemd_tools, monkeypatch):
+    monkeypatch.setenv("FAIL_systemd_sysusers", "1")
+    with pytest.raises(install.InstallError, match=r"`systemd-sysusers .*` failed with exit status 1"):
+        install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=True, live=True)
+    assert systemd_tools.read_text().splitlines() == [
+        f"systemd-sysusers {tmp_path}/live/etc/sysusers.d/gpudiag.conf"]  # nothing enabled after a failure
+
+
+def test_a_node_without_systemd_is_told_so(tmp_path, gpudiag_exe, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(install.InstallError, match="systemd-sysusers not found: is this a systemd node"):
+        install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=False, live=True)
+
+
+def test_under_root_the_gpudiag_may_exist_in_the_image_only(tmp_path, capsys):
+    image = tmp_path / "image"
+    inside = image / "opt/gpudiag/bin/gpudiag"
+    inside.parent.mkdir(parents=True)
+    inside.write_text("#!/bin/sh\n")
+    inside.chmod(0o755)
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", "/opt/gpudiag/bin/gpudiag")
+    assert (code, err) == (0, "")
+    (exec_start,) = settings_of(image / "etc/systemd/system/gpudiag-exporter.service")["ExecStart"]
+    assert exec_start.startswith("/opt/gpudiag/bin/gpudiag serve ")
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", "/opt/other/bin/gpudiag")
+    assert code == 2 and f"no such executable (nor under {image})" in err
