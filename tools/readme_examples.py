@@ -1,0 +1,142 @@
+"""The README's two failing checklists, printed by today's gpudiag over the test fakes.
+
+The README shows what `gpudiag check` prints on a failing 8x H200 node (GPU 7 fell off the bus, GPU 3 trained at
+Gen4 in P0, GPU 2 has a pending row remap, GPU 6 has two NVLinks down, Xid 63 and Xid 79 in the kernel log) and on
+an 8x MI300X node whose GPU 3 sits in a Gen4 slot. Both are built here from the same fakes the tests use, so the
+README can be checked against the code (tests/test_readme_examples.py) and rewritten when a change moves a count.
+
+A README block is compared line by line with the output, less its first line when that is the header (hostname,
+time and probe duration change every run); a line `[… what was left out …]` stands for any run of lines; a block
+without one must be the start of the output.
+
+Usage: python3 tools/readme_examples.py [--check | --write]   (from the repository root)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+ELISION = re.compile(r"^\[… .* …\]$")
+# The first line of each example block in the README: how the examples are found there.
+NVIDIA_MARK = "GPUs: 8 × NVIDIA H200 — nvml: driver 550.127.05, CUDA 12.4"
+AMD_MARK = "GPUs: 8 × AMD Instinct MI300X — amdsmi: driver 6.12.12, ROCm 7.0.2"
+
+
+def _checklist(argv: list[str]) -> list[str]:
+    from gpudiag.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main([*argv, "--no-color"])
+    return out.getvalue().splitlines()
+
+
+def nvidia_example() -> list[str]:
+    from tests.exporter_node import fake_root, xid_line
+    from tests.fakes.fake_nvml import FakeNode, installed
+
+    node = FakeNode.hgx_h200(8)
+    node.gpus[7].lose_after_calls = 4  # enumerated, then lost: the first call it fails is nvmlDeviceGetSerial
+    node.gpus[3].pcie_downtrained(4, 16)
+    node.gpus[2].remap_pending = True
+    node.gpus[6].nvlink_down(4, 5)
+    with tempfile.TemporaryDirectory() as tmp:
+        fake_root(Path(tmp), node, kmsg=(xid_line(2, 5_000_000, node.gpus[2].bus_id, 63),
+                                         xid_line(3, 6_000_000, node.gpus[7].bus_id, 79)))
+        with installed(node):
+            return _checklist(["check", "--root", tmp])
+
+
+def amd_example() -> list[str]:
+    from tests.fakes import amd_node
+    from tests.fakes.fake_amdsmi import installed
+    from tests.test_amd_end_to_end import node_root
+
+    node = amd_node.mi300x_node()
+    amd_node.pcie_trained_gen4_on_gen4_board(node, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        root, log = node_root(Path(tmp), node)
+        with installed(node):
+            return _checklist(["check", "--root", str(root), "--kernel-log", str(log)])
+
+
+def _blocks(readme: list[str]) -> dict[str, tuple[int, int]]:
+    """{mark: (first line, end line)} of the README code blocks holding each example (the header line included)."""
+    found = {}
+    for mark in (NVIDIA_MARK, AMD_MARK):
+        at = readme.index(mark)
+        start = at - 1 if readme[at - 1].startswith("gpudiag ") else at
+        end = readme.index("```", at)
+        found[mark] = (start, end)
+    return found
+
+
+def _body(block: list[str]) -> list[str]:
+    return block[1:] if block and block[0].startswith("gpudiag ") else block
+
+
+def differences(block: list[str], output: list[str]) -> list[str]:
+    """How a README block differs from the output; empty when it agrees."""
+    shown, printed = _body(block), _body(output)
+    cut = next((i for i, line in enumerate(shown) if ELISION.match(line)), None)
+    if cut is None:
+        head, tail = shown, []
+    else:
+        head, tail = shown[:cut], shown[cut + 1:]
+        while head and head[-1] == "":  # the blank line before the elision stands for the one between blocks
+            head = head[:-1]
+    problems = [f"line {n + 1}: README {want!r} vs printed {got!r}"
+                for n, (want, got) in enumerate(zip(head, printed)) if want != got]
+    if len(printed) < len(head) + len(tail):
+        problems.append(f"the checklist printed {len(printed)} lines, fewer than the README shows")
+    if tail and printed[-len(tail):] != tail:
+        problems += [f"end: README {want!r} vs printed {got!r}"
+                     for want, got in zip(tail, printed[-len(tail):]) if want != got]
+    return problems
+
+
+def _rewritten(block: list[str], output: list[str]) -> list[str]:
+    header = block[:1] if block[0].startswith("gpudiag ") else []
+    shown, printed = _body(block), _body(output)
+    cut = next((i for i, line in enumerate(shown) if ELISION.match(line)), None)
+    if cut is None:
+        return header + printed[:len(shown)]
+    head_length, tail_length = cut, len(shown) - cut - 1
+    while head_length and shown[head_length - 1] == "":
+        head_length -= 1  # the blank lines around the elision stay as the README has them
+    return header + printed[:head_length] + shown[head_length:cut + 1] + printed[-tail_length:]
+
+
+def main(argv: list[str]) -> int:
+    path = REPO / "README.md"
+    readme = path.read_text().splitlines()
+    outputs = {NVIDIA_MARK: nvidia_example(), AMD_MARK: amd_example()}
+    if "--check" in argv or "--write" in argv:
+        problems = []
+        for mark, (start, end) in sorted(_blocks(readme).items(), key=lambda item: -item[1][0]):
+            block = readme[start:end]
+            found = differences(block, outputs[mark])
+            problems += [f"{mark[:30]}…: {p}" for p in found]
+            if found and "--write" in argv:
+                readme[start:end] = _rewritten(block, outputs[mark])
+        if "--write" in argv:
+            path.write_text("\n".join(readme) + "\n")
+            return 0
+        print("\n".join(problems) or "the README's examples are what gpudiag prints")
+        return 1 if problems else 0
+    for lines in outputs.values():
+        print("\n".join(lines), end="\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
