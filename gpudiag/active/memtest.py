@@ -15,7 +15,7 @@ from typing import Optional
 
 from gpudiag.active import kernels
 from gpudiag.active.runtime import GpuOutOfMemory, Resources
-from gpudiag.active.session import Session, recording
+from gpudiag.active.session import Session, ecc_counts, recording
 from gpudiag.model import DeviceSnapshot, ErrorKind, MemtestResult, ProbeError
 
 WORD_BYTES = 4
@@ -25,7 +25,7 @@ MIN_CHUNK_BYTES = 1024**2  # below this, an allocation that does not fit is not 
 def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestResult:
     options = session.options
     result = MemtestResult(passes_requested=options.memtest_passes)
-    result.ecc_corrected_before, result.ecc_uncorrected_before = _ecc_counts(session, device, fresh=False)
+    result.ecc_corrected_before, result.ecc_uncorrected_before = ecc_counts(session, device, fresh=False)
     with recording("active.memtest", result), Resources(session.runtime, ordinal) as res:
         session.check()
         runtime = session.runtime
@@ -67,7 +67,7 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
             result.seconds = round(time.monotonic() - started, 3)
             session.progress.say(f"GPU {device.index}: memory test pass {number + 1}/{options.memtest_passes} "
                                  f"(seed {seed:#010x}): {result.mismatched_words} mismatching words so far")
-    result.ecc_corrected_after, result.ecc_uncorrected_after = _ecc_counts(session, device, fresh=True)
+    result.ecc_corrected_after, result.ecc_uncorrected_after = ecc_counts(session, device, fresh=True)
     return result
 
 
@@ -101,17 +101,3 @@ def _tally(result: MemtestResult, chunks: list[tuple[int, int]], raw: bytes) -> 
         address = pointer + first * WORD_BYTES
         result.first_error_address = min(address, result.first_error_address or address)
         result.flipped_bits_mask = (result.flipped_bits_mask or 0) | mask
-
-
-def _ecc_counts(session: Session, device: DeviceSnapshot, fresh: bool) -> tuple[Optional[int], Optional[int]]:
-    """Volatile (since driver load) corrected and uncorrected ECC counts: read live when a reader is given, else
-    the snapshot's for `before` and nothing for `after`."""
-    reader = session.options.reader
-    if reader is None:
-        return (None, None) if fresh else (device.ecc.volatile_corrected, device.ecc.volatile_uncorrected)
-    try:
-        ecc = reader(device).ecc
-    except Exception as exc:  # noqa: BLE001 - the memory test stands without the counters
-        session.progress.say(f"GPU {device.index}: ECC counters could not be read: {exc}")
-        return None, None
-    return ecc.volatile_corrected, ecc.volatile_uncorrected

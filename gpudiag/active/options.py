@@ -12,7 +12,7 @@ from gpudiag.model import DeviceSnapshot
 MIB = 1024**2
 GIB = 1024**3
 
-ALL_TESTS = ("pcie", "p2p", "memtest", "stress")
+ALL_TESTS = ("pcie", "p2p", "hbm", "memtest", "stress")
 
 # Live sensors of one GPU: given the snapshot's device, a fresh DeviceSnapshot of it (only clocks, temperatures,
 # power and ECC counters are read). The probe layer provides it, e.g. `lambda d: backend.probe_device(d.index,
@@ -44,6 +44,15 @@ class ActiveOptions:
     stress_seconds: float = 30.0
     stress_launch_ms: float = 50.0
     sample_interval_seconds: float = 1.0
+    # The tensor-core kernel where the GPU has one (tensor_kernels.py), else FP32 FMA; in each 8-warp block this many
+    # warps stream a buffer of `stress_stream_bytes` through HBM while the others drive the tensor cores.
+    stress_tensor: bool = True
+    stress_copy_warps: int = 2
+    stress_stream_bytes: int = 2 * GIB
+
+    # HBM bandwidth: a copy kernel over two buffers of `hbm_bytes`, `copy_batches` batches of `hbm_repeats`.
+    hbm_bytes: int = 2 * GIB
+    hbm_repeats: int = 10
 
     # A GPU is someone else's when it runs processes, is this busy, or has this much memory held by others.
     busy_utilization_percent: int = 10

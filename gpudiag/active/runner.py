@@ -18,6 +18,7 @@ import time
 from typing import Callable, Optional
 
 from gpudiag.active.bandwidth import host_copies, peer_matrix
+from gpudiag.active.hbm import hbm_bandwidth
 from gpudiag.active.memtest import memtest
 from gpudiag.active.options import ActiveOptions
 from gpudiag.active.plan import runtime_ordinals, size_text, skip_reason
@@ -30,6 +31,7 @@ from gpudiag.model import (
     CopyBandwidth,
     DeviceSnapshot,
     ErrorKind,
+    HbmBandwidth,
     MemtestResult,
     NodeSnapshot,
     ProbeError,
@@ -170,6 +172,8 @@ def _run_vendor(session: Session, devices: list[DeviceSnapshot], entries: list[A
                          f"device->host {entry.d2h.gb_per_second} GB/s{seen}")
     if "p2p" in options.tests and len(planned) >= 2:
         results.peers.extend(peer_matrix(session, [(entry.index, ordinal) for entry, _, ordinal in planned]))
+    if "hbm" in options.tests:
+        _on_each(planned, lambda entry, device, ordinal: setattr(entry, "hbm", hbm_bandwidth(session, ordinal, device)))
     if "memtest" in options.tests:
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "memtest", memtest(session, ordinal, device)))
     if "stress" in options.tests:
@@ -191,6 +195,8 @@ def _fail_untested(entry: ActiveDevice, options: ActiveOptions, error: ProbeErro
     """Every requested test of this GPU carries `error`: a check then says why it could not judge."""
     if "pcie" in options.tests:
         entry.h2d, entry.d2h = CopyBandwidth(error=error), CopyBandwidth(error=error)
+    if "hbm" in options.tests:
+        entry.hbm = HbmBandwidth(error=error)
     if "memtest" in options.tests:
         entry.memtest = MemtestResult(passes_requested=options.memtest_passes, error=error)
     if "stress" in options.tests:

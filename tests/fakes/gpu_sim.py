@@ -18,7 +18,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from gpudiag.active import kernels
+from gpudiag.active import kernels, tensor_kernels
 
 GB = 1e9
 
@@ -43,6 +43,8 @@ class SimDevice:
     d2h_gbps: float = 48.0
     memory_gbps: float = 3000.0
     fma_per_second: float = 30e12
+    tensor_flops: float = 600e12  # BF16 tensor/matrix-core FLOP/s of the stress kernel
+    compute_capability: tuple[int, int] = (9, 0)
     peer_gbps: dict[int, float] = field(default_factory=dict)  # ordinal → rate with peer access
     staged_gbps: float = 10.0  # peer copies without peer access go through host memory
     stuck_bits: dict[int, int] = field(default_factory=dict)  # device address → XOR mask applied on every write
@@ -110,7 +112,7 @@ class SimNode:
 
     def locate(self, address: int, nbytes: int) -> tuple[int, bytearray, int]:
         """(ordinal, allocation bytes, offset) of a device address range; KeyError outside every allocation."""
-        for base, (ordinal, data) in self.allocations.items():
+        for base, (ordinal, data) in list(self.allocations.items()):  # other GPU threads allocate meanwhile
             if base <= address and address + nbytes <= base + len(data):
                 return ordinal, data, address - base
         raise KeyError(hex(address))
@@ -179,6 +181,22 @@ class SimNode:
         elif name == kernels.FMA:
             iterations = arg(1, ctypes.c_uint32)
             self.advance(stream, grid * block * iterations * kernels.FMA_PER_ITERATION / device.fma_per_second)
+        elif name in (tensor_kernels.MMA, tensor_kernels.MFMA):
+            lanes = 32 if name == tensor_kernels.MMA else 64
+            iterations, vectors, copy_warps = arg(1, ctypes.c_uint32), arg(3, ctypes.c_uint64), arg(4, ctypes.c_uint32)
+            per_iteration = (tensor_kernels.MMA_PER_ITERATION * tensor_kernels.MMA_FLOP if lanes == 32
+                             else tensor_kernels.MFMA_PER_ITERATION * tensor_kernels.MFMA_FLOP)
+            seconds = grid * (block // lanes - copy_warps) * iterations * per_iteration / device.tensor_flops
+            if vectors and copy_warps:  # the streaming warps move data for as long as the tensor warps run
+                _, counter, at = self.locate(arg(5, ctypes.c_uint64), 8)
+                (moved,) = struct.unpack_from("<Q", counter, at)
+                struct.pack_into("<Q", counter, at, moved + int(seconds * device.memory_gbps * GB * 0.5))
+            self.advance(stream, seconds)
+        elif name == tensor_kernels.COPY:
+            vectors = arg(2, ctypes.c_uint64)
+            self.locate(arg(0, ctypes.c_uint64), vectors * 16)  # both buffers must be allocations of that size
+            self.locate(arg(1, ctypes.c_uint64), vectors * 16)
+            self.advance(stream, 2 * vectors * 16 / (device.memory_gbps * GB))  # read + write
         else:
             raise AssertionError(f"unknown kernel {name}")
 
