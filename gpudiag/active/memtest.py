@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import time
 from ctypes import c_uint32, c_uint64
-from typing import Optional
 
 from gpudiag.active import kernels
 from gpudiag.active.runtime import GpuOutOfMemory, Resources

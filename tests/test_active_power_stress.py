@@ -1,0 +1,145 @@
+"""The power stress end to end over the fake CUDA and HIP libraries: the kernel each GPU gets (tensor cores where it
+has them, the MFMA program built for its gfx target), the figures it records, and the active.stress verdicts the
+node then gets — power short of the limit, thermal throttling, the slow GPU, ECC errors during the load."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpudiag.active import run_active
+from gpudiag.active import tensor_kernels
+from gpudiag.checks.active_stress import STRESS, stress as judge_stress
+from gpudiag.expect import DEFAULT_EXPECTATIONS
+from gpudiag.model import ClockInfo, EccInfo, PowerInfo, Status, TemperatureSensor, Vendor
+from tests.active_support import fast_options, idle_device, install_cuda, install_hip, sim_devices, snapshot_of
+
+
+def reader(power=None, reasons=None, sm_mhz=None, temperature=None, ecc=None):
+    """Live sensors per GPU index: `power[i]` W drawn of a 700 W limit, its throttle reasons, SM clock, temperature
+    and (corrected, uncorrected) ECC counters; the ECC pair is read as `before` on the first read, `after` later."""
+    reads: dict[int, int] = {}
+
+    def read(device):
+        i = device.index
+        reads[i] = reads.get(i, 0) + 1
+        corrected, uncorrected = (ecc or {}).get(i, (3, 0)) if reads[i] > 1 else (3, 0)
+        return dataclasses.replace(
+            device,
+            clocks=ClockInfo(sm_mhz=(sm_mhz or {}).get(i, 1650), max_sm_mhz=1980,
+                             throttle_reasons=list((reasons or {}).get(i, ["sw_power_cap"]))),
+            temperatures={"gpu": TemperatureSensor(current_celsius=(temperature or {}).get(i, 55.0),
+                                                   slowdown_celsius=87.0, shutdown_celsius=92.0)},
+            power=PowerInfo(draw_watts=(power or {}).get(i, 692.0), limit_watts=700.0),
+            ecc=EccInfo(enabled=True, volatile_corrected=corrected, volatile_uncorrected=uncorrected))
+    return read
+
+
+def run(monkeypatch, sim=None, **sensors):
+    fake = install_cuda(monkeypatch, sim or sim_devices(2))
+    snapshot = snapshot_of(idle_device(0, temperatures={"gpu": TemperatureSensor(35.0, 87.0, 92.0)}),
+                           idle_device(1, temperatures={"gpu": TemperatureSensor(35.0, 87.0, 92.0)}))
+    snapshot.active = run_active(snapshot, fast_options(tests=("stress",), stress_seconds=0.5,
+                                                        sample_interval_seconds=0.04, reader=reader(**sensors)))
+    assert fake.leaks() == {}
+    return snapshot, {r.device.index: r for r in judge_stress(snapshot, DEFAULT_EXPECTATIONS)}
+
+
+def test_a_healthy_pair_at_the_power_cap_passes_with_its_figures(monkeypatch):
+    snapshot, results = run(monkeypatch)
+    stress = snapshot.active.devices[0].stress
+    assert (stress.kernel, stress.precision, stress.tflops) == ("gpudiag_mma_bf16", "bf16", 600.0)
+    assert stress.stream_gb_per_second == 1500.0  # the streaming warps' bytes, read back from the device counter
+    assert stress.samples[0].power_limit_watts == 700.0
+    for result in results.values():
+        assert result.status == Status.PASS, result.message
+        observed = result.observed
+        assert observed["mean_power_watts"] == 692.0 and observed["power_limit_watts"] == 700.0
+        assert observed["sm_clock_under_load_mhz"] == {"min": 1650, "median": 1650}
+        assert observed["tflops"] == 600.0 and observed["precision"] == "bf16"
+        assert observed["throttle_reasons"] == ["sw_power_cap"]
+        assert observed["node_median"]["tflops"] == 600.0
+    assert "600.0 (node median 600) BF16 TFLOPS, steady 692 W of 700 W (99%)" in results[0].message
+
+
+def test_power_short_of_the_limit_with_no_reason_fails(monkeypatch):
+    # GPU 1 runs at its top clock without reaching the cap: GPU 0, capped at 1650 MHz, is not the slow one
+    _, results = run(monkeypatch, power={1: 480.0}, reasons={1: []}, sm_mhz={1: 1980})
+    assert results[0].status == Status.PASS
+    assert results[1].status == Status.FAIL
+    assert "steady mean power 480 W is 69% of its 700 W limit and no throttle reason explains it" in results[1].message
+    assert results[1].expected["min_mean_power_watts"] == 630.0
+
+
+def test_power_a_little_short_warns(monkeypatch):
+    _, results = run(monkeypatch, power={1: 600.0}, reasons={1: []})
+    assert results[1].status == Status.WARN and "86% of its 700 W limit" in results[1].message
+
+
+def test_thermal_throttling_fails_and_explains_the_low_power(monkeypatch):
+    _, results = run(monkeypatch, power={0: 520.0}, reasons={0: ["sw_power_cap", "hw_thermal_slowdown"]},
+                     temperature={0: 88.0})
+    assert results[0].status == Status.FAIL
+    assert "throttle reason hw_thermal_slowdown" in results[0].message
+    assert "no throttle reason explains" not in results[0].message
+    assert results[1].status == Status.PASS
+
+
+def test_the_slow_gpu_fails_with_its_figures_beside_its_siblings(monkeypatch):
+    sim = sim_devices(2)
+    sim[1].tensor_flops = 540e12  # 10 % slower than its sibling
+    _, results = run(monkeypatch, sim=sim, sm_mhz={1: 1500})
+    assert results[0].status == Status.PASS
+    slow = results[1]
+    assert slow.status == Status.FAIL
+    assert "slow GPU: 540 TFLOPS, 10.0% below the 600 of its 1 identical sibling(s)" in slow.message
+    assert "slow GPU: 1500 MHz median SM clock under the cap, 9.1% below the 1650 of its 1 identical sibling(s)" in slow.message
+    assert slow.observed["node_median"] == {"gpus": 2, "tflops": 600.0, "sm_clock_median_mhz": 1650,
+                                            "mean_power_watts": 692.0}
+
+
+def test_a_gpu_within_the_threshold_of_its_siblings_passes(monkeypatch):
+    sim = sim_devices(2)
+    sim[1].tensor_flops = 582e12  # 3 % slower: within the default 5 %
+    _, results = run(monkeypatch, sim=sim)
+    assert [r.status for r in results.values()] == [Status.PASS, Status.PASS]
+
+
+def test_ecc_errors_during_the_stress(monkeypatch):
+    _, results = run(monkeypatch, ecc={0: (3, 2), 1: (5, 0)})
+    assert results[0].status == Status.FAIL and "2 uncorrectable ECC errors during the stress" in results[0].message
+    assert results[1].status == Status.WARN and "2 corrected ECC errors during the stress" in results[1].message
+    assert results[0].observed["ecc_uncorrected"] == [0, 2]
+
+
+def test_a_gpu_without_bf16_mma_gets_the_fp32_kernel_and_no_power_verdict(monkeypatch):
+    _, results = run(monkeypatch, sim=sim_devices(2, compute_capability=(7, 0)), power={0: 300.0, 1: 300.0},
+                     reasons={0: [], 1: []})
+    for result in results.values():
+        assert result.observed["precision"] == "fp32" and result.status == Status.PASS, result.message
+
+
+def test_hip_selects_the_mfma_program_for_gfx942_and_gfx950(monkeypatch):
+    hip, hiprtc = install_hip(monkeypatch, sim_devices(2, total_bytes=64 * 1024**2))  # HIP's fallback grid
+    snapshot = snapshot_of(idle_device(0, Vendor.AMD, architecture="gfx942"),
+                           idle_device(1, Vendor.AMD, architecture="gfx950"))
+    results = run_active(snapshot, fast_options(tests=("stress",)))
+    for device, arch in zip(results.devices, ("gfx942", "gfx950")):
+        assert device.stress.error is None
+        assert (device.stress.kernel, device.stress.precision) == (tensor_kernels.MFMA, "bf16")
+        assert (f"--offload-arch={arch}",) in hiprtc.options
+    assert hip.compiled and all(b"__builtin_amdgcn_mfma_f32_32x32x8bf16_1k" in src for src in hip.compiled.values())
+    assert {name for name in hip._functions_by_handle.values()} == {tensor_kernels.MFMA}
+    assert hip.leaks() == {}
+
+
+def test_hip_keeps_the_fma_kernel_elsewhere(monkeypatch):
+    hip, hiprtc = install_hip(monkeypatch, sim_devices(1))
+    snapshot = snapshot_of(idle_device(0, Vendor.AMD, architecture="gfx90a"))
+    stress = run_active(snapshot, fast_options(tests=("stress",))).devices[0].stress
+    assert (stress.kernel, stress.precision) == ("gpudiag_fma", "fp32") and hiprtc.options == [()]
+    assert tensor_kernels.stress_kernel("amd", "gfx942:sramecc+:xnack-", None, 16).kernel == tensor_kernels.MFMA
+
+
+def test_judged_results_carry_the_check_id(monkeypatch):
+    _, results = run(monkeypatch)
+    assert {r.check for r in results.values()} == {STRESS}
