@@ -30,6 +30,7 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
         runtime = session.runtime
         module = res.kernels()
         fill, check = runtime.kernel(module, kernels.FILL), runtime.kernel(module, kernels.CHECK)
+        invert = runtime.kernel(module, kernels.INVERT) if options.memtest_inversions else None
         grid = kernels.grid_for(runtime.multiprocessor_count())
         stream = res.stream()
         result.free_bytes, result.total_bytes = runtime.memory_info()
@@ -44,21 +45,25 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
                                       f"test ({result.free_bytes} bytes reported free)")
             return result
         session.progress.say(f"GPU {device.index}: memory test over {result.bytes_tested / 1e9:.1f} GB "
-                             f"({len(chunks)} chunks), {options.memtest_passes} passes")
+                             f"({len(chunks)} chunks), {options.memtest_passes} passes"
+                             f"{' of moving inversions' if options.memtest_inversions else ''}")
         started = time.monotonic()
         for number in range(options.memtest_passes):
-            seed = kernels.PASS_SEEDS[number % len(kernels.PASS_SEEDS)]
+            seed = kernels.SEEDS[number % len(kernels.SEEDS)]
             ctypes.memmove(slots_host, kernels.RESULT_SLOT_INIT * len(chunks), kernels.RESULT_SLOT_BYTES * len(chunks))
             runtime.copy_h2d_async(slots_device, slots_host, kernels.RESULT_SLOT_BYTES * len(chunks), stream)
-            for pointer, size in chunks:
-                session.check()
-                runtime.launch(fill, grid, kernels.BLOCK_THREADS,
-                               [c_uint64(pointer), c_uint64(size // WORD_BYTES), c_uint32(seed)], stream)
-            for slot, (pointer, size) in enumerate(chunks):
-                session.check()
-                runtime.launch(check, grid, kernels.BLOCK_THREADS,
-                               [c_uint64(pointer), c_uint64(size // WORD_BYTES), c_uint32(seed),
-                                c_uint64(slots_device + slot * kernels.RESULT_SLOT_BYTES)], stream)
+            # Fill, then (moving inversions) verify-and-invert twice, then verify: every cell is read back and
+            # rewritten with its complement, all chunks before the next sweep, so that reads come from DRAM.
+            sweeps = [(fill, seed)]
+            if invert is not None:
+                sweeps += [(invert, seed), (invert, seed ^ kernels.INVERTED)]
+            for kernel, sweep_seed in sweeps + [(check, seed)]:
+                for slot, (pointer, size) in enumerate(chunks):
+                    session.check()
+                    args = [c_uint64(pointer), c_uint64(size // WORD_BYTES), c_uint32(sweep_seed)]
+                    if kernel != fill:
+                        args.append(c_uint64(slots_device + slot * kernels.RESULT_SLOT_BYTES))
+                    runtime.launch(kernel, grid, kernels.BLOCK_THREADS, args, stream)
             runtime.copy_d2h_async(slots_host, slots_device, kernels.RESULT_SLOT_BYTES * len(chunks), stream)
             runtime.stream_synchronize(stream)
             _tally(result, chunks, ctypes.string_at(slots_host, kernels.RESULT_SLOT_BYTES * len(chunks)))

@@ -88,10 +88,15 @@ def stress(session: Session, ordinal: int, device: DeviceSnapshot) -> StressResu
         sampler = _Sampler(session, device, result)
         sampler.start()
         began = time.monotonic()
+        report_at = began + options.progress_interval_seconds
         runtime.event_record(start, stream)
         try:
             while time.monotonic() - began < seconds:
                 session.check()
+                if time.monotonic() >= report_at:  # a soak runs for minutes: say that it is alive, and how it is
+                    report_at += options.progress_interval_seconds
+                    session.progress.say(f"GPU {device.index}: stress {time.monotonic() - began:.0f}/{seconds:g} s"
+                                         f"{_latest(result)}")
                 launch(iterations)
                 runtime.event_record(ring[result.launches % 2], stream)
                 if result.launches:
@@ -121,6 +126,13 @@ def stress(session: Session, ordinal: int, device: DeviceSnapshot) -> StressResu
     session.progress.say(f"GPU {device.index}: stress done: {result.launches} launches, {throughput}, "
                          f"{len(result.samples)} telemetry samples")
     return result
+
+
+def _latest(result: StressResult) -> str:
+    if not result.samples:
+        return ""
+    s = result.samples[-1]
+    return f": {s.power_watts} W, SM {s.sm_clock_mhz} MHz, {s.temperature_celsius} °C, {s.throttle_reasons or []}"
 
 
 def _stream_buffer(session: Session, res: Resources, streams: int) -> tuple[int, int]:

@@ -151,32 +151,37 @@ class SimNode:
             self._patterns[key] = array("I", (kernels.pattern_word(i, seed) for i in range(words))).tobytes()
         return self._patterns[key]
 
+    def _write(self, device: SimDevice, pointer: int, data: bytearray, offset: int, words: int, seed: int) -> None:
+        data[offset:offset + words * 4] = self._pattern(words, seed)
+        for address, mask in device.stuck_bits.items():
+            if pointer <= address < pointer + words * 4:
+                (word,) = struct.unpack_from("<I", data, offset + address - pointer)
+                struct.pack_into("<I", data, offset + address - pointer, word ^ mask)
+
+    def _verify(self, data: bytearray, offset: int, words: int, seed: int, slot_address: int) -> None:
+        _, slot, slot_offset = self.locate(slot_address, kernels.RESULT_SLOT_BYTES)
+        count, first, mask = struct.unpack_from("<QQI", slot, slot_offset)  # offsets 0, 8, 16
+        read = bytes(data[offset:offset + words * 4])
+        if read != self._pattern(words, seed):  # word by word only where something differs
+            for i, (got, want) in enumerate(zip(array("I", read), array("I", self._pattern(words, seed)))):
+                if got != want:
+                    count, first, mask = count + 1, min(first, i), mask | (got ^ want)
+        struct.pack_into("<QQI", slot, slot_offset, count, first, mask)
+
     def run_kernel(self, name: str, params: Any, grid: int, block: int, stream: int) -> None:
         """Execute a diagnostic kernel from its kernelParams (void**) as kernels.py specifies it."""
         def arg(index: int, ctype: Any) -> int:
             return ctypes.cast(params[index], ctypes.POINTER(ctype)).contents.value
 
         device = self.devices[self.streams[stream].device]
-        if name == kernels.FILL:
+        if name in (kernels.FILL, kernels.CHECK, kernels.INVERT):
             pointer, words, seed = arg(0, ctypes.c_uint64), arg(1, ctypes.c_uint64), arg(2, ctypes.c_uint32)
             _, data, offset = self.locate(pointer, words * 4)
-            data[offset:offset + words * 4] = self._pattern(words, seed)
-            for address, mask in device.stuck_bits.items():
-                if pointer <= address < pointer + words * 4:
-                    (word,) = struct.unpack_from("<I", data, offset + address - pointer)
-                    struct.pack_into("<I", data, offset + address - pointer, word ^ mask)
-            self.advance(stream, words * 4 / (device.memory_gbps * GB))
-        elif name == kernels.CHECK:
-            pointer, words, seed = arg(0, ctypes.c_uint64), arg(1, ctypes.c_uint64), arg(2, ctypes.c_uint32)
-            _, data, offset = self.locate(pointer, words * 4)
-            _, slot, slot_offset = self.locate(arg(3, ctypes.c_uint64), kernels.RESULT_SLOT_BYTES)
-            count, first, mask = struct.unpack_from("<QQI", slot, slot_offset)  # offsets 0, 8, 16
-            read = bytes(data[offset:offset + words * 4])
-            if read != self._pattern(words, seed):  # word by word only where something differs
-                for i, (got, want) in enumerate(zip(array("I", read), array("I", self._pattern(words, seed)))):
-                    if got != want:
-                        count, first, mask = count + 1, min(first, i), mask | (got ^ want)
-            struct.pack_into("<QQI", slot, slot_offset, count, first, mask)
+            if name != kernels.FILL:
+                self._verify(data, offset, words, seed, arg(3, ctypes.c_uint64))
+            if name != kernels.CHECK:  # the inversion writes the complement of what it expected
+                self._write(device, pointer, data, offset, words, seed ^ (kernels.INVERTED if name != kernels.FILL
+                                                                           else 0))
             self.advance(stream, words * 4 / (device.memory_gbps * GB))
         elif name == kernels.FMA:
             iterations = arg(1, ctypes.c_uint32)
