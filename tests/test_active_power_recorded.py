@@ -12,9 +12,10 @@ import pytest
 
 from gpudiag.checks import run_checks
 from gpudiag.checks.active_stress import HBM, STRESS, hbm_bandwidth, stress
+from gpudiag.checks.stress_figures import figures_of
 from gpudiag.expect import DEFAULT_EXPECTATIONS, Expectations
 from gpudiag.exporter.textfile import render_textfile
-from gpudiag.model import ActiveDevice, ActiveResults, Status, from_dict
+from gpudiag.model import ActiveDevice, ActiveResults, Status, StressResult, from_dict
 from gpudiag.recording import load_snapshot
 from gpudiag.report import render
 from tests.exporter_support import value
@@ -123,3 +124,45 @@ def test_no_stress_figures_without_a_stress():
     snapshot.active.devices[0] = ActiveDevice(index=0, pci_bus_id="0000:00:06.0", skipped="busy")
     text = render_textfile(snapshot, run_checks(snapshot), finished_at=1_800_000_000.0)
     assert "gpudiag_active_stress_mean_power_watts" not in text
+
+
+RECORDED = H200 / "recorded"
+
+
+def test_the_recorded_bench_meets_its_goals_against_torch():
+    # bench/power_stress_vs_torch.py --seconds 30, one run: gpudiag's stress, then torch's BF16 matmul and copy_
+    bench = json.loads((RECORDED / "power-stress-bench.json").read_text())
+    ours = from_dict(ActiveResults, bench["gpudiag"][0]["active"]).devices[0]
+    theirs = from_dict(StressResult, bench["torch"]["0"]["stress"])
+    mine, reference = figures_of(ours.stress), figures_of(theirs)
+    assert mine.mean_power_watts >= 0.95 * reference.mean_power_watts  # 693.3 W against torch's 691.9 W
+    assert ours.hbm.gb_per_second >= 0.9 * bench["torch"]["0"]["copy_gb_per_second"]  # 1,934 against 2,122 GB/s
+    assert mine.tflops == pytest.approx(492.57) and reference.tflops == pytest.approx(660.8)  # 0.75 of torch's
+
+
+def test_the_recorded_level_2_report_carries_the_figures():
+    report = json.loads((RECORDED / "check-level2-power.json").read_text())
+    results = {r["check"]: r for r in report["results"]}
+    stress_result, hbm_result = results[STRESS], results[HBM]
+    assert stress_result["status"] == "pass" and hbm_result["status"] == "pass"
+    observed = stress_result["observed"]
+    assert observed["precision"] == "bf16" and observed["kernel"] == "gpudiag_mma_bf16" and observed["tflops"] > 400
+    assert observed["mean_power_watts"] >= 0.95 * observed["power_limit_watts"] == 665.0
+    assert set(observed["sm_clock_under_load_mhz"]) == {"min", "median"} and observed["throttle_reasons"] == [
+        "sw_power_cap"]
+    assert observed["max_temperature_celsius"] < 87
+    assert hbm_result["observed"]["gb_per_second"] > 1900
+
+
+def test_the_recorded_level_2_textfile_carries_the_metrics():
+    text = (RECORDED / "textfile-level2-power.prom").read_text()
+    assert value(text, "gpudiag_active_stress_flops", precision="bf16", gpu="0") > 400e12
+    assert value(text, "gpudiag_active_stress_mean_power_watts", gpu="0") >= 0.95 * value(
+        text, "gpudiag_active_stress_power_limit_watts", gpu="0")
+    assert value(text, "gpudiag_active_hbm_copy_bandwidth_bytes_per_second", gpu="0") > 1.9e12
+
+
+def test_the_recorded_soak_ran_moving_inversions_over_the_free_memory():
+    progress = (RECORDED / "check-level3-soak.progress.txt").read_text()
+    assert "8 passes of moving inversions" in progress and "pass 8/8 (seed 0xf0f0f0f0): 0 mismatching" in progress
+    assert "Verdict: PASS" in (RECORDED / "check-level3-soak.txt").read_text()
