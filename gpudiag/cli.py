@@ -120,7 +120,7 @@ def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], l
             left = max(1.0, timeout - (time.monotonic() - started))
             snapshot.active = run_active(
                 snapshot, ActiveOptions.for_level(level, stress_seconds, deadline_seconds=left, progress=sys.stderr,
-                                                  reader=collector.reprobe)
+                                                  reader=collector.reprobe, kernel_events=collector.kernel_events)
             )
         return snapshot
 

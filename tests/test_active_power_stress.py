@@ -10,7 +10,7 @@ from gpudiag.active import run_active
 from gpudiag.active import tensor_kernels
 from gpudiag.checks.active_stress import STRESS, stress as judge_stress
 from gpudiag.expect import DEFAULT_EXPECTATIONS
-from gpudiag.model import ClockInfo, EccInfo, PowerInfo, Status, TemperatureSensor, Vendor
+from gpudiag.model import ClockInfo, EccInfo, KernelEvent, PowerInfo, Status, TemperatureSensor, Vendor
 from tests.active_support import fast_options, idle_device, install_cuda, install_hip, sim_devices, snapshot_of
 
 
@@ -34,12 +34,13 @@ def reader(power=None, reasons=None, sm_mhz=None, temperature=None, ecc=None):
     return read
 
 
-def run(monkeypatch, sim=None, **sensors):
+def run(monkeypatch, sim=None, kernel_events=None, **sensors):
     fake = install_cuda(monkeypatch, sim or sim_devices(2))
     snapshot = snapshot_of(idle_device(0, temperatures={"gpu": TemperatureSensor(35.0, 87.0, 92.0)}),
                            idle_device(1, temperatures={"gpu": TemperatureSensor(35.0, 87.0, 92.0)}))
     snapshot.active = run_active(snapshot, fast_options(tests=("stress",), stress_seconds=0.5,
-                                                        sample_interval_seconds=0.04, reader=reader(**sensors)))
+                                                        sample_interval_seconds=0.04, reader=reader(**sensors),
+                                                        kernel_events=kernel_events))
     assert fake.leaks() == {}
     return snapshot, {r.device.index: r for r in judge_stress(snapshot, DEFAULT_EXPECTATIONS)}
 
@@ -111,6 +112,23 @@ def test_ecc_errors_during_the_stress(monkeypatch):
     assert results[0].observed["ecc_uncorrected"] == [0, 2]
 
 
+def test_an_xid_logged_during_the_stress_fails_that_gpu_only(monkeypatch):
+    old = KernelEvent(Vendor.NVIDIA, "xid", "NVRM: Xid (PCI:0000:3b:00): 13, old", "0000:3b:00.0", 13,
+                      timestamp_seconds=10.0)
+    new = KernelEvent(Vendor.NVIDIA, "xid", "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus",
+                      "0000:3b:00.0", 79, timestamp_seconds=500.0)
+    reads = iter([[old], [old, new]])
+    snapshot, results = run(monkeypatch, kernel_events=lambda: next(reads))
+    assert results[0].status == Status.FAIL
+    assert "1 kernel-log event(s) of this GPU during the stress, first: xid 79: NVRM: Xid" in results[0].message
+    assert results[1].status == Status.PASS and snapshot.active.devices[1].stress.kernel_events == []
+
+
+def test_an_unreadable_kernel_log_leaves_the_events_unwatched(monkeypatch):
+    snapshot, results = run(monkeypatch, kernel_events=lambda: None)
+    assert snapshot.active.devices[0].stress.kernel_events is None and results[0].status == Status.PASS
+
+
 def test_a_gpu_without_bf16_mma_gets_the_fp32_kernel_and_no_power_verdict(monkeypatch):
     _, results = run(monkeypatch, sim=sim_devices(2, compute_capability=(7, 0)), power={0: 300.0, 1: 300.0},
                      reasons={0: [], 1: []})
@@ -143,3 +161,13 @@ def test_hip_keeps_the_fma_kernel_elsewhere(monkeypatch):
 def test_judged_results_carry_the_check_id(monkeypatch):
     _, results = run(monkeypatch)
     assert {r.check for r in results.values()} == {STRESS}
+
+
+def test_the_collector_rescans_the_kernel_log_for_the_stress(tmp_path):
+    from gpudiag.probe import CollectOptions, Collector
+
+    log = tmp_path / "dmesg.txt"
+    log.write_text("[  812.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    events = Collector(CollectOptions(kernel_log_file=log)).kernel_events()
+    assert [(e.kind, e.code, e.pci_bus_id) for e in events] == [("xid", 79, "0000:3b:00.0")]
+    assert Collector(CollectOptions(read_kernel_log=False)).kernel_events() is None

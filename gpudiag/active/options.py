@@ -38,6 +38,9 @@ class ActiveOptions:
     deadline_seconds: Optional[float] = None  # the whole run; the tests stop cleanly when it passes
     progress: Optional[TextIO] = field(default_factory=lambda: sys.stderr)  # one line per step; None: silent
     reader: Optional[DeviceReader] = None
+    # The kernel log's events now (the probe layer's Collector.kernel_events): read before and after the stress, so
+    # that an Xid, reset or RAS error the load caused is pinned on its GPU. None: not watched.
+    kernel_events: Optional[Callable[[], Optional[list]]] = None
 
     # Host <-> device and GPU <-> GPU copies: after one warm-up copy, `copy_batches` batches of `copy_repeats`
     # copies are timed by GPU events and the best batch is reported (what the link can carry, not its worst

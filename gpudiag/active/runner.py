@@ -177,7 +177,37 @@ def _run_vendor(session: Session, devices: list[DeviceSnapshot], entries: list[A
     if "memtest" in options.tests:
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "memtest", memtest(session, ordinal, device)))
     if "stress" in options.tests:
+        before = _kernel_events(session)
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "stress", stress(session, ordinal, device)))
+        _attach_new_events(planned, before, _kernel_events(session) if before is not None else None)
+
+
+MAX_STRESS_EVENTS = 20  # per GPU: a flood of Xids says enough in its first lines
+
+
+def _kernel_events(session: Session) -> Optional[list]:
+    reader = session.options.kernel_events
+    if reader is None:
+        return None
+    try:
+        return reader()
+    except Exception as exc:  # noqa: BLE001 - the stress is judged without the log; say why
+        session.progress.say(f"the kernel log could not be read around the stress: {exc}")
+        return None
+
+
+def _attach_new_events(planned: list[Planned], before: Optional[list], after: Optional[list]) -> None:
+    """Events of each loaded GPU (by bus ID) that the log shows after the stress and did not before."""
+    if before is None or after is None:
+        return
+    seen = {(e.timestamp_seconds, e.message) for e in before}
+    new = [e for e in after if (e.timestamp_seconds, e.message) not in seen]
+    for entry, device, _ in planned:
+        if entry.stress is None:
+            continue
+        mine = [e for e in new if e.pci_bus_id and e.pci_bus_id == device.pci_bus_id]
+        entry.stress.kernel_events = [f"{e.kind}{'' if e.code is None else ' ' + str(e.code)}: {e.message[:200]}"
+                                      for e in mine[:MAX_STRESS_EVENTS]]
 
 
 def _claim(session: Session, ordinal: int) -> Optional[str]:

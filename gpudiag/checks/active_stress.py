@@ -3,7 +3,8 @@
 The stress (gpudiag.active.stress) holds every GPU at its power limit at once. Per GPU it fails on a hardware
 slowdown (thermal, HW slowdown, power brake), a clock collapse, a peak temperature at the slowdown limit, new
 uncorrectable ECC errors, and a steady mean power well short of the enforced limit that no throttle reason explains
-(a weak power stage or a kernel that never got the GPU going); the power cap itself is expected. Across the node,
+(a weak power stage or a kernel that never got the GPU going), and an Xid / reset / RAS line of the GPU that the
+kernel log gained during the load; the power cap itself is expected. Across the node,
 the slow GPU: a GPU whose throughput or median SM clock under the cap is more than `stress_straggler_ratio` (5 %)
 below the median of its identical siblings (same name, same kernel) fails with its figures beside theirs — the
 straggler that holds back every collective job on the node.
@@ -91,7 +92,7 @@ def _observed(stress: StressResult, mine: StressFigures, node: dict) -> dict:
             "hbm_stream_gb_per_second": stress.stream_gb_per_second,
             "ecc_corrected": [stress.ecc_corrected_before, stress.ecc_corrected_after],
             "ecc_uncorrected": [stress.ecc_uncorrected_before, stress.ecc_uncorrected_after],
-            "node_median": node}
+            "kernel_events": stress.kernel_events, "node_median": node}
 
 
 def _power_finding(mine: StressFigures, stress: StressResult, limits: ActiveExpectations
@@ -165,6 +166,9 @@ def _judge_stress(snapshot: NodeSnapshot, expect: Expectations, limits: ActiveEx
             findings.append((Status.FAIL, f"{uncorrected} uncorrectable ECC errors during the stress"))
         if corrected:
             findings.append((Status.WARN, f"{corrected} corrected ECC errors during the stress"))
+        if stress.kernel_events:
+            findings.append((Status.FAIL, f"{len(stress.kernel_events)} kernel-log event(s) of this GPU during the "
+                                          f"stress, first: {stress.kernel_events[0]}"))
         if stress.error is not None:
             findings.append((Status.WARN, f"ended early: {stress.error.message}"))
         status = max((s for s, _ in findings), key=STATUS_SEVERITY.__getitem__, default=Status.PASS)
@@ -178,7 +182,8 @@ def _judge_stress(snapshot: NodeSnapshot, expect: Expectations, limits: ActiveEx
             "min_sm_clock_mhz": round(limits.stress_clock_fail_ratio * reference) if reference else None,
             "min_mean_power_watts": (round(limits.stress_power_warn_ratio * mine.power_limit_watts, 1)
                                      if mine.power_limit_watts and mine.precision == "bf16" else None),
-            "max_below_node_median_ratio": limits.stress_straggler_ratio, "ecc_unchanged": True},
+            "max_below_node_median_ratio": limits.stress_straggler_ratio, "ecc_unchanged": True,
+            "no_kernel_log_events": True},
             remediation=_remediation(device))
     return judge
 

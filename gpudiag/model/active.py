@@ -83,6 +83,9 @@ class StressResult:
     ecc_corrected_after: Optional[int] = None
     ecc_uncorrected_before: Optional[int] = None
     ecc_uncorrected_after: Optional[int] = None
+    # Kernel-log events of this GPU (Xid, reset, RAS…) that appeared while the stress ran, as "<kind> <code>:
+    # <message>" (at most MAX_STRESS_EVENTS); None: the log was not watched (not readable, or no reader given).
+    kernel_events: Optional[list[str]] = None
 
 
 @dataclass
