@@ -381,13 +381,14 @@ COPY_DONE:
 HIP_MFMA_SOURCE = r"""
 typedef short gpudiag_bf16x4 __attribute__((ext_vector_type(4)));
 typedef float gpudiag_f32x16 __attribute__((ext_vector_type(16)));
+typedef unsigned int gpudiag_u32x4 __attribute__((ext_vector_type(4)));  /* native: the nontemporal builtins take it */
 
 __device__ static inline short gpudiag_random_bf16(unsigned int* state) {
   *state = *state * 1664525u + 1013904223u;
   return (short)(((*state >> 16) & 0x807Fu) | 0x3F00u);  /* random sign and mantissa, magnitude in [0.5, 1) */
 }
 
-extern "C" __global__ void gpudiag_mfma_bf16(float* out, unsigned int iterations, uint4* buf,
+extern "C" __global__ void gpudiag_mfma_bf16(float* out, unsigned int iterations, gpudiag_u32x4* buf,
                                              unsigned long long vectors, unsigned int copy_warps,
                                              unsigned long long* bytes) {
   __shared__ unsigned int done_warps;
@@ -422,7 +423,7 @@ extern "C" __global__ void gpudiag_mfma_bf16(float* out, unsigned int iterations
   const unsigned int salt = id * 0x9E3779B1u + 777u;
   volatile unsigned int* done = &done_warps;
   while (at < vectors) {
-    uint4 v[4];
+    gpudiag_u32x4 v[4];
     for (int u = 0; u < 4; ++u) v[u] = __builtin_nontemporal_load(&buf[at + u * streams]);
     for (int u = 0; u < 4; ++u) {
       v[u].x ^= salt;
@@ -438,11 +439,13 @@ extern "C" __global__ void gpudiag_mfma_bf16(float* out, unsigned int iterations
 """
 
 HIP_COPY_SOURCE = r"""
-extern "C" __global__ void gpudiag_copy(uint4* dst, const uint4* src, unsigned long long vectors) {
+typedef unsigned int gpudiag_u32x4 __attribute__((ext_vector_type(4)));
+
+extern "C" __global__ void gpudiag_copy(gpudiag_u32x4* dst, const gpudiag_u32x4* src, unsigned long long vectors) {
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
   for (; i + 3 * stride < vectors; i += 4 * stride) {
-    uint4 v0 = src[i], v1 = src[i + stride], v2 = src[i + 2 * stride], v3 = src[i + 3 * stride];
+    const gpudiag_u32x4 v0 = src[i], v1 = src[i + stride], v2 = src[i + 2 * stride], v3 = src[i + 3 * stride];
     dst[i] = v0; dst[i + stride] = v1; dst[i + 2 * stride] = v2; dst[i + 3 * stride] = v3;
   }
   for (; i < vectors; i += stride) dst[i] = src[i];
