@@ -54,7 +54,7 @@ KernelLogOption = typer.Option(
 )
 PASSIVE_DEFAULT_TIMEOUT, ACTIVE_DEFAULT_TIMEOUT = 10.0, 600.0
 TimeoutOption = typer.Option(
-    None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2)."
+    None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
 )
 # What the node should be: `check`, `serve` and `textfile` judge against the same expectations (_expectations).
 ProfileOption = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")

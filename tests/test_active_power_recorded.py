@@ -151,6 +151,7 @@ def test_the_recorded_level_2_report_carries_the_figures():
     assert set(observed["sm_clock_under_load_mhz"]) == {"min", "median"} and observed["throttle_reasons"] == [
         "sw_power_cap"]
     assert observed["max_temperature_celsius"] < 87
+    assert observed["kernel_events"] == []  # the kernel log was read before and after the stress: nothing new
     assert hbm_result["observed"]["gb_per_second"] > 1900
 
 

@@ -5,6 +5,11 @@ node then gets — power short of the limit, thermal throttling, the slow GPU, E
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
+import subprocess
+
+import pytest
 
 from gpudiag.active import run_active
 from gpudiag.active import tensor_kernels
@@ -171,3 +176,27 @@ def test_the_collector_rescans_the_kernel_log_for_the_stress(tmp_path):
     events = Collector(CollectOptions(kernel_log_file=log)).kernel_events()
     assert [(e.kind, e.code, e.pci_bus_id) for e in events] == [("xid", 79, "0000:3b:00.0")]
     assert Collector(CollectOptions(read_kernel_log=False)).kernel_events() is None
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="CUDA toolkit (ptxas) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
+@pytest.mark.parametrize("program", [tensor_kernels.CUDA_MMA, tensor_kernels.CUDA_COPY], ids=lambda p: p.name)
+def test_the_tensor_and_copy_ptx_assemble_without_spills(tmp_path, arch, program):
+    source = tmp_path / "k.ptx"
+    source.write_text(program.text)
+    done = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(source), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"Compiling entry function '{program.kernels[0]}' for '{arch}'" in done.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in done.stderr
+    registers = int(re.search(r"Used (\d+) registers", done.stderr)[1])
+    # every block of the grid resident at once (stress.TENSOR_BLOCKS_PER_MULTIPROCESSOR, hbm.COPY_BLOCKS_PER_...):
+    # 4 blocks × 256 threads must fit the 64K registers of an SM
+    assert 4 * 256 * registers <= 65536
+
+
+def test_the_mma_ptx_stays_on_an_isa_version_cuda_11_drivers_jit():
+    assert tensor_kernels.MMA_PTX.lstrip().startswith(".version 7.0\n.target sm_80")
+    assert tensor_kernels.COPY_PTX.lstrip().startswith(".version 7.0\n.target sm_52")
+    assert tensor_kernels.MMA_PTX.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == (
+        tensor_kernels.MMA_PER_ITERATION)
