@@ -47,14 +47,15 @@ def run(monkeypatch, sim=None, kernel_events=None, **sensors):
                                                         sample_interval_seconds=0.04, reader=reader(**sensors),
                                                         kernel_events=kernel_events))
     assert fake.leaks() == {}
-    return snapshot, {r.device.index: r for r in judge_stress(snapshot, DEFAULT_EXPECTATIONS)}
+    return snapshot, {r.device.index: r for r in judge_stress(snapshot, DEFAULT_EXPECTATIONS)}, fake
 
 
 def test_a_healthy_pair_at_the_power_cap_passes_with_its_figures(monkeypatch):
-    snapshot, results = run(monkeypatch)
+    snapshot, results, fake = run(monkeypatch)
     stress = snapshot.active.devices[0].stress
     assert (stress.kernel, stress.precision, stress.tflops) == ("gpudiag_mma_bf16", "bf16", 600.0)
     assert stress.stream_gb_per_second == 1500.0  # the streaming warps' bytes, read back from the device counter
+    assert set(fake.node.copy_warps) == {2}  # two warps of each block of eight stream
     assert stress.samples[0].power_limit_watts == 700.0
     for result in results.values():
         assert result.status == Status.PASS, result.message
@@ -69,7 +70,7 @@ def test_a_healthy_pair_at_the_power_cap_passes_with_its_figures(monkeypatch):
 
 def test_power_short_of_the_limit_with_no_reason_fails(monkeypatch):
     # GPU 1 runs at its top clock without reaching the cap: GPU 0, capped at 1650 MHz, is not the slow one
-    _, results = run(monkeypatch, power={1: 480.0}, reasons={1: []}, sm_mhz={1: 1980})
+    _, results, _ = run(monkeypatch, power={1: 480.0}, reasons={1: []}, sm_mhz={1: 1980})
     assert results[0].status == Status.PASS
     assert results[1].status == Status.FAIL
     assert "steady mean power 480 W is 69% of its 700 W limit and no throttle reason explains it" in results[1].message
@@ -77,12 +78,12 @@ def test_power_short_of_the_limit_with_no_reason_fails(monkeypatch):
 
 
 def test_power_a_little_short_warns(monkeypatch):
-    _, results = run(monkeypatch, power={1: 600.0}, reasons={1: []})
+    _, results, _ = run(monkeypatch, power={1: 600.0}, reasons={1: []})
     assert results[1].status == Status.WARN and "86% of its 700 W limit" in results[1].message
 
 
 def test_thermal_throttling_fails_and_explains_the_low_power(monkeypatch):
-    _, results = run(monkeypatch, power={0: 520.0}, reasons={0: ["sw_power_cap", "hw_thermal_slowdown"]},
+    _, results, _ = run(monkeypatch, power={0: 520.0}, reasons={0: ["sw_power_cap", "hw_thermal_slowdown"]},
                      temperature={0: 88.0})
     assert results[0].status == Status.FAIL
     assert "throttle reason hw_thermal_slowdown" in results[0].message
@@ -93,7 +94,7 @@ def test_thermal_throttling_fails_and_explains_the_low_power(monkeypatch):
 def test_the_slow_gpu_fails_with_its_figures_beside_its_siblings(monkeypatch):
     sim = sim_devices(2)
     sim[1].tensor_flops = 540e12  # 10 % slower than its sibling
-    _, results = run(monkeypatch, sim=sim, sm_mhz={1: 1500})
+    _, results, _ = run(monkeypatch, sim=sim, sm_mhz={1: 1500})
     assert results[0].status == Status.PASS
     slow = results[1]
     assert slow.status == Status.FAIL
@@ -106,12 +107,12 @@ def test_the_slow_gpu_fails_with_its_figures_beside_its_siblings(monkeypatch):
 def test_a_gpu_within_the_threshold_of_its_siblings_passes(monkeypatch):
     sim = sim_devices(2)
     sim[1].tensor_flops = 582e12  # 3 % slower: within the default 5 %
-    _, results = run(monkeypatch, sim=sim)
+    _, results, _ = run(monkeypatch, sim=sim)
     assert [r.status for r in results.values()] == [Status.PASS, Status.PASS]
 
 
 def test_ecc_errors_during_the_stress(monkeypatch):
-    _, results = run(monkeypatch, ecc={0: (3, 2), 1: (5, 0)})
+    _, results, _ = run(monkeypatch, ecc={0: (3, 2), 1: (5, 0)})
     assert results[0].status == Status.FAIL and "2 uncorrectable ECC errors during the stress" in results[0].message
     assert results[1].status == Status.WARN and "2 corrected ECC errors during the stress" in results[1].message
     assert results[0].observed["ecc_uncorrected"] == [0, 2]
@@ -123,26 +124,26 @@ def test_an_xid_logged_during_the_stress_fails_that_gpu_only(monkeypatch):
     new = KernelEvent(Vendor.NVIDIA, "xid", "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus",
                       "0000:3b:00.0", 79, timestamp_seconds=500.0)
     reads = iter([[old], [old, new]])
-    snapshot, results = run(monkeypatch, kernel_events=lambda: next(reads))
+    snapshot, results, fake = run(monkeypatch, kernel_events=lambda: next(reads))
     assert results[0].status == Status.FAIL
     assert "1 kernel-log event(s) of this GPU during the stress, first: xid 79: NVRM: Xid" in results[0].message
     assert results[1].status == Status.PASS and snapshot.active.devices[1].stress.kernel_events == []
 
 
 def test_an_unreadable_kernel_log_leaves_the_events_unwatched(monkeypatch):
-    snapshot, results = run(monkeypatch, kernel_events=lambda: None)
+    snapshot, results, fake = run(monkeypatch, kernel_events=lambda: None)
     assert snapshot.active.devices[0].stress.kernel_events is None and results[0].status == Status.PASS
 
 
 def test_a_gpu_without_bf16_mma_gets_the_fp32_kernel_and_no_power_verdict(monkeypatch):
-    _, results = run(monkeypatch, sim=sim_devices(2, compute_capability=(7, 0)), power={0: 300.0, 1: 300.0},
+    _, results, _ = run(monkeypatch, sim=sim_devices(2, compute_capability=(7, 0)), power={0: 300.0, 1: 300.0},
                      reasons={0: [], 1: []})
     for result in results.values():
         assert result.observed["precision"] == "fp32" and result.status == Status.PASS, result.message
 
 
 def test_hip_selects_the_mfma_program_for_gfx942_and_gfx950(monkeypatch):
-    hip, hiprtc = install_hip(monkeypatch, sim_devices(2, total_bytes=64 * 1024**2))  # HIP's fallback grid
+    hip, hiprtc = install_hip(monkeypatch, sim_devices(2, total_bytes=128 * 1024**2))  # HIP's fallback grid
     snapshot = snapshot_of(idle_device(0, Vendor.AMD, architecture="gfx942"),
                            idle_device(1, Vendor.AMD, architecture="gfx950"))
     results = run_active(snapshot, fast_options(tests=("stress",)))
@@ -152,6 +153,8 @@ def test_hip_selects_the_mfma_program_for_gfx942_and_gfx950(monkeypatch):
         assert (f"--offload-arch={arch}",) in hiprtc.options
     assert hip.compiled and all(b"__builtin_amdgcn_mfma_f32_32x32x8bf16_1k" in src for src in hip.compiled.values())
     assert {name for name in hip._functions_by_handle.values()} == {tensor_kernels.MFMA}
+    # one of the four wavefronts of a block streams (the share of two warps of eight on NVIDIA)
+    assert results.devices[0].stress.stream_gb_per_second == 1500.0 and set(hip.node.copy_warps) == {1}
     assert hip.leaks() == {}
 
 
@@ -164,7 +167,7 @@ def test_hip_keeps_the_fma_kernel_elsewhere(monkeypatch):
 
 
 def test_judged_results_carry_the_check_id(monkeypatch):
-    _, results = run(monkeypatch)
+    _, results, _ = run(monkeypatch)
     assert {r.check for r in results.values()} == {STRESS}
 
 

@@ -59,7 +59,8 @@ def stress(session: Session, ordinal: int, device: DeviceSnapshot) -> StressResu
             grid = (multiprocessors * TENSOR_BLOCKS_PER_MULTIPROCESSOR if multiprocessors else kernels.FALLBACK_GRID)
             out = res.alloc(grid * kernels.BLOCK_THREADS * 4)
             warps = kernels.BLOCK_THREADS // spec.lanes
-            copy_warps = min(options.stress_copy_warps, warps - 1)
+            # stress_copy_warps counts 32-thread warps of 8; a 64-lane wavefront (AMD) streams as much as two
+            copy_warps = min((options.stress_copy_warps * 32 + spec.lanes // 2) // spec.lanes, warps - 1)
             tensor_units = grid * (warps - copy_warps)
             buffer, vectors = _stream_buffer(session, res, grid * copy_warps * spec.lanes)
             counter = res.alloc(8)

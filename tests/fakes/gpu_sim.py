@@ -67,6 +67,7 @@ class SimNode:
         self.streams: dict[int, SimStream] = {}
         self.events: dict[int, Optional[float]] = {}
         self.modules: set[int] = set()
+        self.copy_warps: list[int] = []  # the streaming warps of each tensor-kernel launch, in order
         self.peer_access: set[tuple[int, int]] = set()  # (device, peer) pairs enabled
         self._handles = itertools.count(0x1000, 0x10)
         self._patterns: dict[tuple[int, int], bytes] = {}
@@ -192,6 +193,7 @@ class SimNode:
             per_iteration = (tensor_kernels.MMA_PER_ITERATION * tensor_kernels.MMA_FLOP if lanes == 32
                              else tensor_kernels.MFMA_PER_ITERATION * tensor_kernels.MFMA_FLOP)
             seconds = grid * (block // lanes - copy_warps) * iterations * per_iteration / device.tensor_flops
+            self.copy_warps.append(copy_warps if vectors else 0)
             if vectors and copy_warps:  # the streaming warps move data for as long as the tensor warps run
                 _, counter, at = self.locate(arg(5, ctypes.c_uint64), 8)
                 (moved,) = struct.unpack_from("<Q", counter, at)
