@@ -85,7 +85,8 @@ def summary(snapshot: NodeSnapshot, results: ActiveResults) -> list[str]:
             temps = [s.temperature_celsius for s in stress.samples if s.temperature_celsius is not None]
             powers = [s.power_watts for s in stress.samples if s.power_watts is not None]
             reasons = sorted({r for s in stress.samples for r in (s.throttle_reasons or [])})
-            lines.append(f"  stress: {stress.seconds} s, {stress.launches} launches, {stress.fp32_tflops} FP32 TFLOPS; "
+            lines.append(f"  stress: {stress.seconds} s, {stress.launches} launches, {stress.tflops} "
+                         f"{(stress.precision or '').upper()} TFLOPS ({stress.kernel}); "
                          f"{len(stress.samples)} samples: SM clock {min(clocks, default=None)}-"
                          f"{max(clocks, default=None)} MHz, temperature {min(temps, default=None)}-"
                          f"{max(temps, default=None)} C, power up to {max(powers, default=None)} W, throttle reasons "

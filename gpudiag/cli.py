@@ -61,11 +61,12 @@ KernelLogOption = typer.Option(
 )
 PASSIVE_DEFAULT_TIMEOUT, ACTIVE_DEFAULT_TIMEOUT = 10.0, 600.0
 TimeoutOption = typer.Option(
-    None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2)."
+    None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
 )
 # What the node should be: `check`, `serve` and `textfile` judge against the same expectations (_expectations).
 ProfileOption = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
+StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
 BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")
 
 
@@ -102,7 +103,8 @@ def _collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[f
                           parts=PROBE_PARTS if parts is None else parts)
 
 
-def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None):
+def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None,
+             stress_seconds: Optional[float] = None):
     """Probe the node; at level 2 also run the load tests on its idle GPUs (progress on stderr), all within one
     deadline: --timeout, by default 10 s for the passive checks and 600 s with the load tests."""
     import time
@@ -110,7 +112,9 @@ def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], l
     from gpudiag.probe import Collector
 
     if timeout is None:
-        timeout = ACTIVE_DEFAULT_TIMEOUT if level >= 2 else PASSIVE_DEFAULT_TIMEOUT
+        from gpudiag.active.options import default_deadline
+
+        timeout = default_deadline(level, stress_seconds) if level >= 2 else PASSIVE_DEFAULT_TIMEOUT
     started = time.monotonic()
     # The passive probe keeps its usual deadline; the load tests get the rest.
     options = _collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
@@ -122,7 +126,8 @@ def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], l
 
             left = max(1.0, timeout - (time.monotonic() - started))
             snapshot.active = run_active(
-                snapshot, ActiveOptions(deadline_seconds=left, progress=sys.stderr, reader=collector.reprobe)
+                snapshot, ActiveOptions.for_level(level, stress_seconds, deadline_seconds=left, progress=sys.stderr,
+                                                  reader=collector.reprobe, kernel_events=collector.kernel_events)
             )
         return snapshot
 
@@ -202,9 +207,10 @@ def check(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List passing checks one by one."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the checklist (default: when a terminal)."),
     level: int = typer.Option(
-        1, "--level", min=1, max=2,
-        help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, memory test, stress).",
+        1, "--level", min=1, max=3,
+        help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, HBM, memory test, stress at the power limit). 3: the soak (10-minute stress, memory test with moving inversions).",
     ),
+    stress_seconds: Optional[float] = StressSecondsOption,
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
@@ -225,7 +231,8 @@ def check(
 
     # Pay only for what the selection judges: `--only pcie` reads no NVLink counters, peers or kernel log.
     parts = probe_parts_for(selected)
-    snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout, level, parts)
+    snapshot = (_load_replay(replay) if replay is not None
+                else _collect(root, kernel_log, timeout, level, parts, stress_seconds))
     results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)
 
     output_format = "json" if as_json else fmt.value
@@ -310,8 +317,9 @@ def textfile(
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
     level: int = typer.Option(
-        1, "--level", min=1, max=2, help="2: also load-test idle GPUs and export what they measured (acceptance windows)."
+        1, "--level", min=1, max=3, help="2: also load-test idle GPUs and export what they measured (acceptance windows); 3: the soak."
     ),
+    stress_seconds: Optional[float] = StressSecondsOption,
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
@@ -323,7 +331,7 @@ def textfile(
     if output.suffix != ".prom" and str(output) != "-":
         log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
     expectations = _expectations(profile, params or [], baseline_file)
-    node = _collect(root, kernel_log, timeout, level)
+    node = _collect(root, kernel_log, timeout, level, stress_seconds=stress_seconds)
     results = run_checks(node, expectations)
     try:
         write_textfile(output, node, results)

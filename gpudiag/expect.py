@@ -170,6 +170,15 @@ class Expectations:
     active_p2p_warn_ratio: Optional[float] = None
     active_p2p_fail_ratio: Optional[float] = None
     active_stress_clock_fail_ratio: Optional[float] = None
+    # Power stress and HBM (checks/active_stress.py): shares of the enforced power limit the steady load must hold,
+    # the slow-GPU threshold against identical siblings, and the HBM copy figure against the part's nominal rate.
+    active_stress_power_warn_ratio: Optional[float] = None  # default 0.90
+    active_stress_power_fail_ratio: Optional[float] = None  # default 0.75
+    active_stress_straggler_ratio: Optional[float] = None  # default 0.05: 5 % below the siblings' median fails
+    active_hbm_nominal_gbps: Optional[float] = None  # the part's HBM bandwidth (read + write), pins the table's
+    active_hbm_efficiency: Optional[float] = None  # default 0.85 of nominal for a copy kernel's traffic
+    active_hbm_warn_ratio: Optional[float] = None
+    active_hbm_fail_ratio: Optional[float] = None
 
     def __post_init__(self) -> None:
         """Reject values no node can be judged by; ExpectationError names the field at fault."""
@@ -192,7 +201,7 @@ class Expectations:
         self._check_choices()
         self._check_overlaps()
         self._check_driver_versions()
-        for test in ("pcie", "p2p"):  # the load tests warn below one share of the expected rate, fail below another
+        for test in ("pcie", "p2p", "hbm", "stress_power"):  # the load tests warn below one share of the expected rate, fail below another
             warn, fail = getattr(self, f"active_{test}_warn_ratio"), getattr(self, f"active_{test}_fail_ratio")
             if warn is not None and fail is not None and fail > warn:
                 raise ExpectationError(f"active_{test}_fail_ratio", f"{fail} is above active_{test}_warn_ratio "

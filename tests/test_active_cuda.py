@@ -147,17 +147,20 @@ def test_a_ptx_refused_by_the_jit_carries_the_jit_log(monkeypatch):
     error = results.devices[0].stress.error
     assert error.source == "cuda.cuModuleLoadDataEx" and "CUDA_ERROR_INVALID_PTX" in error.message
     assert "line 7; error   : Unknown symbol" in error.message
-    assert b".entry gpudiag_fma(" in fake.loaded_ptx[0] and b".target sm_52" in fake.loaded_ptx[0]
+    # the stress on an sm_90 GPU loads the tensor-core program
+    assert b".entry gpudiag_mma_bf16(" in fake.loaded_ptx[0] and b".target sm_80" in fake.loaded_ptx[0]
 
 
 def test_stress_runs_for_the_time_asked_and_samples_the_sensors(monkeypatch):
-    fake = install_cuda(monkeypatch, sim_devices(1, fma_per_second=33e12))
+    # sm_75 has no BF16 mma.sync: the FP32 FMA kernel loads it
+    fake = install_cuda(monkeypatch, sim_devices(1, fma_per_second=33e12, compute_capability=(7, 5)))
     results = run_active(snapshot_of(idle_device(0)),
                          fast_options(tests=("stress",), stress_seconds=0.3, reader=live_reader(["sw_power_cap"])))
     stress = results.devices[0].stress
     assert stress.error is None and stress.telemetry_error is None
     assert 0.3 <= stress.seconds < 1.0 and stress.launches > 2
-    assert stress.fp32_tflops == 66.0  # 2 FLOP per FMA at the simulated 33e12 FMA/s
+    assert stress.fp32_tflops == stress.tflops == 66.0  # 2 FLOP per FMA at the simulated 33e12 FMA/s
+    assert (stress.kernel, stress.precision) == ("gpudiag_fma", "fp32")
     assert len(stress.samples) >= 3 and stress.samples[0].seconds < stress.samples[-1].seconds
     sample = stress.samples[0]
     assert (sample.sm_clock_mhz, sample.temperature_celsius, sample.power_watts) == (1980, 61.0, 655.0)

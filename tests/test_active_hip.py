@@ -48,7 +48,8 @@ def test_copies_pairs_memtest_and_stress_run_on_hip(monkeypatch):
     hip, hiprtc = install_hip(monkeypatch, sim_devices(2, h2d_gbps=55.0, d2h_gbps=54.0, total_bytes=8 * 1024**2))
     cell = SimNode.base(1) + 1024**2 + 64
     hip.node.devices[1].stuck_bits[cell] = 0x80000000
-    results = run_active(snapshot_of(amd(0), amd(1)), fast_options(reader=live_reader(["ppt_power"])))
+    results = run_active(snapshot_of(amd(0), amd(1)), fast_options(tests=("pcie", "p2p", "memtest", "stress"),
+                                                                   reader=live_reader(["ppt_power"])))
     first, second = results.devices
     assert first.runtime == "hip 6.2"
     assert (first.h2d.gb_per_second, first.d2h.gb_per_second) == (55.0, 54.0)
@@ -60,6 +61,7 @@ def test_copies_pairs_memtest_and_stress_run_on_hip(monkeypatch):
     assert hip.leaks() == {}
     assert hiprtc.count("hiprtcCompileProgram") == 1  # compiled once, loaded on each GPU
     assert hip.count("hipModuleLoadData") == 4  # memtest and stress on two GPUs
+    assert first.stress.precision == "fp32"  # no gfx target known: the FMA kernel
 
 
 def test_a_hiprtc_compile_error_carries_the_compiler_log(monkeypatch):

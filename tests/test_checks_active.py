@@ -17,6 +17,7 @@ from gpudiag.model import (
     DeviceSnapshot,
     ErrorKind,
     GpuLink,
+    HbmBandwidth,
     MemtestResult,
     NodeSnapshot,
     PcieInfo,
@@ -57,8 +58,9 @@ def healthy_active() -> ActiveResults:
             stress=StressResult(seconds_requested=30, seconds=30.0, launches=600, fp32_tflops=61.3, samples=[
                 TelemetrySample(seconds=float(t), sm_clock_mhz=1980 if t == 0 else 1755, temperature_celsius=58.0 + t,
                                 power_watts=690.0, throttle_reasons=["sw_power_cap"]) for t in range(5)]),
+            hbm=HbmBandwidth(bytes_per_copy=2 << 30, copies_timed=30, gb_per_second=2110.0 - index),
         )
-    return ActiveResults(tests=["pcie", "p2p", "memtest", "stress"], devices=[device(0), device(1)], peers=[
+    return ActiveResults(tests=["pcie", "p2p", "hbm", "memtest", "stress"], devices=[device(0), device(1)], peers=[
         PeerBandwidth(0, 1, True, CopyBandwidth(372.5, 256 << 20, 24), 741.0),
         PeerBandwidth(1, 0, True, CopyBandwidth(371.9, 256 << 20, 24))])
 

@@ -41,3 +41,9 @@ GPUDIAG="$d/gpudiag-wrapper" GPUDIAG_CONFIG=/dev/null GPUDIAG_STATE="$d/healthch
 echo "exit $? after $(python3 -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 1))' "$started") s" \
   >> "$d/healthcheck.txt"
 rm -f "$d/gpudiag-wrapper" "$d/healthcheck.state"
+# Full power (issue 11): gpudiag's tensor-core stress and HBM copy beside torch's BF16 matmul and copy_ on the same
+# GPUs in one run (needs torch), and a level-2 run of the whole node as JSON and as a textfile.
+python3 bench/power_stress_vs_torch.py --seconds 30 --json "$d/power-stress-bench.json" \
+  > "$d/power-stress-bench.txt" 2>&1
+python3 -m gpudiag check --level 2 --json > "$d/check-level2-power.json" 2> "$d/check-level2-power.progress.txt"
+python3 -m gpudiag textfile --level 2 --output "$d/textfile-level2-power.prom" 2>> "$d/check.stderr"

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from gpudiag.active import kernels
 from gpudiag.active.binding import Binding, forwards, load_library, returns
+from gpudiag.active.tensor_kernels import Program
 from gpudiag.active.runtime import GpuCallError, GpuOutOfMemory, RuntimeUnavailable, kernel_params
 from gpudiag.model import ErrorKind, Vendor
 from gpudiag.probe.deadline import CallTracker
@@ -30,6 +31,8 @@ CUDA_ERROR_NO_DEVICE = 100
 CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 CUDA_ERROR_SYSTEM_NOT_READY = 802
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CU_STREAM_NON_BLOCKING = 0x1
 CU_EVENT_BLOCKING_SYNC = 0x1  # the waiting thread sleeps instead of spinning a CPU core; timing stays enabled
 CU_JIT_ERROR_LOG_BUFFER = 5
@@ -142,6 +145,11 @@ class CudaRuntime(Binding):
         device = self._contexts[self._current.ordinal][0]
         return self._out("cuDeviceGetAttribute", c_int, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) or None
 
+    def compute_capability(self) -> Optional[tuple[int, int]]:
+        device = self._contexts[self._current.ordinal][0]
+        return (self._out("cuDeviceGetAttribute", c_int, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+                self._out("cuDeviceGetAttribute", c_int, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
+
     # --- memory, streams, events ------------------------------------------------------------------------------
 
     def alloc(self, nbytes: int) -> int:
@@ -185,12 +193,19 @@ class CudaRuntime(Binding):
     # --- kernels ----------------------------------------------------------------------------------------------
 
     def load_kernels(self) -> int:
-        """JIT-compile the PTX for the current device; a refusal carries the JIT's error log."""
+        """JIT-compile the diagnostic kernels' PTX for the current device."""
+        return self._load_ptx(kernels.PTX)
+
+    def load_program(self, program: Program) -> int:
+        """A tensor_kernels program (PTX) for the current device; a refusal carries the JIT's error log."""
+        return self._load_ptx(program.text)
+
+    def _load_ptx(self, ptx: str) -> int:
         log = ctypes.create_string_buffer(_JIT_LOG_BYTES)
         options = (c_int * 2)(CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
         values = (c_void_p * 2)(ctypes.cast(log, c_void_p), c_void_p(_JIT_LOG_BYTES))
         module = c_void_p()
-        code = self._raw("cuModuleLoadDataEx", byref(module), kernels.PTX.encode() + b"\0", 2, options, values)
+        code = self._raw("cuModuleLoadDataEx", byref(module), ptx.encode() + b"\0", 2, options, values)
         if code != CUDA_SUCCESS:
             raise self._error("cuModuleLoadDataEx", code, log.value.decode(errors="replace").strip())
         return module.value

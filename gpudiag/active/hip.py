@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from gpudiag.active import kernels
 from gpudiag.active.binding import SUCCESS, Binding, forwards, load_library, returns
+from gpudiag.active.tensor_kernels import Program
 from gpudiag.active.runtime import GpuCallError, GpuOutOfMemory, RuntimeUnavailable, kernel_params
 from gpudiag.model import ErrorKind, Vendor
 from gpudiag.probe.deadline import CallTracker
@@ -91,12 +92,13 @@ class Hiprtc(Binding):
         text = self._raw("hiprtcGetErrorString", code) or b"HIPRTC_ERROR_UNRECOGNISED"
         return GpuCallError(self.name, symbol, code, text.decode(errors="replace"), detail)
 
-    def compile(self, source: str) -> bytes:
+    def compile(self, source: str, options: Sequence[str] = ()) -> bytes:
         """A code object for the current device (hiprtc picks its ISA when no --offload-arch is given)."""
         program = c_void_p()
         self._call("hiprtcCreateProgram", byref(program), source.encode(), b"gpudiag_kernels.hip", 0, None, None)
         try:
-            code = self._raw("hiprtcCompileProgram", program, 0, None)
+            argv = (c_char_p * max(1, len(options)))(*[o.encode() for o in options])
+            code = self._raw("hiprtcCompileProgram", program, len(options), argv)
             if code != SUCCESS:
                 log = self._read(program, "hiprtcGetProgramLogSize", "hiprtcGetProgramLog")
                 raise self._error("hiprtcCompileProgram", code, log.decode(errors="replace").strip("\0 \n"))
@@ -123,6 +125,7 @@ class HipRuntime(Binding):
                          "libamdhip64.so", tracker or CallTracker())
         self._hiprtc: Optional[Hiprtc] = None
         self._code_object: Optional[bytes] = None  # compiled once: all GPUs of a node share an ISA in practice
+        self._programs: dict[str, bytes] = {}  # tensor_kernels programs, by name, compiled once each
         self._lock = threading.Lock()
         code = self._raw("hipInit", 0)
         if code == hipErrorNoDevice:
@@ -162,6 +165,9 @@ class HipRuntime(Binding):
     def multiprocessor_count(self) -> Optional[int]:
         # hipDeviceGetAttribute's enum values moved between ROCm releases; kernels.FALLBACK_GRID serves instead.
         return None
+
+    def compute_capability(self) -> Optional[tuple[int, int]]:
+        return None  # a CUDA notion; AMD kernels are chosen by the gfx target (DeviceSnapshot.architecture)
 
     # --- memory, streams, events ------------------------------------------------------------------------------
 
@@ -209,6 +215,14 @@ class HipRuntime(Binding):
                 self._hiprtc = self._hiprtc or Hiprtc(self.tracker)
                 self._code_object = self._hiprtc.compile(kernels.HIP_SOURCE)
         return self._out("hipModuleLoadData", c_void_p, self._code_object)
+
+    def load_program(self, program: Program) -> int:
+        """A tensor_kernels program, compiled by hiprtc with its options (--offload-arch for the MFMA kernel)."""
+        with self._lock:
+            if program.name not in self._programs:
+                self._hiprtc = self._hiprtc or Hiprtc(self.tracker)
+                self._programs[program.name] = self._hiprtc.compile(program.text, program.hip_options)
+        return self._out("hipModuleLoadData", c_void_p, self._programs[program.name])
 
     unload_kernels = forwards("hipModuleUnload")
 

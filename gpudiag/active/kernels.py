@@ -1,9 +1,12 @@
-"""The three diagnostic kernels, as PTX for the CUDA driver's JIT and as HIP C++ for hiprtc, with one contract.
+"""The four diagnostic kernels, as PTX for the CUDA driver's JIT and as HIP C++ for hiprtc, with one contract.
 
 - `gpudiag_fill(u32* buf, u64 words, u32 seed)`: buf[i] = pattern_word(i, seed), grid-stride.
 - `gpudiag_check(const u32* buf, u64 words, u32 seed, u64* result)`: for every word that differs from
   pattern_word(i, seed): result[0] += 1, result[1] = min(result[1], i), ((u32*)result)[4] |= read ^ expected.
   The caller initialises the result slot to {0, UINT64_MAX, 0} (RESULT_SLOT_INIT).
+- `gpudiag_invert(u32* buf, u64 words, u32 seed, u64* result)`: as gpudiag_check, and every word is then overwritten
+  with the complement of its expected value (a moving-inversions sweep: read, verify, write the inverse, in one pass;
+  the next sweep verifies seed ^ 0xFFFFFFFF).
 - `gpudiag_fma(f32* out, u32 iterations)`: eight independent FMA chains per thread (enough instruction-level
   parallelism to keep the FP32 pipes full at full occupancy), stored so that the compiler cannot drop the loop.
 
@@ -25,7 +28,8 @@ import struct
 FILL = "gpudiag_fill"
 CHECK = "gpudiag_check"
 FMA = "gpudiag_fma"
-NAMES = (FILL, CHECK, FMA)
+INVERT = "gpudiag_invert"
+NAMES = (FILL, CHECK, FMA, INVERT)
 
 BLOCK_THREADS = 256
 BLOCKS_PER_MULTIPROCESSOR = 8  # 8 × 256 = 2048 threads: one full wave on NVIDIA sm_80/sm_90 and AMD CDNA CUs
@@ -36,6 +40,10 @@ PATTERN_MULTIPLIER = 0x9E3779B1  # odd: i → i × M is a bijection mod 2^32 (go
 # Seeds of successive passes: all-zero and all-one XOR masks write every bit both ways; 0x55…/0xAA… alternate
 # neighbouring bits against each other.
 PASS_SEEDS = (0x00000000, 0xFFFFFFFF, 0x55555555, 0xAAAAAAAA)
+# Further seeds for longer runs (`--level 3`): pairs of bits and nibbles against each other.
+MORE_SEEDS = (0x33333333, 0xCCCCCCCC, 0x0F0F0F0F, 0xF0F0F0F0)
+SEEDS = PASS_SEEDS + MORE_SEEDS
+INVERTED = 0xFFFFFFFF  # pattern_word(i, seed ^ INVERTED) == ~pattern_word(i, seed)
 
 # One result slot per checked chunk: u64 mismatches at +0, u64 first mismatching index at +8, u32 flipped-bit mask
 # at +16 (the offsets gpudiag_check writes to), padded to 32 bytes.
@@ -152,6 +160,60 @@ CHECK_DONE:
 	ret;
 }
 
+.visible .entry gpudiag_invert(
+	.param .u64 gpudiag_invert_buf,
+	.param .u64 gpudiag_invert_words,
+	.param .u32 gpudiag_invert_seed,
+	.param .u64 gpudiag_invert_result
+)
+{
+	.reg .pred 	%p<4>;
+	.reg .b32 	%r<12>;
+	.reg .b64 	%rd<12>;
+
+	ld.param.u64 	%rd1, [gpudiag_invert_buf];
+	ld.param.u64 	%rd2, [gpudiag_invert_words];
+	ld.param.u32 	%r1, [gpudiag_invert_seed];
+	ld.param.u64 	%rd8, [gpudiag_invert_result];
+	cvta.to.global.u64 	%rd1, %rd1;
+	cvta.to.global.u64 	%rd8, %rd8;
+	mov.u32 	%r2, %ctaid.x;
+	mov.u32 	%r3, %ntid.x;
+	mov.u32 	%r4, %tid.x;
+	mov.u32 	%r5, %nctaid.x;
+	mul.wide.u32 	%rd3, %r2, %r3;
+	cvt.u64.u32 	%rd4, %r4;
+	add.s64 	%rd3, %rd3, %rd4;
+	mul.wide.u32 	%rd5, %r5, %r3;
+	setp.ge.u64 	%p1, %rd3, %rd2;
+	@%p1 bra 	INVERT_DONE;
+
+INVERT_LOOP:
+	cvt.u32.u64 	%r6, %rd3;
+	mul.lo.s32 	%r7, %r6, -1640531535;
+	xor.b32 	%r8, %r7, %r1;
+	shl.b64 	%rd6, %rd3, 2;
+	add.s64 	%rd7, %rd1, %rd6;
+	ld.global.u32 	%r9, [%rd7];
+	not.b32 	%r11, %r8;
+	st.global.u32 	[%rd7], %r11;
+	setp.eq.s32 	%p2, %r9, %r8;
+	@%p2 bra 	INVERT_NEXT;
+
+	red.global.add.u64 	[%rd8], 1;
+	red.global.min.u64 	[%rd8+8], %rd3;
+	xor.b32 	%r10, %r9, %r8;
+	red.global.or.b32 	[%rd8+16], %r10;
+
+INVERT_NEXT:
+	add.s64 	%rd3, %rd3, %rd5;
+	setp.lt.u64 	%p3, %rd3, %rd2;
+	@%p3 bra 	INVERT_LOOP;
+
+INVERT_DONE:
+	ret;
+}
+
 .visible .entry gpudiag_fma(
 	.param .u64 gpudiag_fma_out,
 	.param .u32 gpudiag_fma_iterations
@@ -228,6 +290,21 @@ extern "C" __global__ void gpudiag_check(const unsigned int* buf, unsigned long 
   for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
     const unsigned int want = ((unsigned int)i * 0x9E3779B1u) ^ seed;
     const unsigned int got = buf[i];
+    if (got != want) {
+      atomicAdd(&result[0], 1ull);
+      atomicMin(&result[1], i);
+      atomicOr((unsigned int*)&result[2], got ^ want);
+    }
+  }
+}
+
+extern "C" __global__ void gpudiag_invert(unsigned int* buf, unsigned long long words, unsigned int seed,
+                                          unsigned long long* result) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+    const unsigned int want = ((unsigned int)i * 0x9E3779B1u) ^ seed;
+    const unsigned int got = buf[i];
+    buf[i] = ~want;
     if (got != want) {
       atomicAdd(&result[0], 1ull);
       atomicMin(&result[1], i);

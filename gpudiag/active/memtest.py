@@ -11,11 +11,10 @@ from __future__ import annotations
 import ctypes
 import time
 from ctypes import c_uint32, c_uint64
-from typing import Optional
 
 from gpudiag.active import kernels
 from gpudiag.active.runtime import GpuOutOfMemory, Resources
-from gpudiag.active.session import Session, recording
+from gpudiag.active.session import Session, ecc_counts, recording
 from gpudiag.model import DeviceSnapshot, ErrorKind, MemtestResult, ProbeError
 
 WORD_BYTES = 4
@@ -25,12 +24,13 @@ MIN_CHUNK_BYTES = 1024**2  # below this, an allocation that does not fit is not 
 def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestResult:
     options = session.options
     result = MemtestResult(passes_requested=options.memtest_passes)
-    result.ecc_corrected_before, result.ecc_uncorrected_before = _ecc_counts(session, device, fresh=False)
+    result.ecc_corrected_before, result.ecc_uncorrected_before = ecc_counts(session, device, fresh=False)
     with recording("active.memtest", result), Resources(session.runtime, ordinal) as res:
         session.check()
         runtime = session.runtime
         module = res.kernels()
         fill, check = runtime.kernel(module, kernels.FILL), runtime.kernel(module, kernels.CHECK)
+        invert = runtime.kernel(module, kernels.INVERT) if options.memtest_inversions else None
         grid = kernels.grid_for(runtime.multiprocessor_count())
         stream = res.stream()
         result.free_bytes, result.total_bytes = runtime.memory_info()
@@ -45,21 +45,25 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
                                       f"test ({result.free_bytes} bytes reported free)")
             return result
         session.progress.say(f"GPU {device.index}: memory test over {result.bytes_tested / 1e9:.1f} GB "
-                             f"({len(chunks)} chunks), {options.memtest_passes} passes")
+                             f"({len(chunks)} chunks), {options.memtest_passes} passes"
+                             f"{' of moving inversions' if options.memtest_inversions else ''}")
         started = time.monotonic()
         for number in range(options.memtest_passes):
-            seed = kernels.PASS_SEEDS[number % len(kernels.PASS_SEEDS)]
+            seed = kernels.SEEDS[number % len(kernels.SEEDS)]
             ctypes.memmove(slots_host, kernels.RESULT_SLOT_INIT * len(chunks), kernels.RESULT_SLOT_BYTES * len(chunks))
             runtime.copy_h2d_async(slots_device, slots_host, kernels.RESULT_SLOT_BYTES * len(chunks), stream)
-            for pointer, size in chunks:
-                session.check()
-                runtime.launch(fill, grid, kernels.BLOCK_THREADS,
-                               [c_uint64(pointer), c_uint64(size // WORD_BYTES), c_uint32(seed)], stream)
-            for slot, (pointer, size) in enumerate(chunks):
-                session.check()
-                runtime.launch(check, grid, kernels.BLOCK_THREADS,
-                               [c_uint64(pointer), c_uint64(size // WORD_BYTES), c_uint32(seed),
-                                c_uint64(slots_device + slot * kernels.RESULT_SLOT_BYTES)], stream)
+            # Fill, then (moving inversions) verify-and-invert twice, then verify: every cell is read back and
+            # rewritten with its complement, all chunks before the next sweep, so that reads come from DRAM.
+            sweeps = [(fill, seed)]
+            if invert is not None:
+                sweeps += [(invert, seed), (invert, seed ^ kernels.INVERTED)]
+            for kernel, sweep_seed in sweeps + [(check, seed)]:
+                for slot, (pointer, size) in enumerate(chunks):
+                    session.check()
+                    args = [c_uint64(pointer), c_uint64(size // WORD_BYTES), c_uint32(sweep_seed)]
+                    if kernel != fill:
+                        args.append(c_uint64(slots_device + slot * kernels.RESULT_SLOT_BYTES))
+                    runtime.launch(kernel, grid, kernels.BLOCK_THREADS, args, stream)
             runtime.copy_d2h_async(slots_host, slots_device, kernels.RESULT_SLOT_BYTES * len(chunks), stream)
             runtime.stream_synchronize(stream)
             _tally(result, chunks, ctypes.string_at(slots_host, kernels.RESULT_SLOT_BYTES * len(chunks)))
@@ -67,7 +71,7 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
             result.seconds = round(time.monotonic() - started, 3)
             session.progress.say(f"GPU {device.index}: memory test pass {number + 1}/{options.memtest_passes} "
                                  f"(seed {seed:#010x}): {result.mismatched_words} mismatching words so far")
-    result.ecc_corrected_after, result.ecc_uncorrected_after = _ecc_counts(session, device, fresh=True)
+    result.ecc_corrected_after, result.ecc_uncorrected_after = ecc_counts(session, device, fresh=True)
     return result
 
 
@@ -101,17 +105,3 @@ def _tally(result: MemtestResult, chunks: list[tuple[int, int]], raw: bytes) -> 
         address = pointer + first * WORD_BYTES
         result.first_error_address = min(address, result.first_error_address or address)
         result.flipped_bits_mask = (result.flipped_bits_mask or 0) | mask
-
-
-def _ecc_counts(session: Session, device: DeviceSnapshot, fresh: bool) -> tuple[Optional[int], Optional[int]]:
-    """Volatile (since driver load) corrected and uncorrected ECC counts: read live when a reader is given, else
-    the snapshot's for `before` and nothing for `after`."""
-    reader = session.options.reader
-    if reader is None:
-        return (None, None) if fresh else (device.ecc.volatile_corrected, device.ecc.volatile_uncorrected)
-    try:
-        ecc = reader(device).ecc
-    except Exception as exc:  # noqa: BLE001 - the memory test stands without the counters
-        session.progress.say(f"GPU {device.index}: ECC counters could not be read: {exc}")
-        return None, None
-    return ecc.volatile_corrected, ecc.volatile_uncorrected

@@ -6,13 +6,25 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Optional, TextIO
 
-from gpudiag.active.kernels import PASS_SEEDS
+from gpudiag.active.kernels import PASS_SEEDS, SEEDS
 from gpudiag.model import DeviceSnapshot
 
 MIB = 1024**2
 GIB = 1024**3
 
-ALL_TESTS = ("pcie", "p2p", "memtest", "stress")
+ALL_TESTS = ("pcie", "p2p", "hbm", "memtest", "stress")
+
+SOAK_STRESS_SECONDS = 600.0  # `--level 3`: what an acceptance window affords (10 minutes)
+SOAK_MEMTEST_FRACTION = 0.95  # of the free memory (the runtime and allocator granularity keep the rest)
+SOAK_MARGIN_SECONDS = 300.0  # the rest of a soak (probe, copies, memory test) on top of the stress
+
+
+def default_deadline(level: int, stress_seconds: Optional[float]) -> float:
+    """--timeout's default for `check --level 2|3`: 600 s at level 2 (the stress's 30 s fit with room), the stress
+    plus SOAK_MARGIN_SECONDS at level 3 — longer when --stress-seconds asks for more."""
+    if level >= 3:
+        return (stress_seconds if stress_seconds is not None else SOAK_STRESS_SECONDS) + SOAK_MARGIN_SECONDS
+    return max(600.0, (stress_seconds or 0.0) + SOAK_MARGIN_SECONDS)
 
 # Live sensors of one GPU: given the snapshot's device, a fresh DeviceSnapshot of it (only clocks, temperatures,
 # power and ECC counters are read). The probe layer provides it, e.g. `lambda d: backend.probe_device(d.index,
@@ -26,6 +38,9 @@ class ActiveOptions:
     deadline_seconds: Optional[float] = None  # the whole run; the tests stop cleanly when it passes
     progress: Optional[TextIO] = field(default_factory=lambda: sys.stderr)  # one line per step; None: silent
     reader: Optional[DeviceReader] = None
+    # The kernel log's events now (the probe layer's Collector.kernel_events): read before and after the stress, so
+    # that an Xid, reset or RAS error the load caused is pinned on its GPU. None: not watched.
+    kernel_events: Optional[Callable[[], Optional[list]]] = None
 
     # Host <-> device and GPU <-> GPU copies: after one warm-up copy, `copy_batches` batches of `copy_repeats`
     # copies are timed by GPU events and the best batch is reported (what the link can carry, not its worst
@@ -39,11 +54,22 @@ class ActiveOptions:
     memtest_fraction: float = 0.9
     memtest_passes: int = len(PASS_SEEDS)
     memtest_chunk_bytes: int = 2 * GIB
+    memtest_inversions: bool = False  # moving inversions: each pass also verifies and inverts every word twice
 
     # Stress: FMA kernels of about `stress_launch_ms` each, two in flight, sampled every `sample_interval_seconds`.
     stress_seconds: float = 30.0
     stress_launch_ms: float = 50.0
     sample_interval_seconds: float = 1.0
+    progress_interval_seconds: float = 30.0  # a progress line this often while the stress runs
+    # The tensor-core kernel where the GPU has one (tensor_kernels.py), else FP32 FMA; in each 8-warp block this many
+    # warps stream a buffer of `stress_stream_bytes` through HBM while the others drive the tensor cores.
+    stress_tensor: bool = True
+    stress_copy_warps: int = 2
+    stress_stream_bytes: int = 2 * GIB
+
+    # HBM bandwidth: a copy kernel over two buffers of `hbm_bytes`, `copy_batches` batches of `hbm_repeats`.
+    hbm_bytes: int = 2 * GIB
+    hbm_repeats: int = 10
 
     # A GPU is someone else's when it runs processes, is this busy, or has this much memory held by others.
     busy_utilization_percent: int = 10
@@ -56,6 +82,18 @@ class ActiveOptions:
     # Test seam: builds the runtime for a vendor (default: CudaRuntime / HipRuntime over the real libraries).
     runtime_factory: Optional[Callable[..., object]] = None
 
+    @classmethod
+    def for_level(cls, level: int, stress_seconds: Optional[float] = None, **changes: object) -> "ActiveOptions":
+        """`gpudiag check --level 2`: the short acceptance run. `--level 3`: the soak — the stress for
+        `stress_seconds` (default SOAK_STRESS_SECONDS), the memory test over nearly all free memory in every seed,
+        with moving inversions."""
+        if level >= 3:
+            changes = {"memtest_fraction": SOAK_MEMTEST_FRACTION, "memtest_passes": len(SEEDS),
+                       "memtest_inversions": True, "stress_seconds": SOAK_STRESS_SECONDS, **changes}
+        if stress_seconds is not None:
+            changes["stress_seconds"] = stress_seconds
+        return cls(**changes)  # type: ignore[arg-type]
+
     def __post_init__(self) -> None:
         unknown = set(self.tests) - set(ALL_TESTS)
         if unknown:
@@ -65,5 +103,7 @@ class ActiveOptions:
         for name in ("copy_bytes", "p2p_bytes", "copy_repeats", "copy_batches", "memtest_chunk_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not 0 <= self.stress_copy_warps <= 7:
+            raise ValueError(f"stress_copy_warps must be 0-7 (8 warps a block), got {self.stress_copy_warps!r}")
         if self.memtest_passes < 1 or self.stress_seconds < 0 or self.sample_interval_seconds <= 0:
             raise ValueError("memtest_passes must be ≥ 1, stress_seconds ≥ 0 and sample_interval_seconds > 0")

@@ -18,6 +18,7 @@ import time
 from typing import Callable, Optional
 
 from gpudiag.active.bandwidth import host_copies, peer_matrix
+from gpudiag.active.hbm import hbm_bandwidth
 from gpudiag.active.memtest import memtest
 from gpudiag.active.options import ActiveOptions
 from gpudiag.active.plan import runtime_ordinals, size_text, skip_reason
@@ -30,6 +31,7 @@ from gpudiag.model import (
     CopyBandwidth,
     DeviceSnapshot,
     ErrorKind,
+    HbmBandwidth,
     MemtestResult,
     NodeSnapshot,
     ProbeError,
@@ -170,10 +172,42 @@ def _run_vendor(session: Session, devices: list[DeviceSnapshot], entries: list[A
                          f"device->host {entry.d2h.gb_per_second} GB/s{seen}")
     if "p2p" in options.tests and len(planned) >= 2:
         results.peers.extend(peer_matrix(session, [(entry.index, ordinal) for entry, _, ordinal in planned]))
+    if "hbm" in options.tests:
+        _on_each(planned, lambda entry, device, ordinal: setattr(entry, "hbm", hbm_bandwidth(session, ordinal, device)))
     if "memtest" in options.tests:
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "memtest", memtest(session, ordinal, device)))
     if "stress" in options.tests:
+        before = _kernel_events(session)
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "stress", stress(session, ordinal, device)))
+        _attach_new_events(planned, before, _kernel_events(session) if before is not None else None)
+
+
+MAX_STRESS_EVENTS = 20  # per GPU: a flood of Xids says enough in its first lines
+
+
+def _kernel_events(session: Session) -> Optional[list]:
+    reader = session.options.kernel_events
+    if reader is None:
+        return None
+    try:
+        return reader()
+    except Exception as exc:  # noqa: BLE001 - the stress is judged without the log; say why
+        session.progress.say(f"the kernel log could not be read around the stress: {exc}")
+        return None
+
+
+def _attach_new_events(planned: list[Planned], before: Optional[list], after: Optional[list]) -> None:
+    """Events of each loaded GPU (by bus ID) that the log shows after the stress and did not before."""
+    if before is None or after is None:
+        return
+    seen = {(e.timestamp_seconds, e.message) for e in before}
+    new = [e for e in after if (e.timestamp_seconds, e.message) not in seen]
+    for entry, device, _ in planned:
+        if entry.stress is None:
+            continue
+        mine = [e for e in new if e.pci_bus_id and e.pci_bus_id == device.pci_bus_id]
+        entry.stress.kernel_events = [f"{e.kind}{'' if e.code is None else ' ' + str(e.code)}: {e.message[:200]}"
+                                      for e in mine[:MAX_STRESS_EVENTS]]
 
 
 def _claim(session: Session, ordinal: int) -> Optional[str]:
@@ -191,6 +225,8 @@ def _fail_untested(entry: ActiveDevice, options: ActiveOptions, error: ProbeErro
     """Every requested test of this GPU carries `error`: a check then says why it could not judge."""
     if "pcie" in options.tests:
         entry.h2d, entry.d2h = CopyBandwidth(error=error), CopyBandwidth(error=error)
+    if "hbm" in options.tests:
+        entry.hbm = HbmBandwidth(error=error)
     if "memtest" in options.tests:
         entry.memtest = MemtestResult(passes_requested=options.memtest_passes, error=error)
     if "stress" in options.tests:

@@ -12,6 +12,7 @@ import ctypes
 import logging
 from typing import Optional, Protocol, Sequence
 
+from gpudiag.active.tensor_kernels import Program
 from gpudiag.model import ErrorKind, ProbeError, Vendor
 from gpudiag.probe.deadline import CallTracker
 
@@ -61,6 +62,7 @@ class GpuRuntime(Protocol):
     def release(self, ordinal: int) -> None: ...  # give back what `use` took on a GPU that will not be tested
     def memory_info(self) -> tuple[int, int]: ...  # (free, total) bytes of the current device
     def multiprocessor_count(self) -> Optional[int]: ...
+    def compute_capability(self) -> Optional[tuple[int, int]]: ...  # CUDA (major, minor); None on HIP
     def alloc(self, nbytes: int) -> int: ...
     def free(self, pointer: int) -> None: ...
     def alloc_host(self, nbytes: int) -> int: ...  # pinned (page-locked) host memory
@@ -80,6 +82,7 @@ class GpuRuntime(Protocol):
     def can_access_peer(self, ordinal: int, peer: int) -> bool: ...
     def enable_peer_access(self, peer: int) -> None: ...  # the current device may then access `peer`'s memory
     def load_kernels(self) -> int: ...  # kernels.NAMES for the current device; returns a module handle
+    def load_program(self, program: Program) -> int: ...  # a tensor_kernels program for the current device
     def unload_kernels(self, module: int) -> None: ...
     def kernel(self, module: int, name: str) -> int: ...
     def launch(self, function: int, grid: int, block: int, args: Sequence[ctypes._SimpleCData], stream: int) -> None: ...
@@ -130,6 +133,11 @@ class Resources:
 
     def kernels(self) -> int:
         module = self.runtime.load_kernels()
+        self._releases.append(("unload_kernels", module))
+        return module
+
+    def program(self, program: Program) -> int:
+        module = self.runtime.load_program(program)
         self._releases.append(("unload_kernels", module))
         return module
 

@@ -108,4 +108,19 @@ def telemetry_of(device: DeviceSnapshot, seconds: float) -> TelemetrySample:
         temperature_celsius=sensor.current_celsius if sensor else None,
         power_watts=device.power.draw_watts,
         throttle_reasons=device.clocks.throttle_reasons,
+        power_limit_watts=device.power.limit_watts,
     )
+
+
+def ecc_counts(session: Session, device: DeviceSnapshot, fresh: bool) -> tuple[Optional[int], Optional[int]]:
+    """Volatile (since driver load) corrected and uncorrected ECC counts: read live when a reader is given, else
+    the snapshot's for `before` and nothing for `after`."""
+    reader = session.options.reader
+    if reader is None:
+        return (None, None) if fresh else (device.ecc.volatile_corrected, device.ecc.volatile_uncorrected)
+    try:
+        ecc = reader(device).ecc
+    except Exception as exc:  # noqa: BLE001 - the test stands without the counters
+        session.progress.say(f"GPU {device.index}: ECC counters could not be read: {exc}")
+        return None, None
+    return ecc.volatile_corrected, ecc.volatile_uncorrected

@@ -92,6 +92,8 @@ TABLE: dict[str, dict[Status, tuple[str, str]]] = {
                                   W: ("watch", "GPUDIAG-ACTIVE-PCIE-BANDWIDTH")},
     "active.p2p_bandwidth": {F: ("drain", "GPUDIAG-ACTIVE-P2P-BANDWIDTH"),
                              W: ("watch", "GPUDIAG-ACTIVE-P2P-BANDWIDTH")},
+    "active.hbm_bandwidth": {F: ("drain", "GPUDIAG-ACTIVE-HBM-BANDWIDTH"),
+                             W: ("watch", "GPUDIAG-ACTIVE-HBM-BANDWIDTH")},
     "active.memtest": {F: ("drain", "GPUDIAG-ACTIVE-MEMTEST"), W: ("watch", "GPUDIAG-ACTIVE-MEMTEST")},
     "active.stress": {F: ("drain", "GPUDIAG-ACTIVE-STRESS"), W: ("watch", "GPUDIAG-ACTIVE-STRESS")},
     "baseline.inventory": {F: ("drain", "GPUDIAG-BASELINE-INVENTORY-DRIFT")},

@@ -304,6 +304,32 @@ ACTIVE_MEMTEST_MISMATCHES = _gpu(
 ACTIVE_STRESS_FLOPS = _gpu(
     "gpudiag_active_stress_fp32_flops", "gauge", "FP32 FMA throughput (FLOP/s) the GPU held during the stress test."
 )
+ACTIVE_STRESS_THROUGHPUT = _gpu(
+    "gpudiag_active_stress_flops", "gauge",
+    "Throughput (FLOP/s) of the stress kernel in its precision (bf16: tensor/matrix cores; fp32: FMA).", ("precision",)
+)
+ACTIVE_STRESS_POWER = _gpu(
+    "gpudiag_active_stress_mean_power_watts", "gauge", "Mean power draw over the steady part of the stress test."
+)
+ACTIVE_STRESS_POWER_LIMIT = _gpu(
+    "gpudiag_active_stress_power_limit_watts", "gauge", "The enforced power limit while the stress test ran."
+)
+ACTIVE_STRESS_CLOCK = _gpu(
+    "gpudiag_active_stress_sm_clock_hertz", "gauge",
+    "SM clock over the steady part of the stress test (stat min or median).", ("stat",)
+)
+ACTIVE_STRESS_TEMPERATURE = _gpu(
+    "gpudiag_active_stress_max_temperature_celsius", "gauge", "Peak GPU temperature during the stress test."
+)
+ACTIVE_STRESS_THROTTLE = _gpu(
+    "gpudiag_active_stress_throttle_reason_seen", "gauge",
+    "1 for each throttle reason seen during the stress test (sw_power_cap is expected at the power limit).",
+    ("reason",)
+)
+ACTIVE_HBM_BANDWIDTH = _gpu(
+    "gpudiag_active_hbm_copy_bandwidth_bytes_per_second", "gauge",
+    "Device-memory copy bandwidth the HBM test measured, each copied byte counted once (read + write is twice this).",
+)
 
 
 def all_metrics() -> dict[str, MetricSpec]:

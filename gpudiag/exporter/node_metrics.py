@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Iterable
 
 from gpudiag import __version__
+from gpudiag.checks.stress_figures import StressFigures, figures_of
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.device_metrics import add_aer, add_device
 from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
@@ -70,10 +71,28 @@ def add_active(fs: FamilySet, snapshot: NodeSnapshot) -> None:
             fs.add(m.ACTIVE_MEMTEST_MISMATCHES, ids, result.memtest.mismatched_words)
         if result.stress is not None and result.stress.fp32_tflops is not None:
             fs.add(m.ACTIVE_STRESS_FLOPS, ids, result.stress.fp32_tflops * 1e12)
+        if result.stress is not None and result.stress.launches:
+            _add_stress(fs, ids, figures_of(result.stress))
+        if result.hbm is not None and result.hbm.gb_per_second is not None:
+            fs.add(m.ACTIVE_HBM_BANDWIDTH, ids, result.hbm.gb_per_second * _GB)
     for peer in active.peers:
         source = devices.get(peer.src)
         if source is not None and peer.copy.gb_per_second is not None:
             fs.add(m.ACTIVE_P2P_BANDWIDTH, gpu_labels(source) + (str(peer.dst),), peer.copy.gb_per_second * _GB)
+
+
+def _add_stress(fs: FamilySet, ids: tuple, figures: StressFigures) -> None:
+    """The figures active.stress judges (checks/stress_figures.py); one not measured has no series."""
+    if figures.tflops is not None and figures.precision:
+        fs.add(m.ACTIVE_STRESS_THROUGHPUT, ids + (figures.precision,), figures.tflops * 1e12)
+    fs.add(m.ACTIVE_STRESS_POWER, ids, figures.mean_power_watts)
+    fs.add(m.ACTIVE_STRESS_POWER_LIMIT, ids, figures.power_limit_watts)
+    for stat, mhz in (("min", figures.sm_clock_min_mhz), ("median", figures.sm_clock_median_mhz)):
+        if mhz is not None:
+            fs.add(m.ACTIVE_STRESS_CLOCK, ids + (stat,), mhz * 1e6)
+    fs.add(m.ACTIVE_STRESS_TEMPERATURE, ids, figures.max_temperature_celsius)
+    for reason in figures.throttle_reasons:
+        fs.add(m.ACTIVE_STRESS_THROTTLE, ids + (reason,), 1)
 
 
 def add_collector_runs(fs: FamilySet, runs: Iterable[CollectorRun]) -> None:

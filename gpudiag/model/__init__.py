@@ -16,6 +16,7 @@ from gpudiag.model.active import (
     ActiveDevice,
     ActiveResults,
     CopyBandwidth,
+    HbmBandwidth,
     MemtestResult,
     PeerBandwidth,
     StressResult,
@@ -64,7 +65,7 @@ from gpudiag.model.serialize import SchemaError, from_dict, to_dict
 
 __all__ = [
     "ActiveDevice", "ActiveResults", "CopyBandwidth", "MemtestResult", "PeerBandwidth", "StressResult",
-    "TelemetrySample", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
+    "HbmBandwidth", "TelemetrySample", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
     "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "THROTTLE_TIME_REASONS",
     "ClockInfo", "DeviceSnapshot", "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo",
     "PeerLink", "PowerInfo", "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo",

@@ -63,6 +63,7 @@ class TelemetrySample:
     temperature_celsius: Optional[float] = None
     power_watts: Optional[float] = None
     throttle_reasons: Optional[list[str]] = None  # names from THROTTLE_REASONS
+    power_limit_watts: Optional[float] = None  # the enforced power limit at the time of the sample
 
 
 @dataclass
@@ -70,9 +71,30 @@ class StressResult:
     seconds_requested: float = 0.0
     seconds: Optional[float] = None  # how long the load ran
     launches: int = 0
-    fp32_tflops: Optional[float] = None  # FMA throughput achieved (2 FLOP per FMA)
+    fp32_tflops: Optional[float] = None  # FMA throughput achieved (2 FLOP per FMA), when the FP32 kernel ran
     samples: list[TelemetrySample] = field(default_factory=list)
     telemetry_error: Optional[str] = None  # why no (or fewer) samples were taken
+    error: Optional[ProbeError] = None
+    kernel: Optional[str] = None  # the stress kernel run: gpudiag_mma_bf16 | gpudiag_mfma_bf16 | gpudiag_fma
+    precision: Optional[str] = None  # "bf16" (tensor/matrix cores, FP32 accumulate) | "fp32" (FMA pipes)
+    tflops: Optional[float] = None  # throughput of that kernel in `precision`
+    stream_gb_per_second: Optional[float] = None  # HBM traffic (read + written) of the streaming warps
+    ecc_corrected_before: Optional[int] = None  # volatile ECC counters around the stress
+    ecc_corrected_after: Optional[int] = None
+    ecc_uncorrected_before: Optional[int] = None
+    ecc_uncorrected_after: Optional[int] = None
+    # Kernel-log events of this GPU (Xid, reset, RAS…) that appeared while the stress ran, as "<kind> <code>:
+    # <message>" (at most MAX_STRESS_EVENTS); None: the log was not watched (not readable, or no reader given).
+    kernel_events: Optional[list[str]] = None
+
+
+@dataclass
+class HbmBandwidth:
+    """Device-memory copy bandwidth: a copy kernel reads `bytes_per_copy` and writes as many."""
+
+    bytes_per_copy: int = 0
+    copies_timed: int = 0
+    gb_per_second: Optional[float] = None  # bytes copied per second, counted once (as torch's copy_ is quoted)
     error: Optional[ProbeError] = None
 
 
@@ -86,6 +108,7 @@ class ActiveDevice:
     d2h: Optional[CopyBandwidth] = None
     memtest: Optional[MemtestResult] = None
     stress: Optional[StressResult] = None
+    hbm: Optional[HbmBandwidth] = None
 
 
 @dataclass

@@ -162,6 +162,17 @@ class Collector:
             return lost_device(device.vendor, backend.name, device.index, outcome)
         return unreachable_device(device.vendor, backend.name, device.index, outcome)
 
+    def kernel_events(self, timeout_seconds: float = 5.0) -> Optional[list]:
+        """A fresh scan of the kernel log (KernelEvent list), or None when it is not read or not readable: the load
+        tests compare the events before and after the stress to find Xids / resets the load caused."""
+        if not self.options.read_kernel_log and self.options.kernel_log_file is None:
+            return None
+        from gpudiag.probe import kernel_log
+
+        info = kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file,
+                                          until=time.monotonic() + timeout_seconds)
+        return info.events if info.readable else None
+
     def close(self) -> None:
         for slot in self._slots.values():
             if slot.active is not None:

@@ -18,7 +18,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from gpudiag.active import kernels
+from gpudiag.active import kernels, tensor_kernels
 
 GB = 1e9
 
@@ -43,6 +43,8 @@ class SimDevice:
     d2h_gbps: float = 48.0
     memory_gbps: float = 3000.0
     fma_per_second: float = 30e12
+    tensor_flops: float = 600e12  # BF16 tensor/matrix-core FLOP/s of the stress kernel
+    compute_capability: tuple[int, int] = (9, 0)
     peer_gbps: dict[int, float] = field(default_factory=dict)  # ordinal → rate with peer access
     staged_gbps: float = 10.0  # peer copies without peer access go through host memory
     stuck_bits: dict[int, int] = field(default_factory=dict)  # device address → XOR mask applied on every write
@@ -65,6 +67,7 @@ class SimNode:
         self.streams: dict[int, SimStream] = {}
         self.events: dict[int, Optional[float]] = {}
         self.modules: set[int] = set()
+        self.copy_warps: list[int] = []  # the streaming warps of each tensor-kernel launch, in order
         self.peer_access: set[tuple[int, int]] = set()  # (device, peer) pairs enabled
         self._handles = itertools.count(0x1000, 0x10)
         self._patterns: dict[tuple[int, int], bytes] = {}
@@ -110,7 +113,7 @@ class SimNode:
 
     def locate(self, address: int, nbytes: int) -> tuple[int, bytearray, int]:
         """(ordinal, allocation bytes, offset) of a device address range; KeyError outside every allocation."""
-        for base, (ordinal, data) in self.allocations.items():
+        for base, (ordinal, data) in list(self.allocations.items()):  # other GPU threads allocate meanwhile
             if base <= address and address + nbytes <= base + len(data):
                 return ordinal, data, address - base
         raise KeyError(hex(address))
@@ -149,36 +152,58 @@ class SimNode:
             self._patterns[key] = array("I", (kernels.pattern_word(i, seed) for i in range(words))).tobytes()
         return self._patterns[key]
 
+    def _write(self, device: SimDevice, pointer: int, data: bytearray, offset: int, words: int, seed: int) -> None:
+        data[offset:offset + words * 4] = self._pattern(words, seed)
+        for address, mask in device.stuck_bits.items():
+            if pointer <= address < pointer + words * 4:
+                (word,) = struct.unpack_from("<I", data, offset + address - pointer)
+                struct.pack_into("<I", data, offset + address - pointer, word ^ mask)
+
+    def _verify(self, data: bytearray, offset: int, words: int, seed: int, slot_address: int) -> None:
+        _, slot, slot_offset = self.locate(slot_address, kernels.RESULT_SLOT_BYTES)
+        count, first, mask = struct.unpack_from("<QQI", slot, slot_offset)  # offsets 0, 8, 16
+        read = bytes(data[offset:offset + words * 4])
+        if read != self._pattern(words, seed):  # word by word only where something differs
+            for i, (got, want) in enumerate(zip(array("I", read), array("I", self._pattern(words, seed)))):
+                if got != want:
+                    count, first, mask = count + 1, min(first, i), mask | (got ^ want)
+        struct.pack_into("<QQI", slot, slot_offset, count, first, mask)
+
     def run_kernel(self, name: str, params: Any, grid: int, block: int, stream: int) -> None:
         """Execute a diagnostic kernel from its kernelParams (void**) as kernels.py specifies it."""
         def arg(index: int, ctype: Any) -> int:
             return ctypes.cast(params[index], ctypes.POINTER(ctype)).contents.value
 
         device = self.devices[self.streams[stream].device]
-        if name == kernels.FILL:
+        if name in (kernels.FILL, kernels.CHECK, kernels.INVERT):
             pointer, words, seed = arg(0, ctypes.c_uint64), arg(1, ctypes.c_uint64), arg(2, ctypes.c_uint32)
             _, data, offset = self.locate(pointer, words * 4)
-            data[offset:offset + words * 4] = self._pattern(words, seed)
-            for address, mask in device.stuck_bits.items():
-                if pointer <= address < pointer + words * 4:
-                    (word,) = struct.unpack_from("<I", data, offset + address - pointer)
-                    struct.pack_into("<I", data, offset + address - pointer, word ^ mask)
-            self.advance(stream, words * 4 / (device.memory_gbps * GB))
-        elif name == kernels.CHECK:
-            pointer, words, seed = arg(0, ctypes.c_uint64), arg(1, ctypes.c_uint64), arg(2, ctypes.c_uint32)
-            _, data, offset = self.locate(pointer, words * 4)
-            _, slot, slot_offset = self.locate(arg(3, ctypes.c_uint64), kernels.RESULT_SLOT_BYTES)
-            count, first, mask = struct.unpack_from("<QQI", slot, slot_offset)  # offsets 0, 8, 16
-            read = bytes(data[offset:offset + words * 4])
-            if read != self._pattern(words, seed):  # word by word only where something differs
-                for i, (got, want) in enumerate(zip(array("I", read), array("I", self._pattern(words, seed)))):
-                    if got != want:
-                        count, first, mask = count + 1, min(first, i), mask | (got ^ want)
-            struct.pack_into("<QQI", slot, slot_offset, count, first, mask)
+            if name != kernels.FILL:
+                self._verify(data, offset, words, seed, arg(3, ctypes.c_uint64))
+            if name != kernels.CHECK:  # the inversion writes the complement of what it expected
+                self._write(device, pointer, data, offset, words, seed ^ (kernels.INVERTED if name != kernels.FILL
+                                                                           else 0))
             self.advance(stream, words * 4 / (device.memory_gbps * GB))
         elif name == kernels.FMA:
             iterations = arg(1, ctypes.c_uint32)
             self.advance(stream, grid * block * iterations * kernels.FMA_PER_ITERATION / device.fma_per_second)
+        elif name in (tensor_kernels.MMA, tensor_kernels.MFMA):
+            lanes = 32 if name == tensor_kernels.MMA else 64
+            iterations, vectors, copy_warps = arg(1, ctypes.c_uint32), arg(3, ctypes.c_uint64), arg(4, ctypes.c_uint32)
+            per_iteration = (tensor_kernels.MMA_PER_ITERATION * tensor_kernels.MMA_FLOP if lanes == 32
+                             else tensor_kernels.MFMA_PER_ITERATION * tensor_kernels.MFMA_FLOP)
+            seconds = grid * (block // lanes - copy_warps) * iterations * per_iteration / device.tensor_flops
+            self.copy_warps.append(copy_warps if vectors else 0)
+            if vectors and copy_warps:  # the streaming warps move data for as long as the tensor warps run
+                _, counter, at = self.locate(arg(5, ctypes.c_uint64), 8)
+                (moved,) = struct.unpack_from("<Q", counter, at)
+                struct.pack_into("<Q", counter, at, moved + int(seconds * device.memory_gbps * GB * 0.5))
+            self.advance(stream, seconds)
+        elif name == tensor_kernels.COPY:
+            vectors = arg(2, ctypes.c_uint64)
+            self.locate(arg(0, ctypes.c_uint64), vectors * 16)  # both buffers must be allocations of that size
+            self.locate(arg(1, ctypes.c_uint64), vectors * 16)
+            self.advance(stream, 2 * vectors * 16 / (device.memory_gbps * GB))  # read + write
         else:
             raise AssertionError(f"unknown kernel {name}")
 

@@ -9,7 +9,7 @@ import hashlib
 import threading
 from typing import Any
 
-from gpudiag.active import kernels
+from gpudiag.active import kernels, tensor_kernels
 from tests.fakes.gpu_sim import FakeLibrary, SimDevice, SimRuntime, out, value
 
 hipSuccess = 0
@@ -152,6 +152,7 @@ class FakeHiprtc(FakeLibrary):
         self.log = b""
         self._programs: dict[int, bytes] = {}
         self._code: dict[int, bytes] = {}
+        self.options: list[tuple[str, ...]] = []  # the options of every compile, in order
 
     def c_hiprtcGetErrorString(self, code: Any) -> bytes:
         return b"HIPRTC_ERROR_COMPILATION" if value(code) == HIPRTC_ERROR_COMPILATION else b"HIPRTC_ERROR_UNKNOWN"
@@ -165,7 +166,10 @@ class FakeHiprtc(FakeLibrary):
 
     def c_hiprtcCompileProgram(self, program: Any, count: Any, options: Any) -> int:
         source = self._programs[value(program)]
-        missing = [n for n in kernels.NAMES if f'extern "C" __global__ void {n}('.encode() not in source]
+        self.options.append(tuple(options[i].decode() for i in range(value(count))))
+        wanted = next((p.kernels for p in (tensor_kernels.hip_mfma("gfx942"), tensor_kernels.HIP_COPY)
+                       if p.text.encode() == source), kernels.NAMES)
+        missing = [n for n in wanted if f'extern "C" __global__ void {n}('.encode() not in source]
         if missing:
             self.log = f"error: kernels missing: {', '.join(missing)}\n".encode()
             return HIPRTC_ERROR_COMPILATION

@@ -7,7 +7,7 @@ import ctypes
 import threading
 from typing import Any
 
-from gpudiag.active import kernels
+from gpudiag.active import kernels, tensor_kernels
 from tests.fakes.gpu_sim import SimDevice, SimRuntime, out, value
 
 CUDA_SUCCESS = 0
@@ -99,9 +99,12 @@ class FakeCuda(SimRuntime):
         return CUDA_SUCCESS
 
     def c_cuDeviceGetAttribute(self, result: Any, attribute: Any, device: Any) -> int:
-        if value(attribute) != 16:  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        sim = self.node.devices[value(device)]
+        answers = {16: sim.multiprocessors,  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+                   75: sim.compute_capability[0], 76: sim.compute_capability[1]}  # COMPUTE_CAPABILITY_MAJOR/MINOR
+        if value(attribute) not in answers:
             return CUDA_ERROR_INVALID_VALUE
-        out(result).value = self.node.devices[value(device)].multiprocessors
+        out(result).value = answers[value(attribute)]
         return CUDA_SUCCESS
 
     # --- contexts -----------------------------------------------------------------------------------------------
@@ -195,7 +198,7 @@ class FakeCuda(SimRuntime):
     def c_cuLaunchKernel(self, function: Any, gx: Any, gy: Any, gz: Any, bx: Any, by: Any, bz: Any, shared: Any,
                          stream: Any, params: Any, extra: Any) -> int:
         name = self._functions_by_handle[value(function)]
-        assert kernels.NAMES.count(name) == 1 and value(gy) == value(gz) == value(by) == value(bz) == 1
+        assert (kernels.NAMES + tensor_kernels.CUDA_MMA.kernels + tensor_kernels.CUDA_COPY.kernels).count(name) == 1 and value(gy) == value(gz) == value(by) == value(bz) == 1
         self.node.run_kernel(name, params, value(gx), value(bx), value(stream))
         return CUDA_SUCCESS
 
