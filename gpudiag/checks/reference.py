@@ -191,9 +191,14 @@ REFERENCE: dict[str, tuple[str, str]] = {
     "active.memtest": (
         "the memory test's mismatched words and the ECC counters before and after",
         "Mismatches or new ECC errors: drain the GPU, reset it and test again; repeatable errors are an RMA case."),
+    "active.hbm_bandwidth": (
+        "the device-to-device copy bandwidth of each GPU's HBM, against the part's nominal bandwidth and its siblings'",
+        "Slow HBM: check memory clocks and throttling under load, compare with a sibling; a repeatable straggler is RMA."),
     "active.stress": (
-        "throttle reasons, clocks and temperatures under an FMA load",
-        "Slowdown under load: check cooling and power delivery; a clock collapse without a reason is hardware."),
+        "steady power against the enforced limit, clocks under the cap, throttle reasons, temperatures, ECC and "
+        "driver events under a tensor-core + HBM load, and each GPU's throughput against its siblings'",
+        "Short of the power limit or slower than its siblings: check cooling, power delivery (PSU, power stage) and "
+        "clocks under load; a clock collapse or a straggler without a reason is hardware."),
     # -- baseline (--baseline) -------------------------------------------------------------------------------------
     "baseline.inventory": (
         "GPU vendor, count, bus IDs and models against the golden baseline",
@@ -255,5 +260,8 @@ SETTINGS: dict[str, tuple[str, ...]] = {
                                   "active_pcie_fail_ratio", "expected_pcie_generation", "expected_pcie_width"),
     "active.p2p_bandwidth": ("active_p2p_expected_gbps", "active_nvlink_gbps_per_link", "active_xgmi_gbps_per_link",
                              "active_p2p_efficiency", "active_p2p_warn_ratio", "active_p2p_fail_ratio"),
-    "active.stress": ("active_stress_clock_fail_ratio", "thermal_warn_margin_celsius"),
+    "active.hbm_bandwidth": ("active_hbm_nominal_gbps", "active_hbm_efficiency", "active_hbm_warn_ratio",
+                             "active_hbm_fail_ratio", "active_stress_straggler_ratio"),
+    "active.stress": ("active_stress_clock_fail_ratio", "thermal_warn_margin_celsius", "active_stress_power_warn_ratio",
+                      "active_stress_power_fail_ratio", "active_stress_straggler_ratio"),
 }
