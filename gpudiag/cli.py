@@ -331,6 +331,9 @@ def version() -> None:
     print(__version__)
 
 
+from gpudiag import cli_fleet  # noqa: E402,F401 - registers `gpudiag fleet` (gpudiag/cli_fleet.py)
+
+
 # -- entry point ------------------------------------------------------------------------------------------------
 
 
