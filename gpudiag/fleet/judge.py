@@ -189,7 +189,7 @@ def find_outliers(nodes: list[NodeFacts], threshold: float) -> list[dict]:
             continue
         for value, node in values:
             deficit = 1.0 - value / median
-            if deficit > threshold:
+            if deficit > threshold + 1e-9:  # exactly at the threshold is not beyond it (floating point)
                 outliers.append({"node": node.node, "gpu": gpu, "pci_bus_id": node.bus_ids.get(gpu), "model": model,
                                  "figure": figure, "description": FIGURES[figure], "value": value,
                                  "median": median, "peers": len(values), "deficit": round(deficit, 4)})
