@@ -4,7 +4,8 @@ CA file, and skipping TLS verification. Stdlib only (urllib).
 
 Every request is bounded: a socket timeout, the remaining time of one overall deadline (sent along as the query's
 `timeout` so that Prometheus gives up too), and a cap on the answer's size. A partial answer is not an error but is
-reported: Prometheus's `warnings`, and Thanos's `partial_response` flag where a store did not answer.
+reported, and makes the verdict incomplete: Prometheus's `warnings`, and Thanos's `partial_response` flag where a
+store did not answer.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Connection:
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise QueryFailed(f"not run: the {self.timeout_seconds:g} s deadline has passed")
-        body = urllib.parse.urlencode({"query": promql, "timeout": f"{max(left - 0.5, 0.5):.1f}s"}).encode()
+        body = urllib.parse.urlencode({"query": promql, "timeout": f"{int(max(left - 0.5, 0.5) * 1000)}ms"}).encode()
         request = urllib.request.Request(f"{self._base}/api/v1/query", data=body, headers=self._headers)
         try:
             with urllib.request.urlopen(request, timeout=left, context=self._context) as response:
@@ -114,10 +115,11 @@ class Connection:
         if not isinstance(answer, dict) or answer.get("status") != "success":
             error = answer.get("error") if isinstance(answer, dict) else None
             raise QueryFailed(f"{promql}: {error or 'no success status'}")
+        # Prometheus warns where a remote-read or federated store failed: the answer may lack series.
         for warning in answer.get("warnings") or ():
-            self.warnings.append(f"{promql}: Prometheus warns: {str(warning)[:300]}")
+            self.warnings.append(f"incomplete: {promql}: Prometheus warns: {str(warning)[:300]}")
         if answer.get("partial_response") or (answer.get("data") or {}).get("partial_response"):
-            self.warnings.append(f"{promql}: partial response (a store did not answer)")
+            self.warnings.append(f"incomplete: {promql}: partial response (a store did not answer)")
         result = (answer.get("data") or {}).get("result")
         if (answer.get("data") or {}).get("resultType") != "vector" or not isinstance(result, list):
             raise QueryFailed(f"{promql}: not an instant vector")
