@@ -91,6 +91,9 @@ def write_openmetrics(path: Path, nodes: int, gpus: int, checks: int, now: float
                                       pci_bus_id=BUS_IDS[g % 8], status=status), int(status == current)
 
     family("gpudiag_check_status", check_rows)
+    family("gpudiag_check_ok", lambda: ((_labels(instance=n, job=job, check=c, gpu=str(g)),
+                                         int(not (n == faulty["failing"] and c == "pcie.link_width" and g == 3)))
+                                        for n in names for c in CHECKS[:checks] for g in range(gpus)))
     family("gpudiag_active_copy_bandwidth_bytes_per_second", lambda: (
         (_labels(**gpu_ids(n, g), direction=d), 55.4e9 * (0.85 if n == faulty["slow"] and g == 0 and d == "h2d" else
                                                          noise.uniform(0.99, 1.01)))

@@ -173,6 +173,34 @@ def test_a_fixed_handful_of_queries_names_the_down_target(capsys, stand_in):
     assert all('job=~"gpudiag.*"' in q for q in queries if "{" in q)  # the default selector everywhere
 
 
+def test_failing_checks_come_from_check_ok_and_undecided_ones_are_told_apart(capsys, stand_in):
+    odd = 'rack "7".n1:9858'  # a name that is a regex and a quoting hazard
+
+    def answers(promql, headers):
+        if promql.startswith("up{"):
+            return _success([_sample(1, instance=odd), _sample(1, instance="n2:9858")])
+        if "gpudiag_build_info" in promql:
+            return _success([_sample(1, instance=odd), _sample(1, instance="n2:9858")])
+        if "gpudiag_check_ok" in promql:
+            return _success([_sample(0, instance=odd, check="pcie.link_width", gpu="1"),
+                             _sample(0, instance=odd, check="kernel_log.xid", gpu="")])
+        if "gpudiag_check_status" in promql:
+            assert 'status="unknown"' in promql and 'instance=~"rack \\"7\\"\\\\.n1:9858"' in promql, promql
+            return _success([_sample(1, instance=odd, check="kernel_log.xid", gpu="", status="unknown")])
+        if "gpudiag_gpu_info" in promql:
+            return _success([_sample(1, instance=odd, gpu="1", pci_bus_id="0000:3b:00.0", model="NVIDIA H200",
+                                     driver_version="580.159.04", vbios_version="v")])
+        return _success([])
+
+    code, out, _ = run(capsys, "--prometheus", stand_in(answers).url, "--json")
+    nodes = {n["node"]: n for n in json.loads(out)["nodes"]}
+    assert code == 1 and nodes["n2:9858"]["status"] == "pass"
+    found = {(f["kind"], f["check"], f["gpu"], f["pci_bus_id"], f["action"], f["fault_code"])
+             for f in nodes[odd]["findings"]}
+    assert found == {("fail", "pcie.link_width", 1, "0000:3b:00.0", "drain", "GPUDIAG-PCIE-WIDTH-DEGRADED"),
+                     ("unknown", "kernel_log.xid", None, None, "watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")}
+
+
 def test_basic_auth_and_bearer_token_come_from_files(capsys, stand_in, tmp_path):
     server = stand_in()
     (tmp_path / "password").write_text("s3cret\n")
@@ -189,7 +217,7 @@ def test_a_partial_answer_is_reported_and_not_a_pass(capsys, stand_in):
         code, body = fleet_answers(promql, headers)
         if promql.startswith("up{"):
             body["data"]["result"] = body["data"]["result"][:1]  # the one target up: sound, as far as it goes
-        if "gpudiag_check_status" in promql:
+        if "gpudiag_check_ok" in promql:
             body.update(warnings=["store eu-2 unreachable"], partial_response=True)
         return code, body
 
@@ -209,7 +237,7 @@ def test_a_slow_prometheus_is_given_up_on_and_the_verdict_is_incomplete(capsys, 
 
     def slow_checks(promql, headers):
         calls.append(promql)
-        if "gpudiag_check_status" in promql:
+        if "gpudiag_check_ok" in promql:
             time.sleep(3)
         return fleet_answers(promql, headers)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
 from gpudiag.checks.verdicts import TABLE
@@ -23,6 +24,8 @@ from gpudiag.model import Status
 
 DEFAULT_SELECTOR = '{job=~"gpudiag.*"}'  # the alert rules' convention: scrape jobs named gpudiag*
 DEFAULT_STALE_AFTER = 600.0  # the textfile timer runs every 5 minutes; serve collects every 15 s
+MAX_NAMED_INSTANCES = 200  # failing nodes named in a follow-up query; more, and it asks about every node
+PARALLEL_QUERIES = 4  # a Prometheus evaluates queries concurrently (--query.max-concurrency, 20 by default)
 _MATCHER = re.compile(r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
 
 
@@ -51,16 +54,27 @@ def selector_matchers(selector: str) -> str:
 
 
 class _Queries:
-    def __init__(self, connection: Connection, matchers: str) -> None:
-        self.connection, self.matchers = connection, matchers
+    """Runs the queries; `recording` only notes them (answering nothing), so that they can be sent together."""
+
+    def __init__(self, connection: Connection, matchers: str, recording: bool = False) -> None:
+        self.connection, self.matchers, self.recording = connection, matchers, recording
         self.incomplete: list[str] = []
+        self.recorded: list[str] = []
+        self._pending: dict[str, Future] = {}
 
     def series(self, metric: str, *extra: str) -> str:
         return metric + "{" + ",".join(m for m in (self.matchers, *extra) if m) + "}"
 
+    def send(self, queries: list[str], pool: ThreadPoolExecutor) -> None:
+        self._pending.update((promql, pool.submit(self.connection.query, promql)) for promql in queries)
+
     def run(self, promql: str, required: bool = False) -> list[dict]:
+        if self.recording:
+            self.recorded.append(promql)
+            return []
         try:
-            return self.connection.query(promql)
+            pending = self._pending.pop(promql, None)
+            return pending.result() if pending is not None else self.connection.query(promql)
         except QueryFailed as exc:
             if required:
                 raise NothingToJudge(f"Prometheus did not answer: {exc}") from None
@@ -103,12 +117,21 @@ def read_prometheus(connection: Connection, selector: str = DEFAULT_SELECTOR,
     if not nodes:
         raise NothingToJudge(f"no scrape target in Prometheus at {connection.url} matches {selector}")
 
+    # The rest depend only on the nodes found: sent together, so that Prometheus works on several at once.
+    recorder = _Queries(connection, q.matchers, recording=True)
+    _read_rest(recorder, lambda sample: None)
+    with ThreadPoolExecutor(PARALLEL_QUERIES) as pool:
+        q.send(recorder.recorded, pool)
+        _read_rest(q, node)
+    warnings = connection.warnings + [f"incomplete: {reason}" for reason in q.incomplete]
+    return list(nodes.values()), warnings
+
+
+def _read_rest(q: _Queries, node: Callable[[dict], Optional[NodeFacts]]) -> None:
     _read_gpus(q, node)
     _read_checks(q, node)
     _read_properties(q, node)
     _read_figures(q, node)
-    warnings = connection.warnings + [f"incomplete: {reason}" for reason in q.incomplete]
-    return list(nodes.values()), warnings
 
 
 def _gpu(sample: dict) -> tuple[Optional[int], Optional[str]]:
@@ -146,21 +169,38 @@ def _read_gpus(q: _Queries, node: Callable[[dict], Optional[NodeFacts]]) -> None
 
 
 def _read_checks(q: _Queries, node: Callable[[dict], Optional[NodeFacts]]) -> None:
-    for sample in q.run(f'{q.series("gpudiag_check_status", _is("status", "=~", "fail|unknown"))} == 1'):
+    """The failing (check, GPU) pairs from gpudiag_check_ok (0: fail or unknown), a fifth of the state set's
+    series; then which of them are `unknown`, asked of the failing nodes only. Warnings are not read from
+    Prometheus: they change no exit code, and reading them costs a pass over a fifth of the state set."""
+    failing: dict[tuple[str, str, str], Failure] = {}
+    for sample in q.run(f"{q.series('gpudiag_check_ok')} == 0"):
         facts, labels = node(sample), sample["metric"]
         if facts is None or not labels.get("check"):
             continue
-        gpu, bus_id = _gpu(sample)
-        status = Status(labels.get("status", "fail"))
-        action, code = TABLE.get(labels["check"], {}).get(status, ("drain" if status is Status.FAIL else "watch", None))
-        facts.failures.append(Failure(
-            check=labels["check"], status=status.value, gpu=gpu, pci_bus_id=bus_id, action=action, fault_code=code,
-            message=f"{labels['check']} {status.value}" + (f" on GPU {gpu}" if gpu is not None else ""),
-            remediation=f"`gpudiag check --only {labels['check']}` on the node says what was seen and what to do."))
-    for sample in q.run(f'{q.series("gpudiag_check_status", _is("status", "=", "warn"))} == 1'):
-        facts = node(sample)
-        if facts is not None and sample["metric"].get("check"):
-            facts.warnings.append(sample["metric"]["check"])
+        gpu, _ = _gpu(sample)
+        failure = Failure(check=labels["check"], status="fail", gpu=gpu)
+        failing[(facts.node, labels["check"], labels.get("gpu", ""))] = failure
+        facts.failures.append(failure)
+    if failing:
+        instances = sorted({instance for instance, _, _ in failing})
+        narrow = [_is("instance", "=~", _alternation(instances))] if len(instances) <= MAX_NAMED_INSTANCES else []
+        for sample in q.run(f'{q.series("gpudiag_check_status", _is("status", "=", "unknown"), *narrow)} == 1'):
+            labels = sample["metric"]
+            found = failing.get((labels.get("instance", ""), labels.get("check", ""), labels.get("gpu", "")))
+            if found is not None:
+                found.status = "unknown"
+    for failure in failing.values():
+        status = Status(failure.status)
+        failure.action, failure.fault_code = TABLE.get(failure.check, {}).get(
+            status, ("drain" if status is Status.FAIL else "watch", None))
+        failure.message = f"{failure.check} {failure.status}" + (f" on GPU {failure.gpu}" if failure.gpu is not None else "")
+        failure.remediation = f"`gpudiag check --only {failure.check}` on the node says what was seen and what to do."
+
+
+def _alternation(names: list[str]) -> str:
+    """A PromQL-quoted RE2 alternation matching exactly `names`."""
+    escaped = "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", name) for name in names)
+    return escaped.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _per_gpu(q: _Queries, node: Callable[[dict], Optional[NodeFacts]], promql: str,
