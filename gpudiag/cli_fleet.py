@@ -16,6 +16,7 @@ import typer
 from gpudiag.cli import EXIT_FAILED, EXIT_NOTHING_PROBED, EXIT_OK, OutputFormat, UsageProblem, app
 
 DEFAULT_THRESHOLD_PERCENT = 5.0
+DEFAULT_SELECTOR = '{job=~"gpudiag.*"}'  # as gpudiag.fleet.prometheus (not imported here: the CLI starts fast)
 
 
 @app.command()
@@ -24,7 +25,7 @@ def fleet(
         None, metavar="[REPORT]...", help="`gpudiag check --format json` reports: files, directories of *.json, or - "
                                           "for a stream of them on standard input."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Read the fleet from this Prometheus (its URL)."),
-    selector: str = typer.Option('{job=~"gpudiag.*"}', "--selector", help="Label matchers that pick the fleet's series."),
+    selector: str = typer.Option(DEFAULT_SELECTOR, "--selector", help="Label matchers that pick the fleet's series."),
     username: Optional[str] = typer.Option(None, "--username", help="Basic auth user for Prometheus."),
     password_file: Optional[str] = typer.Option(None, "--password-file", help="File holding the basic auth password."),
     bearer_token_file: Optional[str] = typer.Option(None, "--bearer-token-file", help="File holding a bearer token."),
@@ -42,6 +43,13 @@ def fleet(
 
     if bool(prometheus) == bool(reports):
         raise UsageProblem("give either --prometheus URL or report files / directories / - (not both, not neither)")
+    given = [flag for flag, value in (("--username", username), ("--password-file", password_file),
+                                      ("--bearer-token-file", bearer_token_file), ("--ca-file", ca_file),
+                                      ("--insecure-skip-verify", insecure or None),
+                                      ("--selector", None if selector == DEFAULT_SELECTOR else selector))
+             if value is not None]
+    if reports and given:
+        raise UsageProblem(f"{', '.join(given)}: only with --prometheus")
     try:
         if prometheus:
             from gpudiag.fleet.prometheus import read_prometheus

@@ -117,7 +117,7 @@ def fleet_answers(promql: str, headers: dict) -> tuple[int, dict]:
 
 class StandIn:
     def __init__(self, answer: Answer, delay: float = 0.0) -> None:
-        self.answer, self.delay, self.seen = answer, delay, []
+        self.answer, self.delay, self.seen, self.location = answer, delay, [], ""
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -128,6 +128,8 @@ class StandIn:
                 code, body = stand_in.answer(form["query"][0], dict(self.headers))
                 data = json.dumps(body).encode()
                 self.send_response(code)
+                if stand_in.location:
+                    self.send_header("Location", stand_in.location)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -263,6 +265,23 @@ def test_refused_credentials_are_a_usage_error(capsys, stand_in):
     server = stand_in(lambda q, h: (401, {"status": "error", "error": "unauthorized"}))
     code, out, err = run(capsys, "--prometheus", server.url)
     assert (code, out) == (2, "") and "HTTP 401" in err and err.count("\n") == 1
+
+
+def test_a_redirect_is_not_followed_with_the_credentials(capsys, stand_in, tmp_path):
+    elsewhere = stand_in()
+    (tmp_path / "token").write_text("tok-en\n")
+    server = stand_in(lambda q, h: (302, {}))
+    server.location = elsewhere.url + "/api/v1/query"
+    code, out, err = run(capsys, "--prometheus", server.url, "--bearer-token-file", str(tmp_path / "token"))
+    assert (code, out) == (2, "") and "redirected (HTTP 302)" in err and elsewhere.url in err
+    assert elsewhere.seen == []
+
+
+def test_the_default_selector_is_the_prometheus_modules():
+    from gpudiag import cli_fleet
+    from gpudiag.fleet import prometheus
+
+    assert cli_fleet.DEFAULT_SELECTOR == prometheus.DEFAULT_SELECTOR
 
 
 @pytest.mark.parametrize("selector", ['job="gpudiag"', '{job="a"} or vector(1) or {x="y"}', '{job=gpudiag}',

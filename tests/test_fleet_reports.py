@@ -180,6 +180,7 @@ def test_a_fifo_is_refused_not_waited_on(capsys, tmp_path):
 @pytest.mark.parametrize("argv, fragment", [
     ((), "either --prometheus"),
     (("x.json", "--prometheus", "http://127.0.0.1:1"), "not both"),
+    (("x.json", "--bearer-token-file", "t", "--selector", '{job="a"}'), "--bearer-token-file, --selector: only with"),
 ])
 def test_usage(capsys, argv, fragment):
     code, out, err = run(capsys, *argv)

@@ -22,7 +22,8 @@ UNKNOWN_MODEL = "unknown model"
 
 _DRIFT_ADVICE = {
     "driver_version": "Install the driver the other nodes of this model run (or roll the upgrade out to all of "
-                      "them), then reboot so that module and library agree; confirm with `gpudiag check --only driver`.",
+                      "them), then reboot so that module and library agree; confirm with "
+                      "`gpudiag check --only driver`.",
     "runtime_version": "Align the CUDA / ROCm runtime with the other nodes of this model (the driver package or the "
                        "ROCm release); confirm with `gpudiag check --only driver.library`.",
     "gpu_count": "A GPU is missing (off the bus, unbound or lost) or the node is not the model of its peers: "

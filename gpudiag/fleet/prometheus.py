@@ -99,7 +99,8 @@ def read_prometheus(connection: Connection, selector: str = DEFAULT_SELECTOR,
         facts = node(sample)
         if facts is not None and value(sample) == 0:
             facts.silent.append((None, None, "scrape target down (up == 0): Prometheus cannot read its metrics"))
-    gpudiag_nodes = {s["metric"].get("instance") for s in q.run(f"count by (instance) ({q.series('gpudiag_build_info')})")}
+    built = q.run(f"count by (instance) ({q.series('gpudiag_build_info')})")
+    gpudiag_nodes = {sample["metric"].get("instance") for sample in built}
     for sample in q.run(f"time() - max by (instance) ({q.series('gpudiag_last_collection_timestamp_seconds')})"):
         facts, age = node(sample), value(sample)
         gpudiag_nodes.add(sample["metric"].get("instance"))
@@ -193,7 +194,8 @@ def _read_checks(q: _Queries, node: Callable[[dict], Optional[NodeFacts]]) -> No
         status = Status(failure.status)
         failure.action, failure.fault_code = TABLE.get(failure.check, {}).get(
             status, ("drain" if status is Status.FAIL else "watch", None))
-        failure.message = f"{failure.check} {failure.status}" + (f" on GPU {failure.gpu}" if failure.gpu is not None else "")
+        where = f" on GPU {failure.gpu}" if failure.gpu is not None else ""
+        failure.message = f"{failure.check} {failure.status}{where}"
         failure.remediation = f"`gpudiag check --only {failure.check}` on the node says what was seen and what to do."
 
 
@@ -221,7 +223,8 @@ def _read_properties(q: _Queries, node: Callable[[dict], Optional[NodeFacts]]) -
         if facts is not None and count is not None:
             facts.properties["gpu_count"] = str(int(count))
     links: dict[tuple[str, int, str], dict[str, float]] = defaultdict(dict)
-    for metric, part in (("gpudiag_gpu_pcie_link_generation", "generation"), ("gpudiag_gpu_pcie_link_width_lanes", "width")):
+    for metric, part in (("gpudiag_gpu_pcie_link_generation", "generation"),
+                         ("gpudiag_gpu_pcie_link_width_lanes", "width")):
         _per_gpu(q, node, f"max by (instance, gpu, kind) ({q.series(metric, _is('kind', '=~', 'max|device_max'))})",
                  lambda f, gpu, labels, v, part=part: links[(f.node, gpu, labels.get("kind", ""))].update({part: v}))
     for (instance, gpu, kind), link in links.items():

@@ -24,7 +24,17 @@ from gpudiag.fileio import DocumentError, read_text
 from gpudiag.fleet.model import NothingToJudge, SourceError
 
 SECRET_MAX_BYTES = 64 << 10
-RESPONSE_MAX_BYTES = 512 << 20  # 2,000 nodes x 8 GPUs of gpudiag_gpu_info is ~6 MB
+# The largest answer, gpudiag_gpu_info of 2,000 nodes x 8 GPUs, is ~3 MB: the cap leaves room for ~40,000 such
+# nodes while bounding what a hostile or misconfigured server can make the parser hold (~10x the answer's size).
+RESPONSE_MAX_BYTES = 64 << 20
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: urllib would resend the Authorization header to wherever it points, and turn
+    the POST into a GET without the query. It surfaces as HTTPError 30x, a usage error naming the new place."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        return None
 
 
 class QueryFailed(Exception):
@@ -69,6 +79,10 @@ class Connection:
             if self.insecure_skip_verify:
                 self._context.check_hostname = False
                 self._context.verify_mode = ssl.CERT_NONE
+        handlers: list = [_NoRedirect()]
+        if self._context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self._context))
+        self._opener = urllib.request.build_opener(*handlers)
         self._deadline = time.monotonic() + self.timeout_seconds
 
     def query(self, promql: str) -> list[dict]:
@@ -80,7 +94,7 @@ class Connection:
         body = urllib.parse.urlencode({"query": promql, "timeout": f"{int(max(left - 0.5, 0.5) * 1000)}ms"}).encode()
         request = urllib.request.Request(f"{self._base}/api/v1/query", data=body, headers=self._headers)
         try:
-            with urllib.request.urlopen(request, timeout=left, context=self._context) as response:
+            with self._opener.open(request, timeout=left) as response:
                 data = response.read(self.max_response_bytes + 1)
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc, promql) from None
@@ -97,6 +111,9 @@ class Connection:
 
     def _http_error(self, exc: urllib.error.HTTPError, promql: str) -> Exception:
         detail = _error_text(exc)
+        if 300 <= exc.code < 400:
+            return SourceError(f"--prometheus {self.url}: redirected (HTTP {exc.code}) to "
+                               f"{exc.headers.get('Location', '?')[:200]}: give that URL")
         if exc.code in (401, 403):
             return SourceError(f"--prometheus {self.url}: HTTP {exc.code} {detail}: check the credentials")
         if exc.code == 400:
