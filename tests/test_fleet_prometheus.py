@@ -19,6 +19,12 @@ from typing import Callable
 import pytest
 
 from gpudiag import cli
+from gpudiag.fleet import NodeFacts
+from gpudiag.fleet.prometheus import read_prometheus
+from gpudiag.fleet.prometheus_api import Connection
+from gpudiag.fleet.reports import node_facts
+from tests.fakes.fake_nvml import FakeNode, installed
+from tests.nvidia_node import sysfs_for
 from tests.exporter_support import wait_for
 from tests.test_prometheus import free_port, needs_prometheus, query, start_prometheus, stop
 
@@ -43,12 +49,15 @@ def _serve(root: Path, *node_args: str) -> tuple[subprocess.Popen, str]:
     return proc, target
 
 
+NODES = (("healthy", ()), ("downtrained", ("--downtrain", "1")), ("older", ("--driver", "535.183.01")))
+
+
 @needs_prometheus
 def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometheus(capsys, tmp_path):
     procs, targets = [], {}
     prometheus = None
     try:
-        for name, args in (("healthy", ()), ("downtrained", ("--downtrain", "1")), ("older", ("--driver", "535.183.01"))):
+        for name, args in NODES:
             proc, targets[name] = _serve(tmp_path / name, *args)
             procs.append(proc)
         scrape = {"job_name": "gpudiag", "scrape_interval": "1s", "scrape_timeout": "1s",
@@ -65,6 +74,7 @@ def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometh
         wait_for(all_scraped, timeout=60, interval=0.3)
         code, out, err = run(capsys, "--prometheus", api, "--selector", '{job="gpudiag", cluster="a"}', "--json")
         text_code, text, _ = run(capsys, "--prometheus", api, "--selector", '{job="gpudiag",cluster="a"}')
+        from_prometheus, _ = read_prometheus(Connection(api), '{job="gpudiag"}')
     finally:
         if prometheus is not None:
             stop(prometheus)
@@ -88,6 +98,35 @@ def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometh
     assert nodes[targets["older"]]["status"] == "drift"
     assert f"  {targets['downtrained']} GPU 1 (0000:3b:00.0): pcie.link_generation: " in text
     assert f"  {targets['older']}: driver_version: driver version 535.183.01" in text
+
+    # The same three nodes' `gpudiag check --format json` reports normalise to the same facts: one judgement.
+    by_instance = {facts.node: facts for facts in from_prometheus}
+    for name, facts in ((name, report_facts(capsys, tmp_path / f"{name}-report", *args))
+                        for name, args in NODES):
+        seen = by_instance[targets[name]]
+        # Firmware components are in reports only: no metric carries them (docs/fleet.md).
+        reported = {gpu: {k: v for k, v in props.items() if not k.startswith("firmware:")}
+                    for gpu, props in facts.gpu_properties.items()}
+        assert (seen.model, seen.properties, seen.gpu_properties, seen.bus_ids) == \
+            (facts.model, facts.properties, reported, facts.bus_ids), name
+        assert set(facts.gpu_properties[0]) - set(reported[0]) == {"firmware:inforom_ecc", "firmware:inforom_image",
+                                                                   "firmware:inforom_oem"}
+        assert [(f.check, f.gpu, f.action) for f in seen.failures] == [(f.check, f.gpu, f.action) for f in facts.failures]
+    assert by_instance[targets["downtrained"]].failures and by_instance[targets["healthy"]].gpu_properties[1] == {
+        "vbios_version": "96.00.A5.00.01", "pcie_slot_max": "Gen5 x16", "power_limit": "700 W", "ecc_mode": "enabled"}
+
+
+def report_facts(capsys, root: Path, *node_args: str) -> NodeFacts:
+    """The facts of the report `gpudiag check --format json` gives over the fake node tests.exporter_node serves."""
+    node = FakeNode.hgx_h200(2)
+    if "--driver" in node_args:
+        node.driver_version = node_args[node_args.index("--driver") + 1]
+    if "--downtrain" in node_args:
+        node.gpus[int(node_args[node_args.index("--downtrain") + 1])].pcie_downtrained(generation=4, width=16)
+    sysfs_for(node, root)
+    with installed(node):
+        cli.main(["check", "--root", str(root), "--format", "json"])
+    return node_facts(json.loads(capsys.readouterr().out), "report")[0]
 
 
 # -- a stand-in Prometheus ------------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ _DRIFT_ADVICE = {
                      "nvfwupd / amdfwflash); confirm with `nvidia-smi -q | grep VBIOS` or `amd-smi static --vbios`.",
     "pcie_slot_max": "The slot allows a different PCIe link than on the peers: check the BIOS PCIe speed setting, "
                      "the riser and retimer of that slot (`lspci -vv`: LnkCap of the port above the GPU).",
-    "pcie_gpu_max": "The GPU reports a different maximum link than its peers: a different board SKU or firmware.",
     "power_limit": "Set the power limit its peers run (`nvidia-smi -pl` / `amd-smi set --power-cap`) or find why it "
                    "was changed (a site script, a BMC power cap).",
     "ecc_mode": "Set ECC as on its peers (`nvidia-smi -e 1`, then a GPU reset) and find what changed it.",

@@ -27,7 +27,6 @@ NODE_PROPERTIES = {
 GPU_PROPERTIES = {
     "vbios_version": "VBIOS version",
     "pcie_slot_max": "PCIe link the slot allows",
-    "pcie_gpu_max": "PCIe link the GPU supports",
     "power_limit": "power limit",
     "ecc_mode": "ECC mode",
     "partition_mode": "partition / MIG mode",

@@ -225,12 +225,11 @@ def _read_properties(q: _Queries, node: Callable[[dict], Optional[NodeFacts]]) -
     links: dict[tuple[str, int, str], dict[str, float]] = defaultdict(dict)
     for metric, part in (("gpudiag_gpu_pcie_link_generation", "generation"),
                          ("gpudiag_gpu_pcie_link_width_lanes", "width")):
-        _per_gpu(q, node, f"max by (instance, gpu, kind) ({q.series(metric, _is('kind', '=~', 'max|device_max'))})",
+        _per_gpu(q, node, f"max by (instance, gpu, kind) ({q.series(metric, _is('kind', '=', 'max'))})",
                  lambda f, gpu, labels, v, part=part: links[(f.node, gpu, labels.get("kind", ""))].update({part: v}))
-    for (instance, gpu, kind), link in links.items():
-        name = "pcie_slot_max" if kind == "max" else "pcie_gpu_max"
-        node({"metric": {"instance": instance}}).gpu_property(gpu, name, pcie_link(link.get("generation"),
-                                                                                    link.get("width")))
+    for (instance, gpu, _), link in links.items():
+        node({"metric": {"instance": instance}}).gpu_property(gpu, "pcie_slot_max", pcie_link(link.get("generation"),
+                                                                                               link.get("width")))
     _per_gpu(q, node, f"max by (instance, gpu) ({q.series('gpudiag_gpu_power_limit_watts')})",
              lambda f, gpu, labels, v: f.gpu_property(gpu, "power_limit", watts(v)))
     _per_gpu(q, node, f"max by (instance, gpu) ({q.series('gpudiag_gpu_ecc_enabled', _is('mode', '=', 'current'))})",

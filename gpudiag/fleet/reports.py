@@ -189,8 +189,10 @@ def _properties(facts: NodeFacts, result: dict, gpu: Optional[int]) -> None:
     elif gpu is None:
         return
     elif check == "pcie.link_generation":
-        for name, key in (("pcie_slot_max", "slot_max"), ("pcie_gpu_max", "gpu_max")):
-            facts.gpu_property(gpu, name, observed.get(key) if isinstance(observed.get(key), str) else None)
+        # The slot's maximum: what the platform allows (BIOS setting, riser, retimer). The GPU's own maximum is its
+        # model's, and the exporter does not always have it (sysfs vs NVML), so it is not compared.
+        slot_max = observed.get("slot_max")
+        facts.gpu_property(gpu, "pcie_slot_max", slot_max if isinstance(slot_max, str) else None)
     elif check == "power.limit":
         facts.gpu_property(gpu, "power_limit", watts(observed.get("limit_watts")))
     elif check == "ecc.mode":
