@@ -24,6 +24,7 @@ def fleet(
     reports: Optional[List[str]] = typer.Argument(
         None, metavar="[REPORT]...", help="`gpudiag check --format json` reports: files, directories of *.json, or - "
                                           "for a stream of them on standard input."),
+    expected_nodes: Optional[str] = typer.Option(None, "--nodes", help="With reports: a file of the hostnames that should have reported, one a line (`scontrol show hostnames`); a missing one is silent."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Read the fleet from this Prometheus (its URL)."),
     selector: str = typer.Option(DEFAULT_SELECTOR, "--selector", help="Label matchers that pick the fleet's series."),
     username: Optional[str] = typer.Option(None, "--username", help="Basic auth user for Prometheus."),
@@ -50,6 +51,8 @@ def fleet(
              if value is not None]
     if reports and given:
         raise UsageProblem(f"{', '.join(given)}: only with --prometheus")
+    if prometheus and expected_nodes:
+        raise UsageProblem("--nodes: only with reports (from Prometheus, a node that does not report is `up == 0`)")
     try:
         if prometheus:
             from gpudiag.fleet.prometheus import read_prometheus
@@ -59,9 +62,10 @@ def fleet(
             nodes, warnings = read_prometheus(connection, selector, stale_after)
             source = f"prometheus {prometheus} {selector}"
         else:
-            from gpudiag.fleet.reports import read_reports
+            from gpudiag.fleet.reports import read_expected, read_reports
 
-            nodes, warnings = read_reports(reports, sys.stdin.buffer)
+            expected = read_expected(expected_nodes) if expected_nodes else None
+            nodes, warnings = read_reports(reports, sys.stdin.buffer, expected)
             source = f"{len(nodes)} report(s)"
     except SourceError as exc:
         raise UsageProblem(str(exc)) from None

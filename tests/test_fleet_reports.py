@@ -203,3 +203,39 @@ def test_hostile_names_and_messages_reach_no_terminal(capsys, tmp_path):
     assert code == 1 and "\x1b" not in out and "\x07" not in out and "\nFAIL forged" not in out
     junit = run(capsys, str(tmp_path), "--format", "junit")[1]
     xmlschema.XMLSchema(str(XSD)).validate(junit)
+
+
+def test_an_empty_report_and_a_missing_one_are_silent_nodes(capsys, tmp_path):
+    reports = tmp_path / "reports"
+    write_fleet(reports, 3)
+    (reports / "gpu-node-007.json").write_text("")  # srun --output reports/%N.json where gpudiag was killed
+    (tmp_path / "nodes").write_text("# scontrol show hostnames\ngpu-node-000\ngpu-node-001\ngpu-node-002\n"
+                                    "gpu-node-007\ngpu-node-009\n\n")
+    code, out, err = run(capsys, str(reports), "--nodes", str(tmp_path / "nodes"), "--json")
+    verdict = json.loads(out)
+    statuses = {n["node"]: n["status"] for n in verdict["nodes"]}
+    assert code == 1 and statuses == {"gpu-node-000": "pass", "gpu-node-001": "pass", "gpu-node-002": "pass",
+                                      "gpu-node-007": "silent", "gpu-node-009": "silent"}
+    messages = {n["node"]: n["findings"][0]["message"] for n in verdict["nodes"] if n["findings"]}
+    assert "is empty" in messages["gpu-node-007"] and messages["gpu-node-009"] == "no report from this node"
+    assert verdict["drift"] == []  # silent nodes are compared with nobody
+
+
+def test_expected_names_match_short_names_and_extra_reports_are_told(capsys, tmp_path):
+    write_fleet(tmp_path / "r", 2)
+    report = fleet_report("gpu-node-001.cluster.example")
+    (tmp_path / "r" / "gpu-node-001.json").write_text(json.dumps(report))  # the FQDN in place of the short name
+    (tmp_path / "nodes").write_text("node/gpu-node-000\ngpu-node-001\n")
+    write_fleet(tmp_path / "r2", 3)
+    code, out, err = run(capsys, str(tmp_path / "r"), "--nodes", str(tmp_path / "nodes"), "--json")
+    assert code == 0 and [n["status"] for n in json.loads(out)["nodes"]] == ["pass", "pass"]
+    code, out, err = run(capsys, str(tmp_path / "r2"), "--nodes", str(tmp_path / "nodes"), "--json")
+    assert code == 0 and json.loads(out)["warnings"] == ["gpu-node-002: a report from a node not in the expected list"]
+
+
+def test_expected_nodes_only_with_reports(capsys, tmp_path):
+    (tmp_path / "nodes").write_text("\n# nothing\n")
+    code, _, err = run(capsys, str(tmp_path), "--nodes", str(tmp_path / "nodes"))
+    assert code == 2 and "no hostname in it" in err
+    code, _, err = run(capsys, "--prometheus", "http://127.0.0.1:9", "--nodes", str(tmp_path / "nodes"))
+    assert code == 2 and "--nodes: only with reports" in err

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections import Counter
 from typing import IO, Any, Iterable, Iterator, Optional
 
-from gpudiag.fileio import DocumentError, nesting_exceeds, read_json
+from gpudiag.fileio import DocumentError, nesting_exceeds, read_json, read_text
 from gpudiag.fleet.model import FIRMWARE_PREFIX, Failure, NodeFacts, NothingToJudge, SourceError, ecc_mode, watts
 
 REPORT_MAX_BYTES = 16 << 20  # an 8-GPU level-2 report is ~100 KB; a kernel log full of events can grow it
 STREAM_MAX_BYTES = 4 << 30  # 2,000 nodes of the largest reports stay well inside
 MAX_FILES = 100_000
 STDIN = "-"
+EXPECTED_MAX_BYTES = 4 << 20  # --nodes: 100,000 hostnames
+EMPTY = object()  # an empty report file
 _CHUNK = 1 << 20
 
 # active.* check → the figure it measures, and how to read it from `observed` (scaled to B/s, FLOP/s)
@@ -30,13 +33,23 @@ _FIGURES = {
 }
 
 
-def read_reports(paths: Iterable[str], stdin: Optional[IO[bytes]] = None) -> tuple[list[NodeFacts], list[str]]:
+def read_reports(paths: Iterable[str], stdin: Optional[IO[bytes]] = None,
+                 expected: Optional[list[str]] = None) -> tuple[list[NodeFacts], list[str]]:
     """The facts of every report under `paths`; one per hostname (the newest `collected_at` when a host has
-    several, with a warning). SourceError for a bad path or report, NothingToJudge when none was found."""
+    several, with a warning). An empty report file is its node (the file's name) gone silent: `srun --output
+    reports/%N.json` leaves one where gpudiag crashed or was killed. `expected` (hostnames) names the nodes that
+    should have reported: a missing one is silent. SourceError for a bad path or report, NothingToJudge when none
+    was found."""
     latest: dict[str, tuple[str, NodeFacts]] = {}
     duplicates: Counter = Counter()
     for origin, report in _documents(paths, stdin):
-        facts, collected_at = node_facts(report, origin)
+        if report is EMPTY:
+            name = os.path.basename(origin)[:-len(".json")] if origin.endswith(".json") else os.path.basename(origin)
+            facts, collected_at = NodeFacts(node=name, silent=[(None, None, f"its report {origin} is empty: "
+                                                                "gpudiag wrote nothing there (crashed, killed, or "
+                                                                "never ran)")]), ""
+        else:
+            facts, collected_at = node_facts(report, origin)
         previous = latest.get(facts.node)
         if previous is not None:
             duplicates[facts.node] += 1
@@ -46,7 +59,40 @@ def read_reports(paths: Iterable[str], stdin: Optional[IO[bytes]] = None) -> tup
     if not latest:
         raise NothingToJudge("no gpudiag reports found")
     warnings = [f"{host}: {count + 1} reports, judged the newest" for host, count in sorted(duplicates.items())]
-    return [facts for _, facts in latest.values()], warnings
+    nodes = [facts for _, facts in latest.values()]
+    if expected is not None:
+        nodes, extra = _against_expected(nodes, expected)
+        warnings += [f"{host}: a report from a node not in the expected list" for host in extra]
+    return nodes, warnings
+
+
+def _short(hostname: str) -> str:
+    return hostname.split(".", 1)[0]
+
+
+def _against_expected(nodes: list[NodeFacts], expected: list[str]) -> tuple[list[NodeFacts], list[str]]:
+    """Every expected node that has no report becomes a silent one; a host matches by its full or short name
+    (`scontrol show hostnames` gives short names, a report may hold the FQDN)."""
+    reported = {_short(n.node) for n in nodes} | {n.node for n in nodes}
+    missing = [NodeFacts(node=host, silent=[(None, None, "no report from this node")])
+               for host in dict.fromkeys(expected) if host not in reported and _short(host) not in reported]
+    wanted = set(expected) | {_short(h) for h in expected}
+    extra = sorted(n.node for n in nodes if n.node not in wanted and _short(n.node) not in wanted)
+    return nodes + missing, extra
+
+
+def read_expected(path: str) -> list[str]:
+    """Hostnames, one a line (`scontrol show hostnames "$SLURM_JOB_NODELIST"`, `kubectl get nodes -o name`); blank
+    lines and #comments are skipped; `node/` prefixes as kubectl prints them are dropped."""
+    try:
+        text = read_text(path, EXPECTED_MAX_BYTES)
+    except DocumentError as exc:
+        raise SourceError(f"--nodes {path}: {exc}") from None
+    hosts = [line.split("#", 1)[0].strip().removeprefix("node/") for line in text.splitlines()]
+    hosts = [host for host in hosts if host]
+    if not hosts:
+        raise SourceError(f"--nodes {path}: no hostname in it")
+    return hosts
 
 
 def _documents(paths: Iterable[str], stdin: Optional[IO[bytes]]) -> Iterator[tuple[str, Any]]:
@@ -64,6 +110,12 @@ def _documents(paths: Iterable[str], stdin: Optional[IO[bytes]]) -> Iterator[tup
 
 
 def _read_file(path: str) -> Any:
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+            return EMPTY
+    except OSError:
+        pass  # read_json says what is wrong with it
     try:
         return read_json(path, REPORT_MAX_BYTES)
     except DocumentError as exc:
