@@ -38,6 +38,10 @@ def fleet_report(hostname: str, gpus: int = 2, seed: int = 0, edit: Optional[Edi
                     if isinstance(observed.get(key), float):
                         observed[key] = round(observed[key] * noise.uniform(0.99, 1.01), 2)
             results.append(one)
+    if gpus > 1:  # the template's GPU had no peer; the lab's 2x H200 measured 394.48 GB/s over 18 NVLinks
+        results = [r for r in results if r["check"] != "active.p2p_bandwidth"] + [
+            _p2p(template, src, dst, round(394.48 * noise.uniform(0.99, 1.01), 2))
+            for src in range(gpus) for dst in range(gpus) if src != dst]
     report = dict(template, hostname=hostname, results=results)
     by_check = checks(report)
     by_check["driver.library"][0]["observed"]["device_count"] = gpus
@@ -47,6 +51,18 @@ def fleet_report(hostname: str, gpus: int = 2, seed: int = 0, edit: Optional[Edi
     if edit is not None:
         edit(report)
     return report
+
+
+def _p2p(template: dict, src: int, dst: int, gb_per_second: float) -> dict:
+    """An active.p2p_bandwidth result as the lab's 2x H200 gave it (tests/fixtures/h200x2/recorded/active_2gpu.txt)."""
+    device = next(r["device"] for r in template["results"] if r["device"] is not None)
+    return {"check": "active.p2p_bandwidth", "status": "pass",
+            "device": dict(device, index=src, pci_bus_id=BUS_IDS[src]),
+            "observed": {"dst": dst, "gb_per_second": gb_per_second, "p2p_enabled": True,
+                         "bidirectional_gb_per_second": None},
+            "expected": {"gb_per_second": 360.0, "basis": "18 NVLinks carry (450 GB/s per direction raw)"},
+            "message": f"GPU {src} -> GPU {dst}: {gb_per_second} GB/s", "remediation": "", "action": "none",
+            "fault_code": None}
 
 
 def checks(report: dict) -> dict[str, list[dict]]:

@@ -239,3 +239,23 @@ def test_expected_nodes_only_with_reports(capsys, tmp_path):
     assert code == 2 and "no hostname in it" in err
     code, _, err = run(capsys, "--prometheus", "http://127.0.0.1:9", "--nodes", str(tmp_path / "nodes"))
     assert code == 2 and "--nodes: only with reports" in err
+
+
+def test_a_slow_peer_copy_and_a_slow_stress_are_named_per_gpu(capsys, tmp_path):
+    def slow_link(report: dict) -> None:  # GPU 2 -> GPU 5 over a link that retrains: 20 % slower
+        (result,) = [r for r in checks(report)["active.p2p_bandwidth"]
+                     if r["device"]["index"] == 2 and r["observed"]["dst"] == 5]
+        result["observed"]["gb_per_second"] = round(result["observed"]["gb_per_second"] * 0.8, 2)
+
+    def hot_gpu(report: dict) -> None:  # GPU 7 held 10 % fewer FLOP/s under stress
+        observed = on_gpu(report, "active.stress", 7)["observed"]
+        observed["fp32_tflops"] = round(observed["fp32_tflops"] * 0.9, 2)
+
+    write_fleet(tmp_path, 6, gpus=8, edits={"gpu-node-001": slow_link, "gpu-node-004": hot_gpu})
+    code, out, _ = run(capsys, str(tmp_path), "--json")
+    verdict = json.loads(out)
+    assert code == 1
+    assert [(o["node"], o["gpu"], o["pci_bus_id"], o["figure"]) for o in verdict["outliers"]] == [
+        ("gpu-node-001", 2, "0000:4c:00.0", "p2p_min"), ("gpu-node-004", 7, "0000:db:00.0", "stress_fp32")]
+    assert {n["node"]: n["status"] for n in verdict["nodes"] if n["status"] != "pass"} == {
+        "gpu-node-001": "lag", "gpu-node-004": "lag"}
