@@ -49,6 +49,7 @@ def write_openmetrics(path: Path, nodes: int, gpus: int, checks: int, now: float
     names = [f"gpu-node-{i:05d}:9858" for i in range(nodes)]
     faulty = {"failing": names[nodes // 3], "drift": names[nodes // 2], "slow": names[(2 * nodes) // 3]}
     times = (now - 120, now - 60, now)
+    bad_gpu = min(3, gpus - 1)  # the failing node's pcie.link_width fails on this GPU
     noise = random.Random(0)
     job = "gpudiag"
 
@@ -84,7 +85,7 @@ def write_openmetrics(path: Path, nodes: int, gpus: int, checks: int, now: float
         for n in names:
             for check in CHECKS[:checks]:
                 for g in range(gpus):
-                    bad = n == faulty["failing"] and check == "pcie.link_width" and g == 3
+                    bad = n == faulty["failing"] and check == "pcie.link_width" and g == bad_gpu
                     current = "fail" if bad else "pass"
                     for status in STATUSES:
                         yield _labels(instance=n, job=job, check=check, gpu=str(g), uuid=f"GPU-{n}-{g}",
@@ -92,7 +93,7 @@ def write_openmetrics(path: Path, nodes: int, gpus: int, checks: int, now: float
 
     family("gpudiag_check_status", check_rows)
     family("gpudiag_check_ok", lambda: ((_labels(instance=n, job=job, check=c, gpu=str(g)),
-                                         int(not (n == faulty["failing"] and c == "pcie.link_width" and g == 3)))
+                                         int(not (n == faulty["failing"] and c == "pcie.link_width" and g == bad_gpu)))
                                         for n in names for c in CHECKS[:checks] for g in range(gpus)))
     family("gpudiag_active_copy_bandwidth_bytes_per_second", lambda: (
         (_labels(**gpu_ids(n, g), direction=d), 55.4e9 * (0.85 if n == faulty["slow"] and g == 0 and d == "h2d" else
@@ -141,6 +142,8 @@ def main() -> int:
     parser.add_argument("--checks", type=int, default=12, help="per-GPU checks with state-set series (of 16)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    if not (4 <= args.checks <= len(CHECKS) and args.nodes >= 6 and args.gpus >= 1):
+        parser.error(f"--checks 4..{len(CHECKS)} (pcie.link_width is the 4th), --nodes 6 or more, --gpus 1 or more")
     for tool in ("promtool", "prometheus"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not installed (apt-get install prometheus)")
