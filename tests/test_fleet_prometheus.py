@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from tests.exporter_support import wait_for
 from tests.test_prometheus import free_port, needs_prometheus, query, start_prometheus, stop
 
 REPO = Path(__file__).resolve().parent.parent
+TLS = Path(__file__).parent / "fixtures" / "tls"
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -155,7 +157,7 @@ def fleet_answers(promql: str, headers: dict) -> tuple[int, dict]:
 
 
 class StandIn:
-    def __init__(self, answer: Answer, delay: float = 0.0) -> None:
+    def __init__(self, answer: Answer, delay: float = 0.0, tls: bool = False) -> None:
         self.answer, self.delay, self.seen, self.location = answer, delay, [], ""
         stand_in = self
 
@@ -182,6 +184,11 @@ class StandIn:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(TLS / "server.crt", TLS / "server.key")
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.url = self.url.replace("http:", "https:")
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
@@ -193,8 +200,8 @@ class StandIn:
 def stand_in():
     made = []
 
-    def make(answer: Answer = fleet_answers, delay: float = 0.0) -> StandIn:
-        made.append(StandIn(answer, delay))
+    def make(answer: Answer = fleet_answers, delay: float = 0.0, tls: bool = False) -> StandIn:
+        made.append(StandIn(answer, delay, tls))
         return made[-1]
 
     yield make
@@ -304,6 +311,16 @@ def test_refused_credentials_are_a_usage_error(capsys, stand_in):
     server = stand_in(lambda q, h: (401, {"status": "error", "error": "unauthorized"}))
     code, out, err = run(capsys, "--prometheus", server.url)
     assert (code, out) == (2, "") and "HTTP 401" in err and err.count("\n") == 1
+
+
+def test_tls_is_verified_against_the_ca_file_unless_told_not_to(capsys, stand_in):
+    server = stand_in(tls=True)
+    code, out, err = run(capsys, "--prometheus", server.url)
+    assert (code, out) == (2, "") and "TLS" in err and "CERTIFICATE_VERIFY_FAILED" in err and err.count("\n") == 1
+    assert run(capsys, "--prometheus", server.url, "--ca-file", str(TLS / "ca.crt"))[0] == 1  # n2 is down
+    assert run(capsys, "--prometheus", server.url, "--insecure-skip-verify")[0] == 1
+    code, _, err = run(capsys, "--prometheus", server.url, "--ca-file", str(TLS / "missing.crt"))
+    assert code == 2 and "--ca-file" in err
 
 
 def test_a_redirect_is_not_followed_with_the_credentials(capsys, stand_in, tmp_path):
