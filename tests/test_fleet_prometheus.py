@@ -305,6 +305,27 @@ def test_unreachable_is_nothing_to_judge_exit_3(capsys):
 def test_no_gpudiag_series_is_nothing_to_judge_exit_3(capsys, stand_in):
     code, out, err = run(capsys, "--prometheus", stand_in(lambda q, h: _success([])).url)
     assert (code, out) == (3, "") and "no gpudiag series" in err
+    # targets that answer, none of them with gpudiag series: a selector that picks the wrong job
+    others = stand_in(lambda q, h: _success([_sample(1, instance="n1:9100")] if q.startswith("up{") else []))
+    code, out, err = run(capsys, "--prometheus", others.url)
+    assert (code, out) == (3, "") and "no gpudiag series" in err
+
+
+def test_one_target_without_gpudiag_series_among_gpudiag_ones_is_silent(capsys, stand_in):
+    def answers(promql, headers):
+        if promql.startswith("up{"):
+            return _success([_sample(1, instance="n1:9858"), _sample(1, instance="n3:9858")])
+        return fleet_answers(promql, headers)
+
+    verdict = json.loads(run(capsys, "--prometheus", stand_in(answers).url, "--json")[1])
+    assert {n["node"]: n["status"] for n in verdict["nodes"]} == {"n1:9858": "pass", "n3:9858": "silent"}
+    assert verdict["nodes"][1]["findings"][0]["message"] == "the target answers but exports no gpudiag series"
+
+
+def test_every_target_down_is_a_verdict_not_nothing_to_judge(capsys, stand_in):
+    down = stand_in(lambda q, h: _success([_sample(0, instance="n1:9858")] if q.startswith("up{") else []))
+    code, out, _ = run(capsys, "--prometheus", down.url, "--json")
+    assert code == 1 and json.loads(out)["nodes"][0]["status"] == "silent"
 
 
 def test_refused_credentials_are_a_usage_error(capsys, stand_in):

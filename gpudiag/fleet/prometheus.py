@@ -107,11 +107,12 @@ def read_prometheus(connection: Connection, selector: str = DEFAULT_SELECTOR,
         if facts is not None and age is not None and age > stale_after:
             facts.silent.append((None, None, f"exporter stale: its last complete collection was {age:.0f} s ago "
                                              f"(more than {stale_after:g} s)"))
-    for facts in nodes.values():
-        if not facts.silent and facts.node not in gpudiag_nodes and not q.incomplete:
-            facts.silent.append((None, None, "the target answers but exports no gpudiag series"))
-    if not gpudiag_nodes and not any(f.silent for f in nodes.values()):
+    down = {facts.node for facts in nodes.values() if facts.silent}
+    if not gpudiag_nodes and not down and not q.incomplete:  # targets that answer, none of them gpudiag
         raise NothingToJudge(f"no gpudiag series in Prometheus at {connection.url} for {selector}")
+    for facts in nodes.values():
+        if facts.node not in down and facts.node not in gpudiag_nodes and not q.incomplete:
+            facts.silent.append((None, None, "the target answers but exports no gpudiag series"))
     if not nodes and gpudiag_nodes:  # scraped by a job the selector's `up` does not match (textfile via node_exporter)
         for instance in gpudiag_nodes:
             nodes[instance] = NodeFacts(node=instance)
