@@ -98,7 +98,7 @@ def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometh
     assert drift["minority"] == [{"value": "535.183.01", "count": 1,
                                   "nodes": [{"node": targets["older"], "gpus": None}]}]
     assert nodes[targets["older"]]["status"] == "drift"
-    assert f"  {targets['downtrained']} GPU 1 (0000:3b:00.0): pcie.link_generation: " in text
+    assert f"  {targets['downtrained']} GPU 1 (0000:3b:00.0): pcie.link_generation: fails -> drain\n" in text
     assert f"  {targets['older']}: driver_version: driver version 535.183.01" in text
 
     # The same three nodes' `gpudiag check --format json` reports normalise to the same facts: one judgement.
@@ -295,6 +295,8 @@ def test_a_slow_prometheus_is_given_up_on_and_the_verdict_is_incomplete(capsys, 
     verdict = json.loads(out)
     assert code == 1 and verdict["complete"] is False
     assert any(w.startswith("incomplete:") and "no answer within" in w for w in verdict["warnings"])
+    text = run(capsys, "--prometheus", stand_in(slow_checks).url, "--timeout", "1.5")[1]
+    assert text.startswith("gpudiag fleet: FAIL INCOMPLETE (see SOURCE): 2 node(s): 1 silent, 1 pass")
 
 
 def test_unreachable_is_nothing_to_judge_exit_3(capsys):

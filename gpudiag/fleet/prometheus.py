@@ -195,8 +195,7 @@ def _read_checks(q: _Queries, node: Callable[[dict], Optional[NodeFacts]]) -> No
         status = Status(failure.status)
         failure.action, failure.fault_code = TABLE.get(failure.check, {}).get(
             status, ("drain" if status is Status.FAIL else "watch", None))
-        where = f" on GPU {failure.gpu}" if failure.gpu is not None else ""
-        failure.message = f"{failure.check} {failure.status}{where}"
+        failure.message = "fails" if status is Status.FAIL else "could not decide (unknown): not shown healthy"
         failure.remediation = f"`gpudiag check --only {failure.check}` on the node says what was seen and what to do."
 
 

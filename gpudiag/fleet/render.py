@@ -62,7 +62,9 @@ def _where(finding: dict) -> str:
 
 def render_text(verdict: FleetVerdict) -> str:
     tally = ", ".join(f"{count} {status}" for status, count in counts(verdict).items())
-    lines = [f"gpudiag fleet: {verdict.status.upper()}: {len(verdict.nodes)} node(s): {tally} ({verdict.source})"]
+    incomplete = "" if verdict.complete else " INCOMPLETE (see SOURCE)"
+    lines = [f"gpudiag fleet: {verdict.status.upper()}{incomplete}: {len(verdict.nodes)} node(s): {tally} "
+             f"({verdict.source})"]
     for _, title, kinds in _SECTIONS:
         rows = [(node, f) for node in verdict.nodes for f in node.findings if f["kind"] in kinds]
         if not rows:
