@@ -349,6 +349,7 @@ def version() -> None:
 
 
 app.command("install-service")(install_service)  # gpudiag/install.py
+from gpudiag import cli_fleet  # noqa: E402,F401 - registers `gpudiag fleet` (gpudiag/cli_fleet.py)
 
 
 # -- entry point ------------------------------------------------------------------------------------------------

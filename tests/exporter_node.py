@@ -3,7 +3,7 @@ sysfs/procfs tree and kernel log under a root directory.
 
 Also a runnable script, for tests that need `gpudiag serve` as a real process (signals, exit codes):
 
-    python -m tests.exporter_node ROOT GPUS [--hang SYMBOL] -- <gpudiag serve arguments>
+    python -m tests.exporter_node ROOT GPUS [--hang SYMBOL] [--driver VERSION] [--downtrain GPU] -- <serve arguments>
 
 GPUS up to 8 are an HGX H200 board; more (the exporter benchmark's 64) sit on made-up buses.
 
@@ -54,6 +54,10 @@ def main(argv: list[str]) -> int:
     node = fake_node(gpus)
     if "--hang" in own:
         node.gpus[-1].hang = own[own.index("--hang") + 1]
+    if "--driver" in own:  # another driver release (a node the upgrade missed)
+        node.driver_version = own[own.index("--driver") + 1]
+    if "--downtrain" in own:  # that GPU's link trained at Gen4 in a Gen5 slot
+        node.gpus[int(own[own.index("--downtrain") + 1])].pcie_downtrained(generation=4, width=16)
     fake_root(root, node)
     fake = installed(node)
     fake.__enter__()  # held in `fake` until the process exits: a collected generator would uninstall it

@@ -1,0 +1,144 @@
+"""The fleet verdict three ways: a text summary for the operator, JSON (schema_version 1, docs/fleet.md) for
+automation, JUnit (a testsuite per node) for acceptance pipelines. All three read the same FleetVerdict.
+
+Node names, messages and values can come from reports anyone on a node could have written: the text is cleaned of
+terminal controls (gpudiag.report.text.clean) and the XML of characters XML 1.0 cannot carry (report.junit).
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+from gpudiag.fleet.model import FLEET_SCHEMA_VERSION, NODE_STATUSES, FleetVerdict, NodeVerdict
+from gpudiag.report.junit import _xml as xml_text
+from gpudiag.report.text import clean
+
+
+def render(fmt: str, verdict: FleetVerdict) -> str:
+    return {"json": render_json, "junit": render_junit}.get(fmt, render_text)(verdict)
+
+
+def counts(verdict: FleetVerdict) -> dict[str, int]:
+    found = Counter(n.status for n in verdict.nodes)
+    return {status: found[status] for status in NODE_STATUSES if found[status]}
+
+
+def as_dict(verdict: FleetVerdict) -> dict:
+    return {
+        "schema_version": FLEET_SCHEMA_VERSION,
+        "status": verdict.status,
+        "source": verdict.source,
+        "complete": verdict.complete,
+        "threshold": verdict.threshold,
+        "summary": {"nodes": len(verdict.nodes), **counts(verdict)},
+        "nodes": [{"node": n.node, "status": n.status, "findings": n.findings} for n in verdict.nodes],
+        "drift": verdict.drift,
+        "outliers": verdict.outliers,
+        "warnings": verdict.warnings,
+    }
+
+
+def render_json(verdict: FleetVerdict) -> str:
+    return json.dumps(as_dict(verdict), indent=2, ensure_ascii=False) + "\n"
+
+
+# -- text -------------------------------------------------------------------------------------------------------
+
+_SECTIONS = (("fail", "FAILING", ("fail", "unknown")), ("silent", "SILENT", ("silent",)),
+             ("drift", "DRIFTING", ("drift",)), ("lag", "LAGGING", ("lag",)))
+
+
+def _where(finding: dict) -> str:
+    gpus = finding.get("gpus")
+    if gpus and len(gpus) > 1:
+        return f" GPUs {', '.join(map(str, gpus))}"
+    if finding.get("gpu") is not None:
+        bus = f" ({finding['pci_bus_id']})" if finding.get("pci_bus_id") else ""
+        return f" GPU {finding['gpu']}{bus}"
+    return f" {finding['pci_bus_id']}" if finding.get("pci_bus_id") else ""
+
+
+def render_text(verdict: FleetVerdict) -> str:
+    tally = ", ".join(f"{count} {status}" for status, count in counts(verdict).items())
+    incomplete = "" if verdict.complete else " INCOMPLETE (see SOURCE)"
+    lines = [f"gpudiag fleet: {verdict.status.upper()}{incomplete}: {len(verdict.nodes)} node(s): {tally} "
+             f"({verdict.source})"]
+    for _, title, kinds in _SECTIONS:
+        rows = [(node, f) for node in verdict.nodes for f in node.findings if f["kind"] in kinds]
+        if not rows:
+            continue
+        lines += ["", f"{title} ({len({node.node for node, _ in rows})} node(s))"]
+        advice_given: set[str] = set()
+        for node, finding in rows:
+            what = finding.get("check") or finding.get("property") or finding.get("figure") or finding["kind"]
+            lines.append(f"  {node.node}{_where(finding)}: {what}: {finding['message']} -> {finding['action']}")
+            advice = finding.get("remediation") or ""
+            if advice and (finding["kind"] in ("fail", "unknown") or advice not in advice_given):
+                lines.append(f"      {advice}")
+                advice_given.add(advice)
+    if verdict.drift:
+        lines += ["", "DRIFT BY MODEL"]
+        for group in verdict.drift:
+            expected = (f"{group['expected']} on {group['expected_count']}" if group["expected"] is not None
+                        else "no majority")
+            others = "; ".join(f"{m['value']} on {_members(m['nodes'])}" for m in group["minority"])
+            lines.append(f"  {group['model']}: {group['description']}: {expected}; {others}")
+    warned = [n.node for n in verdict.nodes if n.status == "warn"]
+    if warned:
+        lines += ["", f"WARNING ({len(warned)} node(s), no action needed now): {_names(warned)}"]
+    if verdict.warnings:
+        lines += ["", "SOURCE"] + [f"  {w}" for w in verdict.warnings]
+    return "\n".join(clean(line) for line in lines) + "\n"
+
+
+def _members(members: list[dict], limit: int = 10) -> str:
+    named = [m["node"] + (f" (GPU {', '.join(map(str, m['gpus']))})" if m.get("gpus") else "") for m in members]
+    return _names(named, limit)
+
+
+def _names(names: list[str], limit: int = 10) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+# -- JUnit ------------------------------------------------------------------------------------------------------
+
+_FAILING_KINDS = {"fail": "failure", "silent": "failure", "drift": "failure", "lag": "failure", "unknown": "error"}
+
+
+def _case_name(finding: dict) -> str:
+    what = finding.get("check") or (f"drift.{finding['property']}" if finding["kind"] == "drift" else None) \
+        or (f"lag.{finding['figure']}" if finding["kind"] == "lag" else "silent")
+    return what + (f"[{_where(finding).strip()}]" if _where(finding) else "")
+
+
+def _suite(root: ET.Element, node: NodeVerdict) -> None:
+    findings = node.findings
+    suite = ET.SubElement(root, "testsuite", name=xml_text(f"gpudiag.fleet.{node.node}"), hostname=xml_text(node.node),
+                          tests=str(max(1, len(findings))), time="0",
+                          failures=str(sum(_FAILING_KINDS[f["kind"]] == "failure" for f in findings)),
+                          errors=str(sum(_FAILING_KINDS[f["kind"]] == "error" for f in findings)), skipped="0")
+    if not findings:
+        case = ET.SubElement(suite, "testcase", classname="gpudiag.fleet", name="sound", time="0")
+        if node.status == "warn":
+            ET.SubElement(case, "system-out").text = "WARN: some checks warned on this node"
+        return
+    for finding in findings:
+        case = ET.SubElement(suite, "testcase", classname="gpudiag.fleet", name=xml_text(_case_name(finding)),
+                             time="0")
+        text = "\n".join(p for p in (finding["message"], finding.get("remediation") or "",
+                                     f"action: {finding['action']}") if p)
+        ET.SubElement(case, _FAILING_KINDS[finding["kind"]], message=xml_text(finding["message"]),
+                      type=xml_text(finding.get("fault_code") or finding["kind"])).text = xml_text(text)
+
+
+def render_junit(verdict: FleetVerdict) -> str:
+    root = ET.Element("testsuites", name="gpudiag.fleet")
+    for node in verdict.nodes:
+        _suite(root, node)
+    totals = {key: sum(int(s.get(key)) for s in root) for key in ("tests", "failures", "errors")}
+    root.attrib.update({k: str(v) for k, v in totals.items()})
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
