@@ -201,8 +201,11 @@ def check(
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
+    direct: bool = typer.Option(False, "--direct", help="Probe the GPUs in this process even when the service answers."),
+    socket: Optional[Path] = typer.Option(None, "--socket", help="The service's socket (default /run/gpudiag/gpudiag.sock)."),
 ) -> None:
-    """Run every check and print the troubleshooting checklist."""
+    """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
+    from gpudiag.cli_service import add_since, obtain
     from gpudiag.checks import probe_parts_for, resolve_selection, run_checks
     from gpudiag.report import render, summarize
 
@@ -217,12 +220,17 @@ def check(
 
     # Pay only for what the selection judges: `--only pcie` reads no NVLink counters, peers or kernel log.
     parts = probe_parts_for(selected)
-    snapshot = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout, level, parts)
+    if replay is not None:
+        snapshot, collected_by, open_checks = _load_replay(replay), "replay", []
+    else:
+        got = obtain(root, socket, timeout, level, direct, kernel_log, lambda: _collect(root, kernel_log, timeout, level, parts))
+        snapshot, collected_by, open_checks = got.snapshot, got.collected_by, got.open_checks
     results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)
+    add_since(results, open_checks)
 
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
-    sys.stdout.write(render(output_format, snapshot, results, verbose=verbose, color=use_color))
+    sys.stdout.write(render(output_format, snapshot, results, collected_by, verbose=verbose, color=use_color))
     sys.stdout.flush()
 
     if nothing_judged(snapshot, results):
@@ -285,13 +293,16 @@ def serve(
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
+    socket: Optional[Path] = typer.Option(None, "--socket", help="Answer local clients on this Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
     from gpudiag.exporter import serve as run_exporter
+    from gpudiag.service import socket_path, state_dir as journal_dir
 
     expectations = _expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2
     raise typer.Exit(run_exporter(listen, web_config, _collect_options(root, kernel_log, timeout), interval,
-                                  expectations))
+                                  expectations, socket_path(root, socket), journal_dir(root, state_dir), socket is not None))
 
 
 @app.command()
@@ -331,6 +342,8 @@ def version() -> None:
     print(__version__)
 
 
+import gpudiag.cli_service  # noqa: E402,F401 - registers `history` (it imports this module's app)
+
 # -- entry point ------------------------------------------------------------------------------------------------
 
 
@@ -369,6 +382,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def run() -> None:
     sys.exit(main())
+
 
 
 if __name__ == "__main__":
