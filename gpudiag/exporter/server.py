@@ -95,6 +95,7 @@ class Exporter:
         socket_path: Optional[Path] = None,
         state_dir: Optional[Path] = None,
         socket_required: bool = True,
+        service_options: Optional[dict] = None,  # the socket's bounds (gpudiag.service.runtime.Service)
     ):
         # The Collector bounds itself to collect_timeout_seconds; the margin covers the checks and bookkeeping.
         cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)
@@ -106,7 +107,8 @@ class Exporter:
         self.service: Optional[Service] = None
         if socket_path is not None:
             try:
-                self.service = Service(self.collections, socket_path, state_dir, collect_wait_seconds=cycle_deadline)
+                self.service = Service(self.collections, socket_path, state_dir, collect_wait_seconds=cycle_deadline,
+                                       **(service_options or {}))
             except SocketBindError as exc:
                 if socket_required:
                     self.http.server_close()

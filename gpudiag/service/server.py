@@ -16,6 +16,7 @@ from __future__ import annotations
 import grp
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -47,9 +48,12 @@ class SocketServer:
         self.refused = 0  # connections turned away: too many at once, too slow, too large
         self._sock = _bind(self.path, group)
         self._thread = threading.Thread(target=self._accept_loop, name="gpudiag-socket", daemon=True)
+        self._turned_away: queue.Queue = queue.Queue(maxsize=32)
+        self._refuser = threading.Thread(target=self._refuse_loop, name="gpudiag-socket-busy", daemon=True)
 
     def start(self) -> "SocketServer":
         self._thread.start()
+        self._refuser.start()
         return self
 
     def stop(self) -> None:
@@ -77,9 +81,26 @@ class SocketServer:
                 continue
             if not self._slots.acquire(blocking=False):
                 self.refused += 1
-                _send_and_close(conn, {"ok": False, "error": "busy: too many clients at once"}, 1.0)
+                try:  # answered "busy" on another thread, so that refusing never slows accepting
+                    self._turned_away.put_nowait(conn)
+                except queue.Full:
+                    conn.close()
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="gpudiag-socket-client", daemon=True).start()
+
+    def _refuse_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn = self._turned_away.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            conn.settimeout(0.5)
+            try:
+                conn.sendall(encode({"ok": False, "error": "busy: too many clients at once"}))
+            except OSError:
+                pass
+            _discard_unread(conn, seconds=0.02)
+            conn.close()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -89,6 +110,7 @@ class SocketServer:
             except ProtocolError as exc:
                 self.refused += 1
                 answer = {"ok": False, "error": str(exc)}
+                _discard_unread(conn)
             except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
                 log.exception("socket request failed")
                 answer = {"ok": False, "error": f"internal error: {type(exc).__name__}"}
@@ -116,6 +138,21 @@ def _read_line(conn: socket.socket, timeout: float) -> bytes:
         if len(data) > MAX_REQUEST_BYTES and b"\n" not in data[:MAX_REQUEST_BYTES]:
             raise ProtocolError(f"request over {MAX_REQUEST_BYTES} bytes")
     return data.split(b"\n", 1)[0]
+
+
+def _discard_unread(conn: socket.socket, limit: int = 64 * 1024, seconds: float = 0.1) -> None:
+    """Closing a socket with unread bytes makes the peer's read fail (ECONNRESET) before it sees why it was refused:
+    read off what is already there, a bounded amount for a bounded time."""
+    until, taken = time.monotonic() + seconds, 0
+    try:
+        while taken < limit and time.monotonic() < until:
+            conn.settimeout(max(0.001, until - time.monotonic()))
+            chunk = conn.recv(16384)
+            if not chunk:
+                return
+            taken += len(chunk)
+    except OSError:
+        return
 
 
 def _send_and_close(conn: socket.socket, answer, timeout: float) -> None:
