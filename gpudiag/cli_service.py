@@ -43,20 +43,21 @@ def obtain(root: Path, socket: Optional[Path], timeout: Optional[float], level: 
     from gpudiag.service.client import ServiceError, ask
 
     path = socket_path(root, socket)
-    wait = 10.0 if timeout is None else timeout
+    # A collection already running when we ask ends within the service's own probe deadline (10 s by default):
+    # wait that long and a second more, no longer.
+    wait = (10.0 if timeout is None else min(timeout, 10.0)) + 1.0
     try:
-        answer = ask(path, {"op": "snapshot"}, timeout=wait + 2.0)
+        answer = ask(path, {"op": "snapshot", "wait": wait}, timeout=wait + 1.0)
     except ServiceError as exc:
         log.warning("the service at %s could not collect (%s): probing directly", path, exc)
         answer = None
-    if answer is None:
-        return Obtained(probe(), DIRECT)
-    snapshot = _snapshot_of(answer)
+    if answer is not None and not answer.get("fresh"):
+        # Its last complete collection could pass a node that has hung since: never judge a stale one.
+        log.warning("the service's collection did not finish (%s): probing directly", answer.get("problem"))
+        answer = None
+    snapshot = _snapshot_of(answer) if answer is not None else None
     if snapshot is None:
         return Obtained(probe(), DIRECT)
-    if not answer.get("fresh", True):
-        log.warning("the service's latest complete collection is %.0f s old: %s", answer.get("age_seconds", 0),
-                    answer.get("problem"))
     if level >= 2:
         _load_test(snapshot, path, timeout)
     return Obtained(snapshot, SERVICE, answer.get("open") or [])
@@ -65,6 +66,8 @@ def obtain(root: Path, socket: Optional[Path], timeout: Optional[float], level: 
 def _snapshot_of(answer: dict):
     from gpudiag.model import NodeSnapshot, SchemaError, from_dict
 
+    if answer is None:
+        return None
     try:
         return from_dict(NodeSnapshot, answer.get("snapshot"))
     except (SchemaError, TypeError, ValueError) as exc:  # a service of another gpudiag version
@@ -82,7 +85,7 @@ def _load_test(snapshot, path: Path, timeout: Optional[float]) -> None:
         from gpudiag.service.client import ask
 
         answer = ask(path, {"op": "snapshot", "max_age": 0.2}, timeout=5.0)
-        fresh = _snapshot_of(answer) if answer else None
+        fresh = _snapshot_of(answer)
         match = next((d for d in (fresh.devices if fresh else []) if d.vendor == device.vendor
                       and d.index == device.index), None)
         if match is None:

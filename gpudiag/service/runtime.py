@@ -62,7 +62,8 @@ class Service:
 
     def _snapshot(self, request: dict) -> bytes:
         max_age = _number(request, "max_age", MAX_AGE_SECONDS, 0.0, 60.0)
-        collection, problem = self.collections.get(max(max_age, 0.05), self.collect_wait)
+        wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
+        collection, problem = self.collections.get(max(max_age, 0.05), min(wait, self.collect_wait))
         if collection is None:
             return _line({"ok": False, "error": problem or "no collection yet"})
         head = {"ok": True, "fresh": problem is None, "problem": problem,
