@@ -31,17 +31,13 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_vs_nvidia_smi import interleaved, precompile, timed  # noqa: E402 - the sibling benchmark's harness
 # Runs gpudiag with the tests' fake NVML installed (the fake node's GPUs), for --fake.
 FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.exporter_node import fake_node; "
                "from tests.fakes import fake_nvml_events; from tests.fakes.fake_nvml import installed; "
                "fake = installed(fake_node(int(sys.argv[1]))); fake.__enter__(); "
                "from gpudiag.cli import main; sys.exit(main(sys.argv[2:]))")
-
-
-def timed(cmd: list[str], env: dict) -> tuple[float, int]:
-    started = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
-    return time.perf_counter() - started, done.returncode
 
 
 def cpu_seconds(pid: int) -> float:
@@ -101,7 +97,11 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=10.0, help="checks a second through the service")
     parser.add_argument("--load", choices=("requests", "processes"), default="processes")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-compile", action="store_true", help="do not byte-compile the modules first")
     args = parser.parse_args()
+    if not args.no_compile:  # as pip install does on a real node (see bench/check_vs_nvidia_smi.py)
+        sys.path.insert(0, str(REPO))
+        print("byte-compiled:", ", ".join(precompile()))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     tmp = Path(tempfile.mkdtemp(prefix="gpudiag-bench-"))
     sock = tmp / "gpudiag.sock"
@@ -127,15 +127,7 @@ def main() -> int:
         }
         if shutil.which("nvidia-smi") and not args.fake:
             commands["nvidia-smi -q"] = ["nvidia-smi", "-q"]
-        samples = {name: [] for name in commands}
-        codes = {name: set() for name in commands}
-        for cmd in commands.values():
-            timed(cmd, env)
-        for _ in range(args.runs):
-            for name, cmd in commands.items():
-                seconds, rc = timed(cmd, env)
-                samples[name].append(seconds)
-                codes[name].add(rc)
+        samples, codes = interleaved(commands, args.runs, env)
         figures = {name: {"median_ms": round(statistics.median(v) * 1000, 1), "min_ms": round(min(v) * 1000, 1),
                           "exit_codes": sorted(codes[name])} for name, v in samples.items()}
         for name, fig in figures.items():
