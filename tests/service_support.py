@@ -25,7 +25,9 @@ def running_service(root: Path, timeout: float = 1.0, interval: float = 0.2, **s
                         socket_path=socket_path(root), state_dir=state_dir(root), service_options=service)
     exporter.start()
     try:
-        wait_for(lambda: exporter.collections.latest is not None, timeout=10)
+        # healthy once the poller has absorbed its first cycle (and started the Xid watcher: stopping the exporter
+        # between the watcher's creation and its start would join a thread not yet started)
+        wait_for(lambda: exporter.state.health()[0], timeout=10)
         yield exporter
     finally:
         exporter.stop()
