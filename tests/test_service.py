@@ -185,3 +185,48 @@ def test_history_shows_an_xid_and_a_check_that_failed_and_recovered_and_survives
     assert "from the service" in text and text.count("Xid 79: NVRM") == 1
     assert text.count("kernel_log.xid → fail") == 1  # the episode open before the restart goes on, not again
     assert "pcie.link_generation" not in text  # --gpu 0: the link failed on GPU 1
+
+
+def test_history_shows_a_gpu_lost_and_found_and_throttle_episodes(tmp_path, capsys):
+    node = FakeNode.hgx_h200(2)
+    fake_root(tmp_path, node)
+    with installed(node), running_service(tmp_path, interval=0.1) as exporter:
+        keeper = exporter.service.keeper
+
+        def open_kinds() -> set:
+            return {key[0] for key in keeper.open}
+
+        node.gpus[1].lost = True
+        node.gpus[0].clock_event_reasons = 0x8  # HW slowdown (nvml_sensors.py): not idle, a real throttle
+        wait_for(lambda: {"gpu_lost", "throttle"} <= open_kinds(), timeout=5)
+        node.gpus[1].lost = False
+        node.gpus[0].clock_event_reasons = 0x1  # idle again
+        wait_for(lambda: not {"gpu_lost", "throttle"} & open_kinds(), timeout=5)
+        # throttling that came and went between two collections: only the time counter (field 74, power) grew
+        node.gpus[0].throttle_ns[74] += 3_000_000_000
+        wait_for(lambda: any(e.get("event") == "event" and e["kind"] == "throttle"
+                             for e in exporter.service.journal.entries()), timeout=5)
+        assert cli.main(["history", "--root", str(tmp_path)]) == 0
+        text = capsys.readouterr()[0]
+    assert "GPU 1    lost" in text and "lost ended" in text and "found again" in text
+    assert "GPU 0    throttled (hw_slowdown)" in text and "throttled (hw_slowdown) ended, lasted" in text
+    assert "throttled (sw_power_cap) for 3.0 s between collections" in text
+
+
+def test_history_and_serve_refuse_bad_input_with_one_line(tmp_path, capsys):
+    assert cli.main(["history", "--root", str(tmp_path), "--since", "yesterday"]) == 2
+    assert "--since 'yesterday'" in capsys.readouterr()[1]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    (tmp_path / "sys").mkdir()
+    code = cli.main(["serve", "--listen", "127.0.0.1:0", "--root", str(tmp_path), "--socket", str(blocker / "s.sock")])
+    err = capsys.readouterr()[1]
+    assert code == 2 and err.strip().startswith("gpudiag: error: cannot listen on") and "Traceback" not in err
+    # the HTTP port taken: no socket is left behind by the service that never ran
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    code = cli.main(["serve", "--listen", f"127.0.0.1:{port}", "--root", str(tmp_path)])
+    taken.close()
+    assert code == 2 and f"127.0.0.1:{port}" in capsys.readouterr()[1] and not socket_path(tmp_path).exists()

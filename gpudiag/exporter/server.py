@@ -111,16 +111,20 @@ class Exporter:
                                        **(service_options or {}))
             except SocketBindError as exc:
                 if socket_required:
-                    self.http.server_close()
-                    raise
+                    raise  # before the HTTP port is bound: nothing to close
                 # The default path, not writable (not root, no RuntimeDirectory=): metrics still, local clients
                 # probe directly.
                 log.warning("no local socket: %s; `gpudiag check` will probe directly", exc.strerror)
         host, port = parse_listen(listen)
         routes = Routes(self.state.body, self._health)
-        self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
-            family, address, routes, web, max_connections=max_connections,
-            request_timeout_seconds=request_timeout_seconds, max_request_seconds=max_request_seconds))
+        try:
+            self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
+                family, address, routes, web, max_connections=max_connections,
+                request_timeout_seconds=request_timeout_seconds, max_request_seconds=max_request_seconds))
+        except BaseException:
+            if self.service is not None:  # no socket left behind by a service that never ran
+                self.service.stop()
+            raise
         self.scheme = "https" if web.tls is not None else "http"
         self._http_thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.2},
                                              name="gpudiag-http", daemon=True)

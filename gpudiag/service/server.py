@@ -63,7 +63,8 @@ class SocketServer:
         except OSError:
             pass
         self._sock.close()
-        self._thread.join(timeout=2.0)
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
         try:
             if self.path.is_socket():
                 self.path.unlink()
