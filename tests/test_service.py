@@ -230,3 +230,27 @@ def test_history_and_serve_refuse_bad_input_with_one_line(tmp_path, capsys):
     code = cli.main(["serve", "--listen", f"127.0.0.1:{port}", "--root", str(tmp_path)])
     taken.close()
     assert code == 2 and f"127.0.0.1:{port}" in capsys.readouterr()[1] and not socket_path(tmp_path).exists()
+
+
+def test_level_2_takes_the_passive_part_and_its_live_readings_from_the_service(tmp_path, capsys, monkeypatch):
+    """The load tests run in the check's process; what they watch under load (clocks, link, ECC) is read through
+    the service, so the check opens no vendor library. run_active stands in for the load tests (tests of the load
+    tests themselves: test_active_*), recording what its reader answered."""
+    import gpudiag.active
+    from gpudiag.model import ActiveResults
+
+    read = []
+
+    def load_tests(snapshot, options):
+        read.extend((d.index, options.reader(d).clocks.sm_mhz) for d in snapshot.devices)
+        return ActiveResults(tests=["stress"])
+
+    monkeypatch.setattr(gpudiag.active, "run_active", load_tests)
+    node = FakeNode.hgx_h200(2)
+    fake_root(tmp_path, node)
+    with installed(node) as lib, running_service(tmp_path):
+        before = lib.calls["nvmlDeviceGetPowerUsage"]
+        code, report, _ = check_json(capsys, tmp_path, "--level", "2")
+        assert lib.calls["nvmlDeviceGetPowerUsage"] > before  # the readings were the service's collections
+    assert report["collected_by"] == "service" and code in (0, 1)
+    assert [index for index, _ in read] == [0, 1] and all(mhz is not None for _, mhz in read)
