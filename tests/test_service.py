@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pynvml
+
 from gpudiag import cli
 from gpudiag.service import socket_path
 from tests.exporter_node import fake_root, xid_line
@@ -242,15 +244,17 @@ def test_level_2_takes_the_passive_part_and_its_live_readings_from_the_service(t
     read = []
 
     def load_tests(snapshot, options):
+        assert all(d.clocks.sm_mhz == 345 for d in snapshot.devices)  # idle, as the service collected it
+        for gpu in node.gpus:  # under load the clocks rise: the reader must see that, not the passive snapshot
+            gpu.clocks[pynvml.NVML_CLOCK_SM] = 1980
+        time.sleep(0.3)  # past the reader's max_age
         read.extend((d.index, options.reader(d).clocks.sm_mhz) for d in snapshot.devices)
         return ActiveResults(tests=["stress"])
 
     monkeypatch.setattr(gpudiag.active, "run_active", load_tests)
     node = FakeNode.hgx_h200(2)
     fake_root(tmp_path, node)
-    with installed(node) as lib, running_service(tmp_path):
-        before = lib.calls["nvmlDeviceGetPowerUsage"]
+    with installed(node), running_service(tmp_path, interval=60.0):
         code, report, _ = check_json(capsys, tmp_path, "--level", "2")
-        assert lib.calls["nvmlDeviceGetPowerUsage"] > before  # the readings were the service's collections
     assert report["collected_by"] == "service" and code in (0, 1)
-    assert [index for index, _ in read] == [0, 1] and all(mhz is not None for _, mhz in read)
+    assert read == [(0, 1980), (1, 1980)]

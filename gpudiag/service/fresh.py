@@ -51,7 +51,8 @@ class FreshCollections:
         seconds (None: as long as it takes). Returns (collection, None), or (the last complete one or None, why it
         is not fresh)."""
         with self._cond:
-            if self._latest is not None and not self._running and time.monotonic() - self._latest_at <= max_age:
+            # Fresh enough is fresh enough, even while another collection runs (it may be stuck in a vendor call).
+            if self._latest is not None and time.monotonic() - self._latest_at <= max_age:
                 return self._latest, None
             generation = self._generation
             if not self._running:

@@ -28,6 +28,7 @@ BENIGN_THROTTLE = frozenset({"gpu_idle", "applications_clocks", "display_clocks"
                              "below_application_clocks", "below_base_clocks"})
 MAX_EVENTS_PER_COLLECTION = 200  # a log flood is summarised, not copied into the journal line by line
 MESSAGE_CHARS = 300
+MAX_REMEMBERED_EVENTS = 20_000
 
 
 def _episode_key(entry: dict) -> tuple:
@@ -125,11 +126,11 @@ class JournalKeeper:
 
     def _events(self, snapshot: NodeSnapshot, now: str) -> list[dict]:
         index_of = {d.pci_bus_id: d.index for d in snapshot.devices if d.pci_bus_id}
+        in_log = [{"kind": event.kind, "event": "event", "code": event.code, "pci_bus_id": event.pci_bus_id,
+                   "gpu": index_of.get(event.pci_bus_id), "log_timestamp": event.timestamp_seconds,
+                   "message": event.message[:MESSAGE_CHARS]} for event in snapshot.kernel_log.events]
         entries, dropped = [], 0
-        for event in snapshot.kernel_log.events:
-            entry = {"kind": event.kind, "event": "event", "code": event.code, "pci_bus_id": event.pci_bus_id,
-                     "gpu": index_of.get(event.pci_bus_id), "log_timestamp": event.timestamp_seconds,
-                     "message": event.message[:MESSAGE_CHARS]}
+        for entry in in_log:
             key = _event_key(entry)
             if key in self._seen_events:
                 continue
@@ -138,6 +139,9 @@ class JournalKeeper:
                 dropped += 1
                 continue
             entries.append(dict(entry, time=now))
+        if len(self._seen_events) > MAX_REMEMBERED_EVENTS:
+            # Only events still in the log can come back: forget the others, keep memory bounded for months.
+            self._seen_events = {_event_key(entry) for entry in in_log}
         if dropped:
             entries.append({"kind": "events_dropped", "event": "event", "time": now, "count": dropped,
                             "message": f"{dropped} more kernel-log events in one collection, not journaled"})

@@ -38,7 +38,7 @@ class Service:
         collections.subscribe(self.keeper.observe)
         self.started = time.monotonic()
         self._cache_lock = threading.Lock()
-        self._cached: Optional[tuple[int, str]] = None  # (id of the collection, its snapshot as JSON)
+        self._cached: Optional[tuple[Collection, str]] = None  # (the collection, its snapshot as JSON)
         self.server = SocketServer(socket_path, self.handle, max_clients=max_clients, read_timeout=read_timeout)
 
     @property
@@ -74,8 +74,9 @@ class Service:
 
     def _snapshot_json(self, collection: Collection) -> str:
         with self._cache_lock:
-            if self._cached is None or self._cached[0] != id(collection):
-                self._cached = (id(collection), json.dumps(to_dict(collection.snapshot), separators=(",", ":"),
+            # Held by reference, not by id(): a newer collection may reuse a freed one's id.
+            if self._cached is None or self._cached[0] is not collection:
+                self._cached = (collection, json.dumps(to_dict(collection.snapshot), separators=(",", ":"),
                                                              default=str))
             return self._cached[1]
 
