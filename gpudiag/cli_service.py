@@ -148,8 +148,9 @@ def history(
     request = {"op": "history", "since_seconds": seconds, "gpu": gpu}
     try:
         answer = ask(socket_path(root, socket), request, timeout=10.0)
-    except ServiceError as exc:
-        raise UsageProblem(f"the service refused: {exc}") from None
+    except ServiceError as exc:  # busy, or a service of another version: the journal file says the same
+        log.warning("the service did not answer (%s): reading the journal file", exc)
+        answer = None
     source = "service"
     if answer is None:
         entries, source = _read_journal(root, state_dir, seconds, gpu), "journal file"
