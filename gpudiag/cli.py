@@ -60,6 +60,7 @@ TimeoutOption = typer.Option(
 ProfileOption = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
 BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")
+SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
 
 
 @contextlib.contextmanager
@@ -202,7 +203,7 @@ def check(
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
     direct: bool = typer.Option(False, "--direct", help="Probe the GPUs in this process even when the service answers."),
-    socket: Optional[Path] = typer.Option(None, "--socket", help="The service's socket (default /run/gpudiag/gpudiag.sock)."),
+    socket: Optional[Path] = SocketOption,
 ) -> None:
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
     from gpudiag.cli_service import add_since, obtain
@@ -220,11 +221,8 @@ def check(
 
     # Pay only for what the selection judges: `--only pcie` reads no NVLink counters, peers or kernel log.
     parts = probe_parts_for(selected)
-    if replay is not None:
-        snapshot, collected_by, open_checks = _load_replay(replay), "replay", []
-    else:
-        got = obtain(root, socket, timeout, level, direct, kernel_log, lambda: _collect(root, kernel_log, timeout, level, parts))
-        snapshot, collected_by, open_checks = got.snapshot, got.collected_by, got.open_checks
+    snapshot, collected_by, open_checks = (_load_replay(replay), "replay", []) if replay is not None else obtain(
+        root, socket, timeout, level, direct, kernel_log, lambda: _collect(root, kernel_log, timeout, level, parts))
     results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)
     add_since(results, open_checks)
 
@@ -293,7 +291,7 @@ def serve(
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
-    socket: Optional[Path] = typer.Option(None, "--socket", help="Answer local clients on this Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock)."),
+    socket: Optional[Path] = SocketOption,
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
@@ -382,7 +380,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def run() -> None:
     sys.exit(main())
-
 
 
 if __name__ == "__main__":

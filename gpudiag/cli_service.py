@@ -11,34 +11,25 @@ import datetime
 import json
 import logging
 import sys
-from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Callable, Optional
 
 import typer
 
-from gpudiag.cli import RootOption, UsageProblem, app
+from gpudiag.cli import RootOption, SocketOption, UsageProblem, app
 
 log = logging.getLogger("gpudiag")
 
 DIRECT, SERVICE, REPLAY = "direct", "service", "replay"
-SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
-DirectOption = typer.Option(False, "--direct", help="Probe the GPUs in this process even when the service answers.")
-
-
-@dataclass
-class Obtained:
-    snapshot: object
-    collected_by: str
-    open_checks: list = field(default_factory=list)  # the service's open check episodes ("since")
 
 
 def obtain(root: Path, socket: Optional[Path], timeout: Optional[float], level: int, direct: bool,
-           kernel_log: Optional[Path], probe: Callable[[], object]) -> Obtained:
-    """The node's snapshot: from the service when it answers, else `probe()` (a collection of our own)."""
+           kernel_log: Optional[Path], probe: Callable[[], object]) -> tuple[object, str, list]:
+    """(the node's snapshot, how it was collected, the service's open check episodes for `since`): from the
+    service when it answers, else `probe()` (a collection of our own)."""
     if direct or kernel_log is not None:  # the service reads the live log, not the file given
-        return Obtained(probe(), DIRECT)
+        return probe(), DIRECT, []
     from gpudiag.service import socket_path
     from gpudiag.service.client import ServiceError, ask
 
@@ -57,10 +48,10 @@ def obtain(root: Path, socket: Optional[Path], timeout: Optional[float], level: 
         answer = None
     snapshot = _snapshot_of(answer) if answer is not None else None
     if snapshot is None:
-        return Obtained(probe(), DIRECT)
+        return probe(), DIRECT, []
     if level >= 2:
         _load_test(snapshot, path, timeout)
-    return Obtained(snapshot, SERVICE, answer.get("open") or [])
+    return snapshot, SERVICE, answer.get("open") or []
 
 
 def _snapshot_of(answer: dict):
