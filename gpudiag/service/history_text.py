@@ -3,12 +3,16 @@ anyone who can write to the kernel log shapes: every string passes through the c
 
 from __future__ import annotations
 
+import datetime
+
 from gpudiag.report.text import clean, human_duration
 from gpudiag.service.journal import parse_time
 
 
 def render_history(entries: list[dict], source: str) -> str:
-    lines = [f"gpudiag history · {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} · from the {source}"]
+    zone = datetime.datetime.now().astimezone().strftime("%Z") or "local time"
+    lines = [f"gpudiag history · {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} · from the {source} · "
+             f"times in {zone}"]
     for entry in entries:
         lines.append(clean(_line(entry)))
     return "\n".join(lines) + "\n"
