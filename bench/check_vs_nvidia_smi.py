@@ -31,6 +31,20 @@ def timed(cmd: list[str], env: dict) -> tuple[float, int]:
     return time.perf_counter() - started, done.returncode
 
 
+def interleaved(commands: dict[str, list[str]], runs: int, env: dict) -> tuple[dict, dict]:
+    """One warm-up run of each command, then `runs` rounds of each in turn: wall times and exit codes by name."""
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    codes: dict[str, set[int]] = {name: set() for name in commands}
+    for cmd in commands.values():
+        timed(cmd, env)
+    for _ in range(runs):
+        for name, cmd in commands.items():
+            seconds, rc = timed(cmd, env)
+            samples[name].append(seconds)
+            codes[name].add(rc)
+    return samples, codes
+
+
 # What `gpudiag check` imports (gpudiag itself and its dependencies), byte-compiled before timing.
 MODULES = ("gpudiag", "pynvml", "psutil", "typer", "click", "rich", "pydantic", "pydantic_core", "shellingham",
            "annotated_doc", "typing_extensions")
@@ -74,15 +88,7 @@ def main() -> int:
         + (["--only", args.only] if args.only else []),
         "nvidia-smi -q": ["nvidia-smi", "-q"],
     }
-    samples: dict[str, list[float]] = {name: [] for name in commands}
-    codes: dict[str, set[int]] = {name: set() for name in commands}
-    for name, cmd in commands.items():  # warm-up
-        timed(cmd, env)
-    for _ in range(args.runs):
-        for name, cmd in commands.items():
-            seconds, rc = timed(cmd, env)
-            samples[name].append(seconds)
-            codes[name].add(rc)
+    samples, codes = interleaved(commands, args.runs, env)
 
     figures = {
         name: {

@@ -59,7 +59,7 @@ RootOption = typer.Option(Path("/"), "--root", help="Read ROOT/sys, ROOT/proc an
 KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
-PASSIVE_DEFAULT_TIMEOUT, ACTIVE_DEFAULT_TIMEOUT = 10.0, 600.0
+PASSIVE_DEFAULT_TIMEOUT = 10.0
 TimeoutOption = typer.Option(
     None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
 )
@@ -68,6 +68,7 @@ ProfileOption = typer.Option(None, "--profile", help="Node profile: a shipped pr
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
 StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
 BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")
+SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
 
 
 @contextlib.contextmanager
@@ -173,24 +174,6 @@ def _write_output(output: Optional[Path], text: str, what: str) -> None:
     log.info("%s written to %s", what, output)
 
 
-def nothing_probed(snapshot) -> bool:
-    return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
-
-
-def nothing_judged(snapshot, results) -> bool:
-    """Exit 3: nothing could be probed and no check could fail for it. A profile or baseline that expects GPUs
-    makes a node without any a FAIL (exit 1): zero GPUs where eight should be is a verdict, not a probe problem."""
-    from gpudiag.report import summarize
-
-    if not nothing_probed(snapshot):
-        return False
-    if summarize(results).failed:
-        log.warning("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against "
-                    "the expected node, that fails")
-        return False
-    return True
-
-
 # -- commands ---------------------------------------------------------------------------------------------------
 
 
@@ -214,8 +197,11 @@ def check(
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
+    direct: bool = typer.Option(False, "--direct", help="Probe the GPUs in this process even when the service answers."),
+    socket: Optional[Path] = SocketOption,
 ) -> None:
-    """Run every check and print the troubleshooting checklist."""
+    """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
+    from gpudiag.cli_service import add_since, obtain
     from gpudiag.checks import probe_parts_for, resolve_selection, run_checks
     from gpudiag.report import render, summarize
 
@@ -231,16 +217,18 @@ def check(
 
     # Pay only for what the selection judges: `--only pcie` reads no NVLink counters, peers or kernel log.
     parts = probe_parts_for(selected)
-    snapshot = (_load_replay(replay) if replay is not None
-                else _collect(root, kernel_log, timeout, level, parts, stress_seconds))
+    snapshot, collected_by, open_checks = (_load_replay(replay), "replay", []) if replay is not None else obtain(
+        root, socket, timeout, level, direct, kernel_log,
+        lambda: _collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
     results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)
+    add_since(results, open_checks)
 
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
-    sys.stdout.write(render(output_format, snapshot, results, verbose=verbose, color=use_color))
+    sys.stdout.write(render(output_format, snapshot, results, collected_by, verbose=verbose, color=use_color))
     sys.stdout.flush()
 
-    if nothing_judged(snapshot, results):
+    if habits.nothing_judged(snapshot, results):
         print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_PROBED)
     raise typer.Exit(EXIT_FAILED if summarize(results).failed else EXIT_OK)
@@ -258,7 +246,7 @@ def snapshot(
 
     node = _collect(root, kernel_log, timeout)
     _write_output(output, snapshot_json(node), "snapshot")
-    raise habits.nothing_probed_exit() if nothing_probed(node) else typer.Exit(EXIT_OK)
+    raise habits.nothing_probed_exit() if habits.nothing_probed(node) else typer.Exit(EXIT_OK)
 
 
 @app.command()
@@ -277,7 +265,7 @@ def baseline(
 
     habits.refuse_ignored_options(replay)
     node = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout)
-    if nothing_probed(node):
+    if habits.nothing_probed(node):
         print("gpudiag: error: nothing could be probed: no GPU to record a baseline of", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_PROBED)
     failing = sorted({r.check for r in run_checks(node) if summarize([r]).failed})
@@ -301,13 +289,16 @@ def serve(
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
+    socket: Optional[Path] = SocketOption,
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
     from gpudiag.exporter import serve as run_exporter
+    from gpudiag.service import socket_path, state_dir as journal_dir
 
     expectations = _expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2
     raise typer.Exit(run_exporter(listen, web_config, _collect_options(root, kernel_log, timeout), interval,
-                                  expectations))
+                                  expectations, socket_path(root, socket), journal_dir(root, state_dir), socket is not None))
 
 
 @app.command()
@@ -337,7 +328,7 @@ def textfile(
         write_textfile(output, node, results)
     except OSError as exc:
         raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-    raise habits.nothing_probed_exit() if nothing_judged(node, results) else typer.Exit(EXIT_OK)
+    raise habits.nothing_probed_exit() if habits.nothing_judged(node, results) else typer.Exit(EXIT_OK)
 
 
 @app.command()
@@ -350,7 +341,7 @@ def version() -> None:
 
 app.command("install-service")(install_service)  # gpudiag/install.py
 from gpudiag import cli_fleet  # noqa: E402,F401 - registers `gpudiag fleet` (gpudiag/cli_fleet.py)
-
+import gpudiag.cli_service  # noqa: E402,F401 - registers `history` (it imports this module's app)
 
 # -- entry point ------------------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ Nothing here may import more than cli.py already does: `gpudiag check` is timed 
 from __future__ import annotations
 
 import codecs
+import logging
 import sys
 from typing import Optional
 
@@ -42,6 +43,25 @@ def help_when_bare(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None and not ctx.resilient_parsing:
         print(ctx.get_help())
         raise typer.Exit(0)
+
+
+def nothing_probed(snapshot) -> bool:
+    """No usable GPU library and no GPU on the PCI bus: exit 3's condition."""
+    return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
+
+
+def nothing_judged(snapshot, results) -> bool:
+    """Exit 3: nothing could be probed and no check could fail for it. A profile or baseline that expects GPUs
+    makes a node without any a FAIL (exit 1): zero GPUs where eight should be is a verdict, not a probe problem."""
+    from gpudiag.report import summarize
+
+    if not nothing_probed(snapshot):
+        return False
+    if summarize(results).failed:
+        logging.getLogger("gpudiag").warning("nothing could be probed (no usable GPU library and no GPU on the PCI "
+                                             "bus): judged against the expected node, that fails")
+        return False
+    return True
 
 
 def nothing_probed_exit() -> typer.Exit:

@@ -23,7 +23,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import signal
 import stat
 import sys
@@ -112,6 +111,8 @@ def _refuse_non_regular(path: Path) -> None:
 def _create_temporary(directory: Path, name: str, mode: int) -> tuple[int, Path]:
     """A new file nobody else can have opened or linked: O_EXCL fails on any existing name, symlinks included."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    import secrets  # here, not at the top: it pulls in hashlib and hmac, which `gpudiag check` never needs
+
     for _ in range(100):
         # The name does not end in .prom, so node_exporter's textfile collector never reads a half-written file.
         tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"

@@ -3,6 +3,7 @@ libnvidia-ml (real pynvml bindings, fake C library)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pynvml
@@ -234,3 +235,12 @@ def test_events_on_bus_ids_of_no_gpu_fold_into_one_bounded_series():
     assert series(text, "gpudiag_gpu_kernel_log_events_total",
                   kind="slot_card_not_present")[0][0]["pci_bus_id"] == OTHER_BUS_ID
     assert len(text) < 100_000
+
+
+def test_stopping_a_watcher_whose_thread_is_not_started_yet_does_not_raise():
+    """start() assigns the thread before starting it: a stop in between (SIGTERM right after the first collection)
+    must not raise "cannot join thread before it is started"."""
+    watcher = XidWatcher(lambda bus, code: None)
+    watcher._thread = threading.Thread(target=lambda: None, daemon=True)  # the moment between the two
+    watcher.stop(timeout_seconds=0.1)
+    assert watcher._stop.is_set()

@@ -20,6 +20,10 @@ nvidia-smi -q > "$d/nvidia-smi-q.txt" 2>&1
 # The NVSwitch fabric as the fabric manager left it (topology.fabric): its service state and the fabric section.
 { systemctl status nvidia-fabricmanager --no-pager; echo ---; nvidia-smi -q | grep -A12 '^    Fabric'; } > "$d/fabric.txt" 2>&1
 python3 bench/check_vs_nvidia_smi.py --runs 15 --json "$d/bench.json" > "$d/bench.txt" 2>&1
+# One NVML client per node (docs/service.md): check through a `gpudiag serve` of its own (temporary socket) and cold
+# --direct, each against nvidia-smi -q, and scrape latency / exporter CPU under 10 checks a second.
+python3 bench/check_via_service.py --runs 15 --json "$d/bench-service.json" > "$d/bench-service.txt" 2>&1
+python3 -X importtime -m gpudiag check --direct --json > /dev/null 2> "$d/importtime-direct.txt"
 python3 tools/kmsg_facility_probe.py "$d/kmsg-facility.json" > /dev/null 2>> "$d/check.stderr"
 python3 bench/kernel_log_scan.py --json "$d/bench-kernel-log.json" > "$d/bench-kernel-log.txt" 2>&1
 # The PCIe link read while the host copies run (pcie.link_* judge it: observed.under_load; active.devices[].h2d/d2h

@@ -26,6 +26,9 @@ from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_conf
 from gpudiag.model import CheckResult, NodeSnapshot
 from gpudiag.probe import deadline
 from gpudiag.probe.nvml_events import XidWatcher
+from gpudiag.service.fresh import FreshCollections
+from gpudiag.service.runtime import Service
+from gpudiag.service.server import SocketBindError
 
 if TYPE_CHECKING:
     from gpudiag.expect import Expectations
@@ -91,18 +94,39 @@ class Exporter:
         max_connections: int = 16,
         request_timeout_seconds: float = 10.0,
         max_request_seconds: float = 5.0,
+        socket_path: Optional[Path] = None,
+        state_dir: Optional[Path] = None,
+        socket_required: bool = True,
+        service_options: Optional[dict] = None,  # the socket's bounds (gpudiag.service.runtime.Service)
     ):
         # The Collector bounds itself to collect_timeout_seconds; the margin covers the checks and bookkeeping.
         cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)
         self.state = ExporterState(stale_after_seconds=2 * interval_seconds + cycle_deadline,
                                    watcher_factory=watcher_factory)
-        self.poller = Poller(lambda: collect_and_judge(collect, judge), self.state.on_cycle, interval_seconds,
-                             cycle_deadline)
+        # One collection at a time, shared by the poller and the socket's clients (gpudiag/service/fresh.py).
+        self.collections = FreshCollections(lambda: collect_and_judge(collect, judge))
+        self.poller = Poller(self.collections.collect, self.state.on_cycle, interval_seconds, cycle_deadline)
+        self.service: Optional[Service] = None
+        if socket_path is not None:
+            try:
+                self.service = Service(self.collections, socket_path, state_dir, collect_wait_seconds=cycle_deadline,
+                                       **(service_options or {}))
+            except SocketBindError as exc:
+                if socket_required:
+                    raise  # before the HTTP port is bound: nothing to close
+                # The default path, not writable (not root, no RuntimeDirectory=): metrics still, local clients
+                # probe directly.
+                log.warning("no local socket: %s; `gpudiag check` will probe directly", exc.strerror)
         host, port = parse_listen(listen)
         routes = Routes(self.state.body, self._health)
-        self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
-            family, address, routes, web, max_connections=max_connections,
-            request_timeout_seconds=request_timeout_seconds, max_request_seconds=max_request_seconds))
+        try:
+            self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
+                family, address, routes, web, max_connections=max_connections,
+                request_timeout_seconds=request_timeout_seconds, max_request_seconds=max_request_seconds))
+        except BaseException:
+            if self.service is not None:  # no socket left behind by a service that never ran
+                self.service.stop()
+            raise
         self.scheme = "https" if web.tls is not None else "http"
         self._http_thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.2},
                                              name="gpudiag-http", daemon=True)
@@ -118,6 +142,8 @@ class Exporter:
         return f"{self.scheme}://{host}:{port}"
 
     def start(self) -> "Exporter":
+        if self.service is not None:
+            self.service.start()
         self.poller.start()
         self._http_thread.start()
         return self
@@ -126,6 +152,8 @@ class Exporter:
         """Prompt, whatever is hung: nothing here waits on a vendor call."""
         self.http.stopping = True
         self.poller.stop()
+        if self.service is not None:
+            self.service.stop()
         if self.state.watcher is not None:
             self.state.watcher.stop(timeout_seconds=1.0)
         if self._http_thread.is_alive():
@@ -139,8 +167,9 @@ class Exporter:
 
 
 def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", interval_seconds: float,
-          expectations: Optional["Expectations"] = None) -> int:
-    """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address or web config."""
+          expectations: Optional["Expectations"] = None, socket_path: Optional[Path] = None,
+          state_dir: Optional[Path] = None, socket_required: bool = False) -> int:
+    """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address, web config or socket."""
     from gpudiag.probe import Collector
 
     try:
@@ -151,7 +180,11 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
     collector = Collector(options)
     try:
         exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
-                            judge=judge_against(expectations))
+                            judge=judge_against(expectations), socket_path=socket_path, state_dir=state_dir,
+                            socket_required=socket_required)
+    except SocketBindError as exc:
+        print(f"gpudiag: error: cannot listen on {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
     except (ValueError, OSError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         print(f"gpudiag: error: cannot listen on {listen}: {reason}", file=sys.stderr)
@@ -162,8 +195,8 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     exporter.start()
-    print(f"gpudiag: serving {exporter.url}/metrics (collecting every {interval_seconds:g}s)", file=sys.stderr,
-          flush=True)
+    print(f"gpudiag: serving {exporter.url}/metrics (collecting every {interval_seconds:g}s)"
+          + (f" and local clients on {socket_path}" if exporter.service else ""), file=sys.stderr, flush=True)
     while not stop.wait(1.0):
         pass
     exporter.stop()

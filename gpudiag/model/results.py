@@ -35,3 +35,5 @@ class CheckResult:
     # and a stable code naming the fault ("GPUDIAG-PCIE-DOWNTRAINED"). Set by gpudiag.checks.verdicts.
     action: Optional[str] = None
     fault_code: Optional[str] = None
+    # When the service first saw this check in this state (ISO 8601 UTC), for a check answered through it.
+    since: Optional[str] = None

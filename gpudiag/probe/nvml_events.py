@@ -95,7 +95,9 @@ class XidWatcher:
         """Ask the thread to finish; wait at most `timeout_seconds`. A thread hung in the driver is left behind."""
         self._stop.set()
         thread = self._thread
-        if thread is not None:
+        # is_alive(): start() assigns the thread before starting it, and joining an unstarted thread raises (a stop
+        # at that moment made `gpudiag serve` exit 4); a thread that starts after this sees _stop and returns.
+        if thread is not None and thread.is_alive():
             thread.join(timeout_seconds)
 
     def status(self) -> WatcherStatus:

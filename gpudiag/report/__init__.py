@@ -42,15 +42,17 @@ def worst_first(results: list[CheckResult]) -> list[CheckResult]:
     return sorted(results, key=lambda r: -STATUS_SEVERITY[r.status])
 
 
-def render(fmt: str, snapshot: NodeSnapshot, results: list[CheckResult], **options: object) -> str:
+def render(fmt: str, snapshot: NodeSnapshot, results: list[CheckResult], collected_by: str = "direct",
+           **options: object) -> str:
+    """`collected_by`: how the node was read, direct | service | replay (the JSON key and the text header)."""
     if fmt == "json":
         from gpudiag.report.json_report import render_json
 
-        return render_json(snapshot, results)
+        return render_json(snapshot, results, collected_by)
     if fmt == "junit":
         from gpudiag.report.junit import render_junit
 
         return render_junit(snapshot, results)
     from gpudiag.report.text import render_text
 
-    return render_text(snapshot, results, **options)  # type: ignore[arg-type]
+    return render_text(snapshot, results, collected_by=collected_by, **options)  # type: ignore[arg-type]

@@ -8,12 +8,13 @@ from gpudiag.model import REPORT_SCHEMA_VERSION, CheckResult, NodeSnapshot, to_d
 from gpudiag.report import summarize
 
 
-def report_dict(snapshot: NodeSnapshot, results: list[CheckResult]) -> dict:
+def report_dict(snapshot: NodeSnapshot, results: list[CheckResult], collected_by: str = "direct") -> dict:
     summary = summarize(results)
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "hostname": snapshot.hostname or "",
         "status": summary.status.value,
+        "collected_by": collected_by,  # how the node was read: direct | service | replay
         "collected_at": snapshot.collected_at,
         "gpudiag_version": snapshot.gpudiag_version,
         "summary": {status.value: count for status, count in sorted(summary.counts.items(), key=lambda i: i[0].value)},
@@ -22,8 +23,8 @@ def report_dict(snapshot: NodeSnapshot, results: list[CheckResult]) -> dict:
 
 
 def result_dict(result: CheckResult) -> dict:
-    """One result, keys in the documented order."""
-    return {
+    """One result, keys in the documented order; `since` only where the service said when the state began."""
+    out = {
         "check": result.check,
         "status": result.status.value,
         "device": to_dict(result.device),
@@ -34,7 +35,10 @@ def result_dict(result: CheckResult) -> dict:
         "action": result.action or "none",  # what automation does: checks/verdicts.py ACTIONS
         "fault_code": result.fault_code,
     }
+    if result.since is not None:
+        out["since"] = result.since
+    return out
 
 
-def render_json(snapshot: NodeSnapshot, results: list[CheckResult]) -> str:
-    return json.dumps(report_dict(snapshot, results), indent=2, sort_keys=False, default=str) + "\n"
+def render_json(snapshot: NodeSnapshot, results: list[CheckResult], collected_by: str = "direct") -> str:
+    return json.dumps(report_dict(snapshot, results, collected_by), indent=2, sort_keys=False, default=str) + "\n"

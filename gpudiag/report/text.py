@@ -7,11 +7,12 @@ do), then warnings and unknowns; the passing checks fold into one line per famil
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import re
 import textwrap
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Optional
 
 from gpudiag.model import CheckResult, NodeSnapshot, Status
 from gpudiag.report import family_of, summarize, worst_first
@@ -50,13 +51,14 @@ def _cleaned(result: CheckResult) -> CheckResult:
                                remediation=clean(result.remediation), device=device)
 
 
-def render_text(snapshot: NodeSnapshot, results: list[CheckResult], verbose: bool = False, color: bool = False) -> str:
+def render_text(snapshot: NodeSnapshot, results: list[CheckResult], verbose: bool = False, color: bool = False,
+                collected_by: str = "direct") -> str:
     """The checklist. Every string that comes from the node passes through clean() (the results here, the header
     in _header and _inventory_line, observed/expected in _compact): a GPU process named with escape sequences could
     otherwise rewrite the operator's terminal."""
     results = [_cleaned(r) for r in results]
     paint = _painter(color)
-    lines = _header(snapshot, results, paint)
+    lines = _header(snapshot, results, paint, collected_by)
     attention = [r for r in worst_first(results) if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
     for group in _same_finding(attention):
         lines.append("")
@@ -73,13 +75,14 @@ def _painter(color: bool):
     return paint
 
 
-def _header(snapshot: NodeSnapshot, results: list[CheckResult], paint) -> list[str]:
+def _header(snapshot: NodeSnapshot, results: list[CheckResult], paint, collected_by: str) -> list[str]:
     summary = summarize(results)
     head = f"gpudiag {snapshot.gpudiag_version or ''} · {snapshot.hostname or 'unknown host'}"
     if snapshot.collected_at:
         head += f" · {snapshot.collected_at}"
     if snapshot.duration_seconds is not None:
         head += f" · probed in {snapshot.duration_seconds:.2f} s"
+    head += f" · collected by {collected_by}"
     lines = [clean(head.replace("  ", " "))]
     lines.append(f"GPUs: {_inventory_line(snapshot)}")
     counts = ", ".join(
@@ -145,11 +148,40 @@ def _detailed(group: list[CheckResult], paint) -> list[str]:
         seen.append(f"expected: {_compact(result.expected)}")
     if seen:
         lines.extend(textwrap.wrap("   ".join(seen), WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT))
+    since = min((r.since for r in group if r.since), default=None)
+    if since:
+        lines.append(_INDENT + since_phrase(result.status, since))
     if result.remediation:
         lines.extend(
             textwrap.wrap(result.remediation, WIDTH, initial_indent=_INDENT + "→ ", subsequent_indent=_INDENT + "  ")
         )
     return lines
+
+
+_STATE_WORDS = {Status.FAIL: "failing", Status.WARN: "warning", Status.UNKNOWN: "unknown"}
+
+
+def since_phrase(status: Status, since: str, now: Optional[datetime.datetime] = None) -> str:
+    """"failing since 02:14, 6 h": the local time the service first saw this state (with the date when it was
+    not today) and how long ago that is."""
+    try:
+        moment = datetime.datetime.fromisoformat(since)
+    except ValueError:
+        return clean(f"{_STATE_WORDS.get(status, status.value)} since {since}")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    local = moment.astimezone()
+    when = local.strftime("%H:%M") if local.date() == now.astimezone().date() else local.strftime("%Y-%m-%d %H:%M")
+    return f"{_STATE_WORDS.get(status, status.value)} since {when}, {human_duration((now - moment).total_seconds())}"
+
+
+def human_duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _compact(value: Any, limit: int = 200) -> str:

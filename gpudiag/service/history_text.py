@@ -1,0 +1,56 @@
+"""`gpudiag history --format text`: one line per journal entry, oldest first. Entries quote kernel-log text, which
+anyone who can write to the kernel log shapes: every string passes through the checklist's clean()."""
+
+from __future__ import annotations
+
+import datetime
+
+from gpudiag.report.text import clean, human_duration
+from gpudiag.service.journal import parse_time
+
+
+def render_history(entries: list[dict], source: str) -> str:
+    zone = datetime.datetime.now().astimezone().strftime("%Z") or "local time"
+    lines = [f"gpudiag history · {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} · from the {source} · "
+             f"times in {zone}"]
+    for entry in entries:
+        lines.append(clean(_line(entry)))
+    return "\n".join(lines) + "\n"
+
+
+def _line(entry: dict) -> str:
+    moment = parse_time(entry.get("time"))
+    when = moment.astimezone().strftime("%Y-%m-%d %H:%M:%S") if moment else str(entry.get("time"))
+    gpu = entry.get("gpu")
+    where = f"GPU {gpu}" if gpu is not None else (entry.get("pci_bus_id") or "node")
+    kind, event = entry.get("kind"), entry.get("event")
+    if kind == "check":
+        what = f"{entry.get('check')} {_check_event(entry)}"
+    elif kind in ("gpu_lost", "throttle") and event in ("begin", "change", "end"):
+        name = "lost" if kind == "gpu_lost" else f"throttled ({entry.get('reason')})"
+        what = {"begin": name, "change": name, "end": f"{name} ended"}[event]
+        if event == "end":
+            what += _lasted(entry) + (" — found again" if kind == "gpu_lost" else "")
+    elif kind == "throttle":
+        what = f"throttled ({entry.get('reason')}) for {entry.get('duration_seconds')} s between collections"
+    elif kind == "xid":
+        what = f"Xid {entry.get('code')}"
+    else:
+        what = str(kind).replace("_", " ")
+    message = entry.get("message")
+    tail = f": {message}" if message and kind != "throttle" else ""
+    return f"{when}  {where:<8} {what}{tail}"
+
+
+def _check_event(entry: dict) -> str:
+    event, status = entry.get("event"), entry.get("status")
+    if event == "begin":
+        return f"→ {status}"
+    if event == "change":
+        return f"{entry.get('previous')} → {status}"
+    return f"recovered (was {status}{_lasted(entry)})"
+
+
+def _lasted(entry: dict) -> str:
+    seconds = entry.get("duration_seconds")
+    return f", lasted {human_duration(seconds)}" if isinstance(seconds, (int, float)) else ""

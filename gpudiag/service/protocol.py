@@ -1,0 +1,36 @@
+"""The socket protocol: one request per connection, one line of JSON each way.
+
+Request: a single JSON object on one line, at most MAX_REQUEST_BYTES including the newline, e.g.
+`{"op": "snapshot"}`, `{"op": "history", "since_seconds": 86400, "gpu": 0}`, `{"op": "status"}`.
+Response: one JSON object on one line, `{"ok": true, ...}` or `{"ok": false, "error": "..."}`; then the server
+closes the connection. Why not HTTP over the socket: a request is a few dozen bytes with no headers, methods or
+keep-alive to parse, so line-delimited JSON leaves nothing for a hostile peer to play with but one bounded line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_REQUEST_BYTES = 1024
+OPS = ("snapshot", "history", "status")  # all read-only: nothing on the socket changes the node
+
+
+class ProtocolError(ValueError):
+    """A request the service refuses; the message goes back to the peer."""
+
+
+def encode(message: dict) -> bytes:
+    return json.dumps(message, separators=(",", ":"), default=str).encode("utf-8") + b"\n"
+
+
+def decode_request(line: bytes) -> dict[str, Any]:
+    if len(line) > MAX_REQUEST_BYTES:
+        raise ProtocolError(f"request over {MAX_REQUEST_BYTES} bytes")
+    try:
+        request = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError("request is not one line of JSON") from None
+    if not isinstance(request, dict) or request.get("op") not in OPS:
+        raise ProtocolError(f"expected {{\"op\": one of {', '.join(OPS)}}}")
+    return request

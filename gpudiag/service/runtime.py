@@ -1,0 +1,118 @@
+"""The service as `gpudiag serve` runs it: shared collections, the journal and its keeper, the socket server, and
+the answers to the three read-only requests (docs/service.md "Protocol")."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from gpudiag import __version__
+from gpudiag.exporter.poller import Collection
+from gpudiag.model import to_dict
+from gpudiag.service.fresh import FreshCollections
+from gpudiag.service.journal import Journal, select
+from gpudiag.service.keeper import JournalKeeper
+from gpudiag.service.protocol import ProtocolError
+from gpudiag.service.server import SocketServer
+
+log = logging.getLogger(__name__)
+
+MAX_AGE_SECONDS = 1.0  # a client gets a collection at most this old (one collection a second, however many ask)
+MAX_HISTORY_ENTRIES = 5000
+
+
+class Service:
+    def __init__(self, collections: FreshCollections, socket_path: Path, state_dir: Optional[Path],
+                 collect_wait_seconds: float, max_clients: int = 8, read_timeout: float = 2.0,
+                 journal_max_bytes: Optional[int] = None):
+        self.collections = collections
+        self.collect_wait = collect_wait_seconds
+        journal = Journal(state_dir, **({"max_bytes": journal_max_bytes} if journal_max_bytes else {}))
+        self.keeper = JournalKeeper(journal.load())
+        collections.subscribe(self.keeper.observe)
+        self.started = time.monotonic()
+        self._cache_lock = threading.Lock()
+        self._cached: Optional[tuple[Collection, str]] = None  # (the collection, its snapshot as JSON)
+        self.server = SocketServer(socket_path, self.handle, max_clients=max_clients, read_timeout=read_timeout)
+
+    @property
+    def journal(self) -> Journal:
+        return self.keeper.journal
+
+    def start(self) -> "Service":
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def handle(self, request: dict):
+        op = request["op"]
+        if op == "snapshot":
+            return self._snapshot(request)
+        if op == "history":
+            return self._history(request)
+        return self._status()
+
+    def _snapshot(self, request: dict) -> bytes:
+        max_age = _number(request, "max_age", MAX_AGE_SECONDS, 0.0, 60.0)
+        wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
+        collection, problem = self.collections.get(max(max_age, 0.05), min(wait, self.collect_wait))
+        if collection is None:
+            return _line({"ok": False, "error": problem or "no collection yet"})
+        head = {"ok": True, "fresh": problem is None, "problem": problem,
+                "age_seconds": round(time.time() - collection.finished_at, 3), "open": self.keeper.open_checks()}
+        # The snapshot's JSON is made once per collection however many clients ask for it.
+        return (json.dumps(head, separators=(",", ":"), default=str)[:-1] + ',"snapshot":'
+                + self._snapshot_json(collection) + "}\n").encode("utf-8")
+
+    def _snapshot_json(self, collection: Collection) -> str:
+        with self._cache_lock:
+            # Held by reference, not by id(): a newer collection may reuse a freed one's id.
+            if self._cached is None or self._cached[0] is not collection:
+                self._cached = (collection, json.dumps(to_dict(collection.snapshot), separators=(",", ":"),
+                                                             default=str))
+            return self._cached[1]
+
+    def _history(self, request: dict) -> dict:
+        since_seconds = _number(request, "since_seconds", None, 0.0, 10 * 365 * 86400.0)
+        gpu = request.get("gpu")
+        if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < 4096):
+            raise ProtocolError("gpu: expected a GPU index")
+        since = None
+        if since_seconds is not None:
+            since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=since_seconds)
+        entries = select(self.journal.entries(), since, gpu)
+        return {"ok": True, "entries": entries[-MAX_HISTORY_ENTRIES:], "truncated": len(entries) > MAX_HISTORY_ENTRIES,
+                "open": self.keeper.open_checks()}
+
+    def _status(self) -> dict:
+        latest = self.collections.latest
+        journal = self.journal
+        return {
+            "ok": True, "version": __version__, "pid": os.getpid(),
+            "uptime_seconds": round(time.monotonic() - self.started, 1),
+            "last_collection_age_seconds": None if latest is None else round(time.time() - latest.finished_at, 3),
+            "journal": {"persistent": journal.persistent, "directory": str(journal.directory) if journal.directory else None,
+                        "entries": len(journal.entries()), "problem": journal.problem, "set_aside": journal.set_aside},
+            "socket": {"path": str(self.server.path), "refused": self.server.refused},
+        }
+
+
+def _number(request: dict, key: str, default, low: float, high: float):
+    value = request.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ProtocolError(f"{key}: expected a number from {low:g} to {high:g}")
+    return float(value)
+
+
+def _line(message: dict) -> bytes:
+    return json.dumps(message, separators=(",", ":"), default=str).encode("utf-8") + b"\n"
