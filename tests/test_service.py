@@ -120,13 +120,13 @@ def test_socket_refuses_oversized_slow_and_unknown_requests_without_stalling(tmp
         idle[1].sendall(b'{"op"')
         # meanwhile a well-behaved client is answered at once
         answer, seconds = raw(path, b'{"op": "status"}\n')
-        assert answer["ok"] and seconds < 0.4
+        assert answer["ok"] and seconds < 1.0  # well inside the idle clients' 1.5 s (< 0.4 s on a quiet machine)
         # a third idle client fills the slots: the next is turned away at once, not queued
         extra = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         extra.connect(str(path))
         wait_for(lambda: exporter.service.server._slots._value == 0, timeout=2)
         busy, seconds = raw(path, b'{"op": "status"}\n')
-        assert not busy["ok"] and "busy" in busy["error"] and seconds < 0.4
+        assert not busy["ok"] and "busy" in busy["error"] and seconds < 1.0  # not queued behind the 1.5 s deadline
         for sock in idle:
             sock.settimeout(5)
             reply = json.loads(sock.recv(4096))
