@@ -330,14 +330,22 @@ def run_mutant(copy: Path, mutant: Mutant, coverage: Coverage, timeout: float) -
 
 
 def _copy_tree(dest: Path) -> Path:
+    """The project as a clone has it (git's tracked and not-ignored files, top-level entries copied whole), so that
+    every test that runs in the checkout runs in the copy (bench/, .ci/ and the shipped links included)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git", ".pytest_cache", "*.egg-info")
-    for name in ("gpudiag", "tests", "tools", "monitoring", "contrib", "systemd", "docs", "README.md",
-                 "pyproject.toml"):
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                                capture_output=True, check=True).stdout.decode().split("\0")
+        names = sorted({name.split("/")[0] for name in listed if name})
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: what the project is made of
+        names = ["gpudiag", "tests", "tools", "bench", "monitoring", "contrib", "systemd", "docs", ".ci",
+                 "README.md", "pyproject.toml"]
+    for name in names:
         src = REPO / name
-        if src.is_dir():
+        if src.is_dir() and not src.is_symlink():
             shutil.copytree(src, dest / name, ignore=ignore, symlinks=True)
         elif src.exists():
-            shutil.copy2(src, dest / name)
+            shutil.copy2(src, dest / name, follow_symlinks=False)
     return dest
 
 
