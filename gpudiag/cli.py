@@ -112,10 +112,11 @@ def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], l
 
     from gpudiag.probe import Collector
 
-    if timeout is None:
+    if timeout is None and level >= 2:  # gpudiag.active only where the load tests run (it costs a level-1 check)
         from gpudiag.active.options import default_deadline
 
-        timeout = default_deadline(level, stress_seconds) if level >= 2 else PASSIVE_DEFAULT_TIMEOUT
+        timeout = default_deadline(level, stress_seconds)
+    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
     started = time.monotonic()
     # The passive probe keeps its usual deadline; the load tests get the rest.
     options = _collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
