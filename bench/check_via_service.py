@@ -43,6 +43,7 @@ FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.exporter_node i
 
 
 FULL_CLI = "from gpudiag.cli import run; run()"
+CHECK_REQUEST = {"op": "check", "format": "json"}  # what `gpudiag check --json` sends (gpudiag/fastpath.py)
 
 
 def fast_path_taken(cmd: list[str], env: dict) -> bool:
@@ -86,7 +87,7 @@ def scrape_window(url: str, pid: int, seconds: float) -> dict:
 def check_load(cmd: list[str], env: dict, socket_path: Path, rate: float, stop: threading.Event, mode: str,
                done: list) -> None:
     """`rate` checks a second through the service: whole `gpudiag check` processes, or (mode "requests") the
-    snapshot request each of them makes, from this process (what the service sees is the same)."""
+    check request each of them makes, from this process (what the service sees is the same)."""
     sys.path.insert(0, str(REPO))
     from gpudiag.service.client import ask
 
@@ -95,7 +96,7 @@ def check_load(cmd: list[str], env: dict, socket_path: Path, rate: float, stop: 
         if mode == "processes":
             threading.Thread(target=lambda: done.append(timed(cmd, env)[1]), daemon=True).start()
         else:
-            threading.Thread(target=lambda: done.append(ask(socket_path, {"op": "snapshot"}, 10.0) is not None),
+            threading.Thread(target=lambda: done.append(ask(socket_path, CHECK_REQUEST, 10.0) is not None),
                              daemon=True).start()
         next_at += 1.0 / rate
         stop.wait(max(0.0, next_at - time.monotonic()))

@@ -174,3 +174,51 @@ def test_an_older_service_or_a_busy_one_is_not_handled(tmp_path):
     server = one_answer_server(path, {"ok": False, "error": "expected {\"op\": one of snapshot, history, status}"})
     assert fastpath.main(["check", "--socket", str(path)]) is None
     server.join(5)
+
+
+class OneCollection:
+    """FreshCollections' interface over a fixed collection (what `get` returns while it is at most a second old)."""
+
+    def __init__(self, snapshot):
+        self.collection = type("Collection", (), {"snapshot": snapshot})()
+
+    def get(self, max_age, wait):
+        return self.collection, None
+
+
+def test_answers_are_made_once_per_collection_unless_they_age(monkeypatch):
+    from gpudiag.recording import load_snapshot
+    from gpudiag.report import verdict
+    from gpudiag.service.judge import Answers, answer_check, parse_check
+
+    calls = []
+    real = verdict.judge_and_render
+    monkeypatch.setattr(verdict, "judge_and_render", lambda *a, **k: calls.append(a[6]) or real(*a, **k))
+    snapshot = load_snapshot(REPO / "tests/fixtures/h200/snapshot.json")
+    collections, answers = OneCollection(snapshot), Answers()
+    eight = {"op": "check", "params": ["expected_gpu_count=8"]}  # one GPU where eight should be: a failure
+    episode = [{"check": "inventory.gpu_count", "pci_bus_id": None, "status": "fail",
+                "first_seen": "2026-12-01T02:14:05+00:00"}]
+
+    def ask(request, open_checks=()):
+        answer = answer_check(parse_check(request), collections, 1.0, lambda: list(open_checks), answers)
+        return json.loads(answer)
+
+    first = ask({**eight, "format": "json"}, episode)
+    assert first == ask({**eight, "format": "json"}, episode) and len(calls) == 1
+    assert first["exit"] == 1 and json.loads(first["stdout"])["results"]
+    ask({**eight, "format": "junit"}, episode)
+    ask({**eight, "format": "junit"}, episode)
+    assert calls == ["json", "junit"]
+    # a text checklist saying "failing since 02:14, N h" is made anew each time: N moves on
+    ask({**eight, "format": "text"}, episode)
+    text = ask({**eight, "format": "text"}, episode)
+    assert "failing since" in text["stdout"] and calls[2:] == ["text", "text"]
+    # without a `since`, the text is kept too; another collection, or other open episodes, are another answer
+    ask({**eight, "format": "text"})
+    ask({**eight, "format": "text"})
+    assert calls[4:] == ["text"]
+    ask({**eight, "format": "json"})
+    collections.collection = type("Collection", (), {"snapshot": snapshot})()
+    ask({**eight, "format": "json"}, episode)
+    assert calls[5:] == ["json", "json"]

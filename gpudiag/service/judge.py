@@ -11,6 +11,8 @@ is the rendered report and the exit code `gpudiag check` would give, made by the
 from __future__ import annotations
 
 import json
+import threading
+from typing import Optional
 
 from gpudiag.service.protocol import ProtocolError
 
@@ -53,7 +55,31 @@ def parse_check(request: dict) -> dict:
             "verbose": _flag(request, "verbose"), "color": _flag(request, "color")}
 
 
-def answer_check(fields: dict, collections, wait: float, open_checks) -> bytes:
+class Answers:
+    """The answers made from the latest collection, by request: ten checks a second with the same options judge and
+    render once per collection. Only answers that do not depend on the moment they are made are kept — JSON and
+    JUnit, and a text checklist without a "failing since …, 6 h" line."""
+
+    MAX_ENTRIES = 32  # distinct option sets per collection; more are answered, not kept
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._collection: object = None
+        self._answers: dict[str, bytes] = {}
+
+    def get(self, collection, key: str) -> Optional[bytes]:
+        with self._lock:
+            return self._answers.get(key) if self._collection is collection else None
+
+    def put(self, collection, key: str, answer: bytes) -> None:
+        with self._lock:
+            if self._collection is not collection:  # held by reference: a newer collection may reuse a freed id
+                self._collection, self._answers = collection, {}
+            if len(self._answers) < self.MAX_ENTRIES:
+                self._answers[key] = answer
+
+
+def answer_check(fields: dict, collections, wait: float, open_checks, answers: Optional[Answers] = None) -> bytes:
     """The answer line: {"ok": true, "exit": N, "stdout": ..., "stderr": ...}, or {"ok": false, "error": ...,
     "fallback": "failed" | "stale"} when there is no fresh collection (the client then probes directly, as
     `gpudiag check` does when the service's collection did not finish)."""
@@ -73,17 +99,26 @@ def answer_check(fields: dict, collections, wait: float, open_checks) -> bytes:
     if collection is None or problem is not None:
         return _line({"ok": False, "error": problem or "no collection yet",
                       "fallback": "failed" if collection is None else "stale"})
-    return _verdict(fields, collection.snapshot, expectations, open_checks())
+    open_now = open_checks()
+    key = json.dumps([fields, open_now], sort_keys=True, default=str)
+    cached = answers.get(collection, key) if answers is not None else None
+    if cached is not None:
+        return cached
+    answer, timeless = _verdict(fields, collection.snapshot, expectations, open_now)
+    if answers is not None and timeless:
+        answers.put(collection, key, answer)
+    return answer
 
 
-def _verdict(fields: dict, snapshot, expectations, open_checks: list) -> bytes:
+def _verdict(fields: dict, snapshot, expectations, open_checks: list) -> tuple[bytes, bool]:
+    """(the answer, whether it would be the same made later from the same collection)."""
     from gpudiag.report import summarize
     from gpudiag.report.verdict import NOTHING_PROBED, judge_and_render, nothing_probed
 
     results, text = judge_and_render(snapshot, expectations, fields["only"], fields["skip"], open_checks, "service",
                                      fields["format"], fields["verbose"], fields["color"])
     if len(text) > MAX_RENDERED_BYTES:
-        return _line({"ok": False, "error": "report too large to answer"})
+        return _line({"ok": False, "error": "report too large to answer"}), False
     failed = summarize(results).failed
     nothing = nothing_probed(snapshot)
     stderr, code = "", EXIT_FAILED if failed else EXIT_OK
@@ -92,7 +127,8 @@ def _verdict(fields: dict, snapshot, expectations, open_checks: list) -> bytes:
                   "judged against the expected node, that fails\n")
     elif nothing:
         stderr, code = f"gpudiag: error: {NOTHING_PROBED}\n", EXIT_NOTHING_PROBED
-    return _line({"ok": True, "exit": code, "stdout": text, "stderr": stderr})
+    timeless = fields["format"] != "text" or not any(r.since for r in results)  # text: "since …, 6 h" ages
+    return _line({"ok": True, "exit": code, "stdout": text, "stderr": stderr}), timeless
 
 
 def _line(message: dict) -> bytes:

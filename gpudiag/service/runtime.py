@@ -39,6 +39,9 @@ class Service:
         self.started = time.monotonic()
         self._cache_lock = threading.Lock()
         self._cached: Optional[tuple[Collection, str]] = None  # (the collection, its snapshot as JSON)
+        from gpudiag.service.judge import Answers
+
+        self._answers = Answers()  # the `check` answers made from the latest collection
         self.server = SocketServer(socket_path, self.handle, max_clients=max_clients, read_timeout=read_timeout)
 
     @property
@@ -79,7 +82,8 @@ class Service:
 
         fields = parse_check(request)
         wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
-        return answer_check(fields, self.collections, min(wait, self.collect_wait), self.keeper.open_checks)
+        return answer_check(fields, self.collections, min(wait, self.collect_wait), self.keeper.open_checks,
+                            self._answers)
 
     def _snapshot_json(self, collection: Collection) -> str:
         with self._cache_lock:
