@@ -11,9 +11,7 @@ not answer, is busy, or is of an older version. A service whose collection faile
 process probe directly, as `gpudiag check` does (the same warning, then `--direct`).
 """
 
-import json
 import os
-import socket
 import sys
 import time
 
@@ -94,6 +92,9 @@ def _under_root(root: "str | None") -> str:
 def ask(path: str, request: dict, timeout: float) -> "dict | None":
     """The service's answer, or None when none comes (no socket, nobody listening, no permission, too slow, too
     large, not JSON)."""
+    import json  # here: a command this module does not handle should not pay for them (~4 ms)
+    import socket
+
     line = json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n"
     if len(line) > MAX_REQUEST_BYTES:
         return None
