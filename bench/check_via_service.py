@@ -139,6 +139,8 @@ def main() -> int:
             # the same through the full CLI (what `check` did before the fast path): the client judging the snapshot
             "service, full CLI": [sys.executable, "-c", FULL_CLI, "check", "--json", "--socket", str(sock), *where],
             "check --direct": [*direct_gpudiag, "check", "--json", "--direct", *where],
+            # the floor under any Python command on this machine (site, .pth files of the installed packages)
+            "python3 -c pass": [sys.executable, "-c", "pass"],
         }
         fast = fast_path_taken(commands["check via service"], env)
         print(f"check via service took the fast path (no gpudiag.cli, typer or gpudiag.model imported): "
