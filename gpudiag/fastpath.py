@@ -47,6 +47,8 @@ def parse(argv: list) -> "dict | None":
             if value is None:
                 return None
         key = VALUE_OPTIONS[name]
+        if not value and key in ("socket", "root", "profile"):
+            return None  # `--socket ''` is the current directory to the full CLI: its corner, not ours
         if key in ("only", "skip", "params"):
             opts[key].append(value)
         else:
@@ -63,7 +65,7 @@ def _request(opts: dict) -> "dict | None":
     profile = opts.get("profile")
     if fmt not in (None, *FORMATS) or opts.get("level", "1") != "1":
         return None
-    if profile is not None and (not profile or "/" in profile or profile.endswith(".toml")):
+    if profile is not None and ("/" in profile or profile.endswith(".toml")):
         return None  # a profile file: read here, by the full CLI, never by the service
     wait = 10.0
     if "timeout" in opts:

@@ -101,7 +101,7 @@ def test_the_fast_path_imports_no_typer_model_checks_or_vendor_library(tmp_path)
     ["--direct"], ["--replay", "x.json"], ["--baseline", "b.json"], ["--kernel-log", "k.txt"], ["--level", "2"],
     ["--profile", "./site.toml"], ["--profile", "site.toml"], ["--profile", "/etc/passwd"], ["-h"],
     ["--json", "--format", "text"], ["--format", "yaml"], ["--timeout", "soon"], ["-vf", "json"], ["--only"],
-    ["positional"], ["-p" + "x=1"],
+    ["positional"], ["-p" + "x=1"], ["--socket", ""], ["--root="], ["--profile", ""], ["--", "--json"],
 ])
 def test_what_the_fast_path_does_not_handle_goes_to_the_full_cli(extra, tmp_path):
     assert fastpath.parse(["check", "--root", str(tmp_path), *extra]) is None
