@@ -222,3 +222,8 @@ def test_answers_are_made_once_per_collection_unless_they_age(monkeypatch):
     collections.collection = type("Collection", (), {"snapshot": snapshot})()
     ask({**eight, "format": "json"}, episode)
     assert calls[5:] == ["json", "json"]
+    # bounded in bytes (and in entries): an answer over the budget is made, not kept
+    monkeypatch.setattr(Answers, "MAX_BYTES", 10)
+    ask({**eight, "format": "junit"})
+    ask({**eight, "format": "junit"})
+    assert calls[7:] == ["junit", "junit"]

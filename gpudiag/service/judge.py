@@ -61,6 +61,7 @@ class Answers:
     JUnit, and a text checklist without a "failing since …, 6 h" line."""
 
     MAX_ENTRIES = 32  # distinct option sets per collection; more are answered, not kept
+    MAX_BYTES = 32 << 20  # and in all: a few large reports, not 32 of the largest allowed
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -75,7 +76,8 @@ class Answers:
         with self._lock:
             if self._collection is not collection:  # held by reference: a newer collection may reuse a freed id
                 self._collection, self._answers = collection, {}
-            if len(self._answers) < self.MAX_ENTRIES:
+            kept = sum(len(a) for a in self._answers.values())
+            if len(self._answers) < self.MAX_ENTRIES and kept + len(answer) <= self.MAX_BYTES:
                 self._answers[key] = answer
 
 
