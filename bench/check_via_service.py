@@ -2,7 +2,9 @@
 `nvidia-smi -q`, and the exporter's scrape latency and CPU while 10 checks a second go through the service — in one
 run (issue: one NVML client per node).
 
-Goals: through the service ≤ 0.5 × nvidia-smi -q; cold --direct ≤ 1.0 × nvidia-smi -q; scrape latency unchanged
+`gpudiag check` through the service is the fast path (gpudiag/fastpath.py: the service judges and renders; the
+benchmark checks that it was taken); "service, full CLI" is the same check judged by the full CLI in the client, as
+before the fast path. Goals: through the service ≤ 0.5 × nvidia-smi -q; cold --direct ≤ 1.0 × nvidia-smi -q; scrape latency unchanged
 under the check load (the exporter's CPU is reported as it is: a client asking for a collection at most a second old
 makes the service collect up to once a second instead of once per --interval).
 
@@ -40,6 +42,17 @@ FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.exporter_node i
                "from gpudiag.cli import main; sys.exit(main(sys.argv[2:]))")
 
 
+FULL_CLI = "from gpudiag.cli import run; run()"
+CHECK_REQUEST = {"op": "check", "format": "json"}  # what `gpudiag check --json` sends (gpudiag/fastpath.py)
+
+
+def fast_path_taken(cmd: list[str], env: dict) -> bool:
+    """`gpudiag check` answered by the service's fast path (gpudiag/fastpath.py): nothing heavy imported."""
+    done = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd=REPO)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return done.returncode in (0, 1) and not imported & {"gpudiag.cli", "typer", "gpudiag.model"}
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -74,7 +87,7 @@ def scrape_window(url: str, pid: int, seconds: float) -> dict:
 def check_load(cmd: list[str], env: dict, socket_path: Path, rate: float, stop: threading.Event, mode: str,
                done: list) -> None:
     """`rate` checks a second through the service: whole `gpudiag check` processes, or (mode "requests") the
-    snapshot request each of them makes, from this process (what the service sees is the same)."""
+    check request each of them makes, from this process (what the service sees is the same)."""
     sys.path.insert(0, str(REPO))
     from gpudiag.service.client import ask
 
@@ -83,7 +96,7 @@ def check_load(cmd: list[str], env: dict, socket_path: Path, rate: float, stop: 
         if mode == "processes":
             threading.Thread(target=lambda: done.append(timed(cmd, env)[1]), daemon=True).start()
         else:
-            threading.Thread(target=lambda: done.append(ask(socket_path, {"op": "snapshot"}, 10.0) is not None),
+            threading.Thread(target=lambda: done.append(ask(socket_path, CHECK_REQUEST, 10.0) is not None),
                              daemon=True).start()
         next_at += 1.0 / rate
         stop.wait(max(0.0, next_at - time.monotonic()))
@@ -123,8 +136,15 @@ def main() -> int:
             time.sleep(0.05)
         commands = {
             "check via service": [*gpudiag, "check", "--json", "--socket", str(sock), *where],
+            # the same through the full CLI (what `check` did before the fast path): the client judging the snapshot
+            "service, full CLI": [sys.executable, "-c", FULL_CLI, "check", "--json", "--socket", str(sock), *where],
             "check --direct": [*direct_gpudiag, "check", "--json", "--direct", *where],
+            # the floor under any Python command on this machine (site, .pth files of the installed packages)
+            "python3 -c pass": [sys.executable, "-c", "pass"],
         }
+        fast = fast_path_taken(commands["check via service"], env)
+        print(f"check via service took the fast path (no gpudiag.cli, typer or gpudiag.model imported): "
+              f"{'yes' if fast else 'NO'}")
         if shutil.which("nvidia-smi") and not args.fake:
             commands["nvidia-smi -q"] = ["nvidia-smi", "-q"]
         samples, codes = interleaved(commands, args.runs, env)
@@ -156,7 +176,8 @@ def main() -> int:
         print(f"exporter, {args.rate:g} checks/s ({args.load}): scrape median {loaded['scrape_median_ms']} ms, max "
               f"{loaded['scrape_max_ms']} ms, CPU {loaded['exporter_cpu_percent']} % ({len(done)} checks started)")
         if args.json:
-            args.json.write_text(json.dumps({"runs": args.runs, "figures": figures, "ratios": ratios, "idle": idle,
+            args.json.write_text(json.dumps({"runs": args.runs, "fast_path": fast, "figures": figures, "ratios": ratios,
+                                             "idle": idle,
                                              "loaded": loaded, "rate": args.rate, "load": args.load}, indent=2))
     finally:
         service.terminate()

@@ -1,3 +1,3 @@
-from gpudiag.cli import run
+from gpudiag.fastpath import run
 
 run()

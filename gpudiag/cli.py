@@ -112,10 +112,11 @@ def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], l
 
     from gpudiag.probe import Collector
 
-    if timeout is None:
+    if timeout is None and level >= 2:  # gpudiag.active only where the load tests run (it costs a level-1 check)
         from gpudiag.active.options import default_deadline
 
-        timeout = default_deadline(level, stress_seconds) if level >= 2 else PASSIVE_DEFAULT_TIMEOUT
+        timeout = default_deadline(level, stress_seconds)
+    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
     started = time.monotonic()
     # The passive probe keeps its usual deadline; the load tests get the rest.
     options = _collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
@@ -201,9 +202,10 @@ def check(
     socket: Optional[Path] = SocketOption,
 ) -> None:
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
-    from gpudiag.cli_service import add_since, obtain
-    from gpudiag.checks import probe_parts_for, resolve_selection, run_checks
-    from gpudiag.report import render, summarize
+    from gpudiag.cli_service import obtain
+    from gpudiag.checks import probe_parts_for, resolve_selection
+    from gpudiag.report import summarize
+    from gpudiag.report.verdict import judge_and_render
 
     habits.refuse_ignored_options(replay, as_json, fmt.value)
     only_ids, skip_ids = _split_ids(only), _split_ids(skip)
@@ -220,12 +222,11 @@ def check(
     snapshot, collected_by, open_checks = (_load_replay(replay), "replay", []) if replay is not None else obtain(
         root, socket, timeout, level, direct, kernel_log,
         lambda: _collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
-    results = run_checks(snapshot, expectations, only=only_ids, skip=skip_ids)
-    add_since(results, open_checks)
-
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
-    sys.stdout.write(render(output_format, snapshot, results, collected_by, verbose=verbose, color=use_color))
+    results, text = judge_and_render(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by,
+                                     output_format, verbose, use_color)
+    sys.stdout.write(text)
     sys.stdout.flush()
 
     if habits.nothing_judged(snapshot, results):

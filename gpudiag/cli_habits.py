@@ -47,7 +47,9 @@ def help_when_bare(ctx: typer.Context) -> None:
 
 def nothing_probed(snapshot) -> bool:
     """No usable GPU library and no GPU on the PCI bus: exit 3's condition."""
-    return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
+    from gpudiag.report.verdict import nothing_probed as probed_nothing  # the service judges with it too
+
+    return probed_nothing(snapshot)
 
 
 def nothing_judged(snapshot, results) -> bool:

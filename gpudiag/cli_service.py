@@ -99,16 +99,6 @@ def _load_test(snapshot, path: Path, timeout: Optional[float], level: int, stres
             kernel_events=kernel_events))
 
 
-def add_since(results: list, open_checks: list) -> None:
-    """Each warn/fail/unknown result the service has seen in the same state gets `since` (its first sighting)."""
-    first_seen = {(e.get("check"), e.get("pci_bus_id"), e.get("status")): e.get("first_seen") for e in open_checks}
-    for result in results:
-        bus = result.device.pci_bus_id if result.device is not None else None
-        since = first_seen.get((result.check, bus, result.status.value))
-        if since:
-            result.since = since
-
-
 # -- gpudiag history ---------------------------------------------------------------------------------------------
 
 

@@ -109,7 +109,7 @@ def test_socket_refuses_oversized_slow_and_unknown_requests_without_stalling(tmp
     with installed(node), running_service(tmp_path, read_timeout=1.5, max_clients=3) as exporter:
         path = socket_path(tmp_path)
         answer, _ = raw(path, b"x" * 5000, close_write=False)
-        assert not answer["ok"] and "over 1024 bytes" in answer["error"]
+        assert not answer["ok"] and "over 4096 bytes" in answer["error"]
         answer, _ = raw(path, b'{"op": "reset_gpu"}\n')
         assert not answer["ok"] and "expected" in answer["error"]  # nothing on the socket changes the node
         # two clients that never finish a request: cut off at the read deadline (1.5 s), a trickle no later

@@ -4,7 +4,6 @@ the peak temperature, the throttle reasons seen, and the node median of each fig
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -57,6 +56,8 @@ def figures_of(stress: StressResult) -> StressFigures:
     limits = _values(stress.samples, "power_limit_watts")
     temperatures = _values(stress.samples, "temperature_celsius")
     all_powers = _values(stress.samples, "power_watts")
+    import statistics  # here, not at import: only a --level 2|3 check has stress figures; importing statistics (with decimal and fractions) costs a few ms
+
     return StressFigures(
         tflops=stress.tflops if stress.tflops is not None else stress.fp32_tflops,
         precision=stress.precision or ("fp32" if stress.fp32_tflops is not None else None),
@@ -73,5 +74,7 @@ def figures_of(stress: StressResult) -> StressFigures:
 
 
 def median_of(values: list[Optional[float]]) -> Optional[float]:
+    import statistics  # as in figures_of
+
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None

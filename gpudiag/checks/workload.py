@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statistics import fmean
+import math
 
 from gpudiag.checks.common import (
     Check,
@@ -58,7 +58,8 @@ def _cpu_starved(device: DeviceSnapshot, snapshot: NodeSnapshot, expect: Expecta
         return skipped(CPU_STARVED, device, "host per-CPU load was not collected")
     local = [c for c in _local_cpus(device, snapshot) if c < len(per_cpu)]
     scope = "its local CPUs" if local else "the host's CPUs (GPU locality unknown)"
-    load = fmean(per_cpu[c] for c in local) if local else fmean(per_cpu)
+    loads = [per_cpu[c] for c in local] if local else per_cpu
+    load = math.fsum(loads) / len(loads)  # statistics.fmean's formula, without importing statistics for every check
     observed = {"gpu_percent": util, "local_cpus": local or None, "local_cpu_percent": round(load, 1),
                 "processes": _process_list(device)}
     expected = f"GPU >= {expect.gpu_idle_percent}% busy, or {scope} below {expect.host_cpu_busy_percent:g}%"

@@ -1,7 +1,9 @@
 """The socket protocol: one request per connection, one line of JSON each way.
 
 Request: a single JSON object on one line, at most MAX_REQUEST_BYTES including the newline, e.g.
-`{"op": "snapshot"}`, `{"op": "history", "since_seconds": 86400, "gpu": 0}`, `{"op": "status"}`.
+`{"op": "snapshot"}`, `{"op": "history", "since_seconds": 86400, "gpu": 0}`, `{"op": "status"}`,
+`{"op": "check", "format": "json", "only": ["pcie"], "profile": "h200-8x", "params": ["gpu_count=8"]}`
+(gpudiag/service/judge.py).
 Response: one JSON object on one line, `{"ok": true, ...}` or `{"ok": false, "error": "..."}`; then the server
 closes the connection. Why not HTTP over the socket: a request is a few dozen bytes with no headers, methods or
 keep-alive to parse, so line-delimited JSON leaves nothing for a hostile peer to play with but one bounded line.
@@ -12,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-MAX_REQUEST_BYTES = 1024
-OPS = ("snapshot", "history", "status")  # all read-only: nothing on the socket changes the node
+MAX_REQUEST_BYTES = 4096  # a check's selection and -p overrides; still one read, never a buffer to fill
+OPS = ("snapshot", "history", "status", "check")  # all read-only: nothing on the socket changes the node
 
 
 class ProtocolError(ValueError):

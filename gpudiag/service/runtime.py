@@ -39,6 +39,9 @@ class Service:
         self.started = time.monotonic()
         self._cache_lock = threading.Lock()
         self._cached: Optional[tuple[Collection, str]] = None  # (the collection, its snapshot as JSON)
+        from gpudiag.service.judge import Answers
+
+        self._answers = Answers()  # the `check` answers made from the latest collection
         self.server = SocketServer(socket_path, self.handle, max_clients=max_clients, read_timeout=read_timeout)
 
     @property
@@ -56,6 +59,8 @@ class Service:
         op = request["op"]
         if op == "snapshot":
             return self._snapshot(request)
+        if op == "check":
+            return self._check(request)
         if op == "history":
             return self._history(request)
         return self._status()
@@ -71,6 +76,14 @@ class Service:
         # The snapshot's JSON is made once per collection however many clients ask for it.
         return (json.dumps(head, separators=(",", ":"), default=str)[:-1] + ',"snapshot":'
                 + self._snapshot_json(collection) + "}\n").encode("utf-8")
+
+    def _check(self, request: dict) -> bytes:
+        from gpudiag.service.judge import answer_check, parse_check
+
+        fields = parse_check(request)
+        wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
+        return answer_check(fields, self.collections, min(wait, self.collect_wait), self.keeper.open_checks,
+                            self._answers)
 
     def _snapshot_json(self, collection: Collection) -> str:
         with self._cache_lock:

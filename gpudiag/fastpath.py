@@ -1,0 +1,185 @@
+"""`gpudiag check` in a few milliseconds: ask the running service to judge and render the check (docs/service.md
+"The fast path"), importing nothing but os, sys, socket, json and time: no typer, no model, no checks, no vendor
+library.
+
+`main()` handles only `check` with the simple options whose answer needs nothing from this machine's filesystem:
+--format/-f, --json, --only, --skip, --verbose/-v, --color/--no-color, --profile with a shipped profile's NAME,
+-p/--param, --socket, --root, --timeout, --level 1. Anything else (a profile file, --baseline, --replay,
+--kernel-log, --direct, --level 2|3, -h, an option it does not know, GPUDIAG_DEBUG) returns None: not handled, and
+the entry point runs the full CLI (gpudiag.cli), which then behaves exactly as before. So does a service that does
+not answer, is busy, or is of an older version. A service whose collection failed or did not finish makes this
+process probe directly, as `gpudiag check` does (the same warning, then `--direct`).
+"""
+
+import os
+import sys
+import time
+
+DEFAULT_SOCKET = "/run/gpudiag/gpudiag.sock"  # gpudiag/service/__init__.py; a test keeps the two equal
+MAX_REQUEST_BYTES = 4096  # gpudiag/service/protocol.py
+MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/judge.py) and the JSON
+CONNECT_TIMEOUT_SECONDS = 0.25  # gpudiag/service/client.py
+FORMATS = ("text", "json", "junit")
+# option -> the request field it sets; a value option takes the next argument or `--opt=value`
+VALUE_OPTIONS = {"--format": "format", "-f": "format", "--only": "only", "--skip": "skip", "--profile": "profile",
+                 "--param": "params", "-p": "params", "--socket": "socket", "--root": "root", "--timeout": "timeout",
+                 "--level": "level"}
+FLAGS = {"--json": ("json", True), "--verbose": ("verbose", True), "-v": ("verbose", True),
+         "--color": ("color", True), "--no-color": ("color", False)}
+
+
+def parse(argv: list) -> "dict | None":
+    """The options of a `check` this module can hand to the service, or None."""
+    if not argv or argv[0] != "check":
+        return None
+    opts = {"only": [], "skip": [], "params": []}
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in FLAGS:
+            key, value = FLAGS[arg]
+            opts[key] = value
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in VALUE_OPTIONS or (eq and not name.startswith("--")):
+            return None
+        if not eq:
+            value = next(args, None)
+            if value is None:
+                return None
+        key = VALUE_OPTIONS[name]
+        if not value and key in ("socket", "root", "profile"):
+            return None  # `--socket ''` is the current directory to the full CLI: its corner, not ours
+        if key in ("only", "skip", "params"):
+            opts[key].append(value)
+        else:
+            opts[key] = value
+    return _request(opts)
+
+
+def _request(opts: dict) -> "dict | None":
+    fmt = opts.get("format")
+    if opts.get("json"):
+        if fmt not in (None, "json"):
+            return None  # a usage error: gpudiag.cli says so
+        fmt = "json"
+    profile = opts.get("profile")
+    if fmt not in (None, *FORMATS) or opts.get("level", "1") != "1":
+        return None
+    if profile is not None and ("/" in profile or profile.endswith(".toml")):
+        return None  # a profile file: read here, by the full CLI, never by the service
+    wait = 10.0
+    if "timeout" in opts:
+        try:
+            wait = min(float(opts["timeout"]), 10.0)
+        except ValueError:
+            return None
+        if not wait >= 0.1:
+            return None
+    split = [[part.strip() for v in opts[key] for part in v.split(",") if part.strip()] for key in ("only", "skip")]
+    color = opts.get("color")
+    if color is None:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    # As `gpudiag check` through the service waits: the service's probe deadline and a second more.
+    return {"op": "check", "format": fmt or "text", "only": split[0], "skip": split[1], "params": opts["params"],
+            "profile": profile, "verbose": bool(opts.get("verbose")), "color": color, "wait": wait + 1.0,
+            "_socket": opts.get("socket") or _under_root(opts.get("root"))}
+
+
+def _under_root(root: "str | None") -> str:
+    if root is None or os.path.normpath(root) == "/":
+        return DEFAULT_SOCKET
+    return os.path.join(root, DEFAULT_SOCKET.lstrip("/"))
+
+
+def ask(path: str, request: dict, timeout: float) -> "dict | None":
+    """The service's answer, or None when none comes (no socket, nobody listening, no permission, too slow, too
+    large, not JSON)."""
+    import json  # here: a command this module does not handle should not pay for them (~4 ms)
+    import socket
+
+    line = json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n"
+    if len(line) > MAX_REQUEST_BYTES:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(CONNECT_TIMEOUT_SECONDS)
+        sock.connect(path)
+        until = time.monotonic() + timeout  # the whole answer is due by then, however it trickles
+        sock.settimeout(timeout)
+        sock.sendall(line)
+        chunks, size = [], 0
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return None
+            sock.settimeout(left)
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                return None
+            chunks.append(chunk)
+        answer = json.loads(b"".join(chunks))
+    except (OSError, ValueError):
+        return None
+    finally:
+        sock.close()
+    return answer if isinstance(answer, dict) else None
+
+
+def _encodable() -> bool:
+    """A stdout that cannot encode the checklist's symbols needs gpudiag.cli_habits' stand-ins: the full CLI."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        try:
+            if encoding:  # none: a text buffer (a test's capture), which takes any character
+                "·—→…×≥≤µ°".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            return False
+    return True
+
+
+def main(argv: "list | None" = None) -> "int | None":
+    """The exit code of a check the service judged, or None: not handled here (run gpudiag.cli)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if os.environ.get("GPUDIAG_DEBUG") or not _encodable():
+        return None
+    request = parse(argv)
+    if request is None:
+        return None
+    path = request.pop("_socket")
+    answer = ask(path, request, timeout=request["wait"] + 5.0)
+    if answer is None:
+        return None
+    if not answer.get("ok"):
+        why = answer.get("fallback")
+        if why not in ("failed", "stale"):
+            return None  # busy, refused, an older service: the full CLI asks again and says why
+        sys.stderr.write(f"gpudiag: WARNING: the service at {path} could not collect ({answer.get('error')}): "
+                         f"probing directly\n" if why == "failed" else
+                         f"gpudiag: WARNING: the service's collection did not finish ({answer.get('error')}): "
+                         f"probing directly\n")
+        from gpudiag.cli import main as full_cli
+
+        return full_cli([*argv, "--direct"])
+    stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("exit")
+    if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (0, 1, 2, 3):
+        return None
+    try:
+        sys.stdout.write(stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 0
+    sys.stderr.write(stderr)
+    return code
+
+
+def run() -> None:
+    """The `gpudiag` console script and `python -m gpudiag`: the fast path, else the full CLI."""
+    code = main()
+    if code is None:
+        from gpudiag.cli import run as full_cli
+
+        full_cli()
+    sys.exit(code)

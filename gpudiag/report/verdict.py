@@ -1,0 +1,37 @@
+"""Judging a snapshot and rendering the verdict: one function for `gpudiag check` and for the service when it
+judges a check on a client's behalf (docs/service.md "The fast path"), so that both write the same bytes."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from gpudiag.model import CheckResult, NodeSnapshot
+
+NOTHING_PROBED = "nothing could be probed: no usable GPU library and no GPU on the PCI bus"
+
+
+def nothing_probed(snapshot: NodeSnapshot) -> bool:
+    """No usable GPU library and no GPU on the PCI bus: exit 3's condition."""
+    return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
+
+
+def add_since(results: list, open_checks: list) -> None:
+    """Each warn/fail/unknown result the service has seen in the same state gets `since` (its first sighting)."""
+    first_seen = {(e.get("check"), e.get("pci_bus_id"), e.get("status")): e.get("first_seen") for e in open_checks}
+    for result in results:
+        bus = result.device.pci_bus_id if result.device is not None else None
+        since = first_seen.get((result.check, bus, result.status.value))
+        if since:
+            result.since = since
+
+
+def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
+                     open_checks: list, collected_by: str, fmt: str, verbose: bool,
+                     color: bool) -> tuple[list[CheckResult], str]:
+    """(the results, the report in `fmt`): run_checks, `since` from the service's open episodes, render."""
+    from gpudiag.checks import run_checks
+    from gpudiag.report import render
+
+    results = run_checks(snapshot, expectations, only=only, skip=skip)
+    add_since(results, open_checks)
+    return results, render(fmt, snapshot, results, collected_by, verbose=verbose, color=color)
