@@ -16,7 +16,7 @@ from gpudiag.baseline import NodeBaseline
 
 GIB = 1024**3
 
-COMPUTE_PARTITIONS = ("SPX", "DPX", "TPX", "QPX", "CPX")  # AmdSmiComputePartitionType (vendor-api.md §10)
+COMPUTE_PARTITIONS = ("SPX", "DPX", "TPX", "QPX", "CPX")  # AmdSmiComputePartitionType (docs/vendor-api.md §10)
 MEMORY_PARTITIONS = ("NPS1", "NPS2", "NPS4", "NPS8")  # AmdSmiMemoryPartitionType
 # How the IOMMU treats the GPUs' DMA: "passthrough" (identity domain, `iommu=pt`), "translated" (DMA / DMA-FQ
 # domains), "off" (no IOMMU registered).

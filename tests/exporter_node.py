@@ -42,7 +42,7 @@ def fake_root(root: Path, node: FakeNode, kmsg: tuple[str, ...] = ()) -> SysfsTr
 
 
 def xid_line(sequence: int, microseconds: int, bus_id: str, code: int) -> str:
-    """A kmsg record of an Xid, as the driver writes it (vendor-api.md §11: no function digit in the PCI tag)."""
+    """A kmsg record of an Xid, as the driver writes it (docs/vendor-api.md §11: no function digit in the PCI tag)."""
     tag = normalize_pci_bus_id(bus_id)[:-2]
     return f"4,{sequence},{microseconds},-;NVRM: Xid (PCI:{tag}): {code}, pid=4242, name=python3, Ch 00000008"
 

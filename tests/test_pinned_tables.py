@@ -2,8 +2,8 @@
 public checks, with expected values written here:
 - amdgpu kernel-log events (kernel_log.amdgpu_errors): the messages are amdgpu's own (drivers/gpu/drm/amd/amdgpu/
   amdgpu_job.c amdgpu_job_timedout(), amdgpu_device.c amdgpu_device_gpu_recover() / amdgpu_device_init(),
-  amdgpu_ras.c; vendor-api.md §11). A failed reset or init needs a cold boot (reboot); uncorrectable RAS errors and
-  deferred (poisoned) ones need a reset to retire the pages; a reset that succeeded, ring timeouts, page faults and
+  amdgpu_ras.c; docs/vendor-api.md §11). A failed reset or init needs a cold boot (reboot); uncorrectable RAS errors
+  and deferred (poisoned) ones need a reset to retire the pages; a reset that succeeded, ring timeouts, page faults and
   throttling warn.
 - thermal throttle reasons (thermal.throttle): NVML's HwThermalSlowdown / HwSlowdown and AMD PROCHOT are hardware
   slowdowns (fail); software thermal slowdown and AMD's socket/VR/HBM thermal violations warn; every other reason
@@ -94,7 +94,7 @@ def test_an_unrecognised_amdgpu_kind_warns_and_a_profile_fail_drains():
     ("amdgpu 0000:05:00.0: amdgpu: 2 uncorrectable hardware errors detected in umc block", "ras_uncorrectable"),
 ])
 def test_amdgpu_line_to_verdict(line, kind):
-    """End to end from amdgpu's own message to the verdict (the line formats: vendor-api.md §11)."""
+    """End to end from amdgpu's own message to the verdict (the line formats: docs/vendor-api.md §11)."""
     event = parse_event(line)
     assert (event.vendor, event.kind, event.pci_bus_id) == (Vendor.AMD, kind, BUS)
     snap = amd_mi300x_node()

@@ -4,8 +4,8 @@ The expected rows are written here from the sources, not read from gpudiag/check
 - mnemonic and "Resolution Bucket (Immediate Action)": NVIDIA's Xid catalog for Ampere and later,
   https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (its spreadsheet columns "Mnemonic" and
   "Resolution Bucket (Immediate Action)"); the bucket column as third parties restate it is UNVERIFIED against the
-  spreadsheet itself (vendor-api.md §11), "-" where the Ampere+ catalog has no bucket for the code (unused there, or
-  newer than the restatement). NVIDIA Health Validation lists Xid 46 and 48 as CRITICAL / drain
+  spreadsheet itself (docs/vendor-api.md §11), "-" where the Ampere+ catalog has no bucket for the code (unused there,
+  or newer than the restatement). NVIDIA Health Validation lists Xid 46 and 48 as CRITICAL / drain
   (https://docs.nvidia.com/health-validation/reference/checks/xid.md), as the rows below have them.
 - severity: gpudiag's policy, written down in the xid_catalog docstring: anything that needs a GPU reset, a reboot or
   hardware work fails; application faults (k8s-device-plugin's 13, 31, 43, 45, 68) and informational events warn;

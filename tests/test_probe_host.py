@@ -420,7 +420,7 @@ def test_access_denied_keeps_what_could_be_read(monkeypatch):
 
 
 def test_amdgpu_link_dpm_levels_and_the_one_in_use(tree):
-    # Format of amdgpu's swsmu print_clk_levels for SMU_PCIE ("%d: %s %s %dMhz %s", vendor-api.md §2).
+    # Format of amdgpu's swsmu print_clk_levels for SMU_PCIE ("%d: %s %s %dMhz %s", docs/vendor-api.md §2).
     path = tree.add_pci_gpu("0000:c1:00.0", vendor="0x1002", device="0x74a1", class_code="0x120000",
                             driver="amdgpu")
     (path / "pp_dpm_pcie").write_text("0: 2.5GT/s, x1 619Mhz *\n1: 32.0GT/s, x16 1143Mhz \n")

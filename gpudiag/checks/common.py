@@ -137,7 +137,7 @@ _DEVICE_WIDE_ERRORS = (ErrorKind.TIMEOUT, ErrorKind.GPU_LOST)
 def errors_about(device: DeviceSnapshot, topics: Iterable[str]) -> list[ProbeError]:
     """Probe errors that may explain a missing value. Probe errors name the vendor call or file they came from
     (`nvml.nvmlDeviceGetEccMode`, `amdsmi.amdsmi_get_gpu_metrics_info`, `sysfs:/sys/…/aer_dev_fatal`; see
-    reference/vendor-api.md), so a check matches them by the words its data travels under."""
+    docs/vendor-api.md), so a check matches them by the words its data travels under."""
     return [e for e in device.errors if e.kind in _DEVICE_WIDE_ERRORS or any(_names(e.source, t) for t in topics)]
 
 

@@ -180,7 +180,7 @@ def _amd_versions(snapshot: NodeSnapshot) -> dict[str, Optional[str]]:
     module = snapshot.host.modules_loaded.get("amdgpu")
     release = snapshot.host.kernel_release
     # The in-tree amdgpu has no /sys/module/amdgpu/version: its version is the kernel release, and amdsmi reports
-    # that release (the probe cuts it out of the /proc/version text amdsmi 6.4-7.0 returns; vendor-api.md §1).
+    # that release (the probe cuts it out of the /proc/version text amdsmi 6.4-7.0 returns; docs/vendor-api.md §1).
     in_tree = module is None and ("amdgpu" in snapshot.host.modules_loaded
                                   or (release is not None and reported == release))
     if in_tree and release is not None and reported in (None, release):

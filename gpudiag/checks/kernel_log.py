@@ -223,7 +223,7 @@ def xid(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
     return _per_gpu(snapshot, check_id, Vendor.NVIDIA, events, finding)
 
 
-# amdgpu events, by the kinds gpudiag/probe/kernel_log_events.py gives them (line formats: vendor-api.md §11).
+# amdgpu events, by the kinds gpudiag/probe/kernel_log_events.py gives them (line formats: docs/vendor-api.md §11).
 _AMDGPU_RESET_FAILED = Finding(Status.FAIL, "GPU reset failed",
                                "The GPU is unusable until the node is power-cycled: drain it and cold-boot; if the "
                                "reset fails again, RMA the GPU.", "reboot")

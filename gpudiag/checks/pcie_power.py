@@ -7,8 +7,8 @@ The evidence, per vendor:
   save power; NVIDIA's nvidia-smi documentation says of the current link generation and width that they "may be
   reduced when the GPU is not in use" (https://docs.nvidia.com/deploy/nvidia-smi/index.html, PCI section). So a
   link below its maximum in P0 is a fault; in a lower P-state it cannot be judged until the GPU is loaded.
-- amdgpu: the driver's link DPM (`pp_dpm_pcie`, one line per level, `*` on the level in use; vendor-api.md §2) says
-  it outright. Only a current level below the top level is power saving; with the top level in use, or without the
+- amdgpu: the driver's link DPM (`pp_dpm_pcie`, one line per level, `*` on the level in use; docs/vendor-api.md §2)
+  says it outright. Only a current level below the top level is power saving; with the top level in use, or without the
   file, a lower link is what the link trained at.
 - Under load (`gpudiag check --level 2`): the link generation and width read while the host copies ran. That reading
   settles the question either way, for both vendors.

@@ -1,8 +1,8 @@
 """NVIDIA Xid codes: what each means, how bad it is for the node, and what the operator does.
 
 Sources: the meanings follow NVIDIA's Xid catalog for Ampere and later ("Analyzing Xid Errors with the Xid
-Catalog", docs.nvidia.com/deploy/xid-errors) and reference/vendor-api.md §11. `bucket` is the catalog's
-"Resolution Bucket (Immediate Action)" as third parties restate the catalog spreadsheet (vendor-api.md marks that
+Catalog", docs.nvidia.com/deploy/xid-errors) and docs/vendor-api.md §11. `bucket` is the catalog's
+"Resolution Bucket (Immediate Action)" as third parties restate the catalog spreadsheet (docs/vendor-api.md marks that
 column UNVERIFIED against the spreadsheet itself). `uncertain=True` marks entries whose meaning or bucket the
 sources disagree on, or that the Ampere+ catalog lists as unused (codes from older drivers).
 

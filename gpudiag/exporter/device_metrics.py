@@ -17,14 +17,14 @@ MHZ = 1_000_000.0
 
 # Throttle reasons each vendor's probe reads as a whole (one clock-event mask / one violation record), so that a
 # reason not listed as active really is inactive and can be exported as 0. model.THROTTLE_REASONS lists NVIDIA's
-# (the nvmlClocksEventReason / ThrottleReason bits, vendor-api.md §8), then AMD's (amdsmi_get_violation_status).
+# (the nvmlClocksEventReason / ThrottleReason bits, docs/vendor-api.md §8), then AMD's (amdsmi_get_violation_status).
 _FIRST_AMD_REASON = THROTTLE_REASONS.index("ppt_power")
 VENDOR_THROTTLE_REASONS = {
     Vendor.NVIDIA: THROTTLE_REASONS[:_FIRST_AMD_REASON],
     Vendor.AMD: THROTTLE_REASONS[_FIRST_AMD_REASON:],
 }
 
-_XGMI_STATES = ("no_errors", "error", "multiple_errors")  # amdsmi_gpu_xgmi_error_status (vendor-api.md §4)
+_XGMI_STATES = ("no_errors", "error", "multiple_errors")  # amdsmi_gpu_xgmi_error_status (docs/vendor-api.md §4)
 _THRESHOLDS = (("slowdown", "slowdown_celsius"), ("shutdown", "shutdown_celsius"), ("max_operating", "max_operating_celsius"))
 
 

@@ -1,7 +1,7 @@
 """Parsers for the amdgpu driver's own sysfs files, in the formats the kernel writes them.
 
 Sources: drivers/gpu/drm/amd/amdgpu/amdgpu_ras.c (ras/*_err_count, ras/features, ras/gpu_vram_bad_pages),
-drivers/gpu/drm/amd/pm/amdgpu_pm.c and the swsmu print_clk_levels (pp_dpm_pcie); vendor-api.md §2, §5.
+drivers/gpu/drm/amd/pm/amdgpu_pm.c and the swsmu print_clk_levels (pp_dpm_pcie); docs/vendor-api.md §2, §5.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class Processor:
 
 def import_amdsmi() -> tuple[Optional[ModuleType], Optional[ProbeError]]:
     """`import amdsmi` with its stdout chatter captured. Without libamd_smi.so the wrapper prints two lines and
-    raises KeyError (not ImportError; vendor-api.md §0)."""
+    raises KeyError (not ImportError; docs/vendor-api.md §0)."""
     with capture_stdout() as captured:
         try:
             module = importlib.import_module("amdsmi")

@@ -1,7 +1,7 @@
 """Calling the amdsmi Python wrapper: status codes to gpudiag's outcomes, and its "N/A" values to None.
 
 The wrapper raises `AmdSmiLibraryException` (with `.get_error_code()`) for every non-zero status of the C library
-and replaces unsupported numeric values with the string "N/A" (vendor-api.md §0), so a value is only trusted after
+and replaces unsupported numeric values with the string "N/A" (docs/vendor-api.md §0), so a value is only trusted after
 a type check.
 """
 
@@ -67,7 +67,7 @@ class AmdsmiCaller:
         this call answers on a platform that lacks the value (e.g. INVAL from xgmi_error on MI300): like
         NOT_SUPPORTED they are not probe errors, and the caller decides what they mean."""
         function = getattr(self.smi, name, None)
-        if function is None:  # e.g. amdsmi_get_gpu_bad_page_threshold is new in 7.0 (vendor-api.md §12)
+        if function is None:  # e.g. amdsmi_get_gpu_bad_page_threshold is new in 7.0 (docs/vendor-api.md §12)
             return None, STATUS_NOT_YET_IMPLEMENTED
         source = f"amdsmi.{name}"
         for attempt in (1, 2):

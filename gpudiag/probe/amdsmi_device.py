@@ -1,6 +1,6 @@
 """One amdsmi processor handle → the DeviceSnapshot sections. Units are converted here, once.
 
-Shapes, units and quirks are those of the amdsmi 7.0.2 Python wrapper (vendor-api.md §1-§10). On a secondary
+Shapes, units and quirks are those of the amdsmi 7.0.2 Python wrapper (docs/vendor-api.md §1-§10). On a secondary
 partition of a partitioned GPU (CPX partition 1…7) the device-wide calls answer NOT_SUPPORTED, so those sections
 stay None there: they belong to the physical GPU, reported by its partition 0.
 """

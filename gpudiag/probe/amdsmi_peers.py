@@ -1,4 +1,4 @@
-"""How two AMD GPUs reach each other, from amdsmi's topology calls (vendor-api.md §4)."""
+"""How two AMD GPUs reach each other, from amdsmi's topology calls (docs/vendor-api.md §4)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer
 
 # amdsmi_topo_get_link_type()["type"] is a raw int: PCIe=1, XGMI=2 in every wrapper since 6.2, whichever enum
 # (io-link type before 7.0, amdsmi_link_type_t in 7.0) it comes from; the AmdSmiLinkType members themselves moved
-# between versions, so they are not used here (vendor-api.md §12).
+# between versions, so they are not used here (docs/vendor-api.md §12).
 LINK_TYPE_PCIE = 1
 LINK_TYPE_XGMI = 2
 

@@ -1,4 +1,4 @@
-"""amdsmi's throttle time counters and clocks of one GPU (vendor-api.md §8; amdsmi 7.0.2 wrapper shapes).
+"""amdsmi's throttle time counters and clocks of one GPU (docs/vendor-api.md §8; amdsmi 7.0.2 wrapper shapes).
 
 The residency counters come from the violation status the probe reads anyway (for the active throttle reasons):
 no extra call. Each is the firmware's count of ticks spent in that limit (gpu_metrics *_residency_acc), beside the

@@ -31,7 +31,7 @@ T = TypeVar("T")
 MODULES_OF_INTEREST = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "amdgpu")
 IOMMU_CMDLINE_KEYS = ("intel_iommu", "amd_iommu", "iommu")
 
-# /proc/driver/nvidia/version, first line (vendor-api.md §1):
+# /proc/driver/nvidia/version, first line (docs/vendor-api.md §1):
 #   NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024
 #   NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder@…)  …
 _NVIDIA_PROC_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")

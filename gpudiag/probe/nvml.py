@@ -20,7 +20,7 @@ from gpudiag.probe.nvml_links import probe_pair
 
 log = logging.getLogger(__name__)
 
-# Why nvmlInit failed, in words an operator can act on (the return codes are in nvml.h / vendor-api.md §0).
+# Why nvmlInit failed, in words an operator can act on (the return codes are in nvml.h / docs/vendor-api.md §0).
 _INIT_FAILURES = {
     nvml_call.LIBRARY_NOT_FOUND: (
         ErrorKind.NOT_FOUND,
@@ -148,7 +148,7 @@ class NvmlBackend:
 
 
 def _cuda_version(value: Optional[int]) -> Optional[str]:
-    """12040 → "12.4" (major = v // 1000, minor = (v % 1000) // 10; vendor-api.md §1)."""
+    """12040 → "12.4" (major = v // 1000, minor = (v % 1000) // 10; docs/vendor-api.md §1)."""
     if not value:
         return None
     return f"{value // 1000}.{value % 1000 // 10}"

@@ -1,6 +1,6 @@
 """Xid errors as NVML delivers them, counted by the exporter as they happen.
 
-NVML pushes Xid critical errors to an event set (vendor-api.md §9): `nvmlEventSetCreate`, then
+NVML pushes Xid critical errors to an event set (docs/vendor-api.md §9): `nvmlEventSetCreate`, then
 `nvmlDeviceRegisterEvents(handle, nvmlEventTypeXidCriticalError, set)` for every GPU that supports it (checked with
 `nvmlDeviceGetSupportedEventTypes` first: an unsupported bit raises NOT_SUPPORTED), then `nvmlEventSetWait_v2(set,
 timeout_ms)` returns one event (`.eventData` is the Xid) or raises NVML_ERROR_TIMEOUT when none came.

@@ -1,6 +1,6 @@
 """Counters read in one batch with nvmlDeviceGetFieldValues instead of one NVML call each.
 
-Each field carries its own status (`nvmlReturn`, vendor-api.md §9): one unsupported field does not spoil the
+Each field carries its own status (`nvmlReturn`, docs/vendor-api.md §9): one unsupported field does not spoil the
 others. The batch holds the error counters and flags that have a field ID; values that have none (clocks, power
 limits, thresholds) are read with their own calls elsewhere.
 """
@@ -100,7 +100,7 @@ def device_fields(driver_version: Optional[str]) -> tuple[str, ...]:
         major = 0
     return DEVICE_FIELDS + tuple(CLOCK_EVENT_TIME_FIELDS) if major >= CLOCK_EVENT_TIME_DRIVER else DEVICE_FIELDS
 
-# nvmlValueType_t → the member of the nvmlValue_t union that holds the value (vendor-api.md §9).
+# nvmlValueType_t → the member of the nvmlValue_t union that holds the value (docs/vendor-api.md §9).
 _UNION_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 Number = Union[int, float]

@@ -37,11 +37,11 @@ P2P_STATUSES = {
     6: "unknown",
 }
 # nvmlGpuP2PCapsIndex_t values, spelled as numbers: pynvml's NVML_P2P_CAPS_INDEX_READ is the tuple (0,) (a trailing
-# comma in pynvml.py, vendor-api.md §4), which ctypes refuses to pass.
+# comma in pynvml.py, docs/vendor-api.md §4), which ctypes refuses to pass.
 P2P_CAPS = (("p2p_read", 0), ("p2p_write", 1), ("p2p_nvlink", 2), ("p2p_atomics", 3))
 
 # NVML's answers for a link index the device does not have. Which one a real driver gives is not documented
-# (vendor-api.md §4, UNVERIFIED), so both end the walk.
+# (docs/vendor-api.md §4, UNVERIFIED), so both end the walk.
 _NO_SUCH_LINK = frozenset({NOT_SUPPORTED, INVALID_ARGUMENT, FUNCTION_NOT_FOUND})
 
 

@@ -10,8 +10,8 @@ from gpudiag.probe.nvml_call import ABSENT, FUNCTION_NOT_FOUND, NvmlCall
 from gpudiag.probe.nvml_fields import Number
 
 # Clock-event reason bits (nvmlClocksEventReason*, and the older nvmlClocksThrottleReason* names that alone define
-# BoardLimit and Reliability; vendor-api.md §8) → model.THROTTLE_REASONS names. A hardware thermal or power-brake
-# slowdown also sets the generic HwSlowdown bit.
+# BoardLimit and Reliability; docs/vendor-api.md §8) → model.THROTTLE_REASONS names. A hardware thermal or
+# power-brake slowdown also sets the generic HwSlowdown bit.
 REASON_BITS = (
     (0x1, "gpu_idle"),
     (0x2, "applications_clocks"),
@@ -40,7 +40,7 @@ def read_temperatures(call: NvmlCall, handle: Any, device: DeviceSnapshot, field
         shutdown_celsius=threshold("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN"),
         max_operating_celsius=threshold("NVML_TEMPERATURE_THRESHOLD_GPU_MAX"),
     )
-    # HBM temperature has no call of its own, only field NVML_FI_DEV_MEMORY_TEMP (vendor-api.md §7).
+    # HBM temperature has no call of its own, only field NVML_FI_DEV_MEMORY_TEMP (docs/vendor-api.md §7).
     memory = TemperatureSensor(
         current_celsius=_float(fields.get("NVML_FI_DEV_MEMORY_TEMP")),
         max_operating_celsius=threshold("NVML_TEMPERATURE_THRESHOLD_MEM_MAX"),

@@ -2,7 +2,7 @@
 
 This is what still answers when NVML or amdsmi cannot load, when the driver is not bound, or when a GPU has
 dropped its link: the device is on the bus (or not), with the kernel's view of its link, AER counters, NUMA
-placement, IOMMU group and BARs. File formats: vendor-api.md §2 (link), §3 (AER, numa_node, local_cpulist).
+placement, IOMMU group and BARs. File formats: docs/vendor-api.md §2 (link), §3 (AER, numa_node, local_cpulist).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _probe_function(reader: FileReader, device: Path) -> Optional[PciGpu]:
 
 
 def _pcie_dpm(reader: FileReader, device: Path, gpu: PciGpu) -> None:
-    """amdgpu's link power-management levels (pp_dpm_pcie, vendor-api.md §2): the pcie checks excuse a link below
+    """amdgpu's link power-management levels (pp_dpm_pcie, docs/vendor-api.md §2): the pcie checks excuse a link below
     its maximum only when the level in use (`*`) is below the top one. Written by the swsmu print/emit_clk_levels,
     case SMU_PCIE (drivers/gpu/drm/amd/pm/swsmu/smu11/*_ppt.c, smu13/*_ppt.c): one "%d: %s %s %dMhz %s" line per
     level; ASICs without link DPM print their one level, always current (arcturus_ppt.c), or no file at all."""

@@ -1,4 +1,4 @@
-"""PCIe transfer rates to generations, for the units each source uses (vendor-api.md §2)."""
+"""PCIe transfer rates to generations, for the units each source uses (docs/vendor-api.md §2)."""
 
 from __future__ import annotations
 

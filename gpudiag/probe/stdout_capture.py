@@ -1,6 +1,6 @@
 """Keeping vendor-library chatter off gpudiag's stdout, which carries data (JSON, the checklist, metrics).
 
-`import amdsmi` without libamd_smi.so prints two lines with Python's print() (vendor-api.md §0), and a C library
+`import amdsmi` without libamd_smi.so prints two lines with Python's print() (docs/vendor-api.md §0), and a C library
 loaded by dlopen may print with printf() from its constructors. `contextlib.redirect_stdout` only catches the
 former: C code writes to file descriptor 1 directly. So both are redirected: `sys.stdout` to a buffer and fd 1 to
 a temporary file, with libc's stdio buffer flushed before fd 1 is put back (otherwise a buffered printf would

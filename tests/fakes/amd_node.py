@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
-# AmdSmiGpuBlock values (vendor-api.md §5).
+# AmdSmiGpuBlock values (docs/vendor-api.md §5).
 BLOCK_UMC, BLOCK_SDMA, BLOCK_GFX, BLOCK_MMHUB, BLOCK_PCIE_BIF, BLOCK_HDP, BLOCK_XGMI_WAFL = 1, 2, 4, 8, 32, 64, 128
 MI300X_RAS_BLOCKS = (BLOCK_UMC, BLOCK_SDMA, BLOCK_GFX, BLOCK_MMHUB, BLOCK_PCIE_BIF, BLOCK_HDP, BLOCK_XGMI_WAFL)
 # The same blocks as amdgpu names them in sysfs ras/<name>_err_count (amdgpu_ras.c ras_block_string).

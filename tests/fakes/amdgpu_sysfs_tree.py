@@ -54,7 +54,7 @@ def gts(mts: int) -> str:
 
 def add_amdgpu_node(tree: SysfsTree, node: FakeAmdNode) -> list[Path]:
     in_tree = bool(node.gpus) and node.gpus[0].in_tree
-    # The in-tree driver has no version file (vendor-api.md §1); its version is the kernel release.
+    # The in-tree driver has no version file (docs/vendor-api.md §1); its version is the kernel release.
     tree.add_module("amdgpu", node.gpus[0].driver_version if node.gpus and not in_tree else None)
     if in_tree:
         tree.set_kernel_release(node.gpus[0].driver_version.removeprefix("Linuxversion").split("(")[0])

@@ -1,6 +1,6 @@
 """A fake libamd_smi.so under the real amdsmi 7.0.2 Python wrapper.
 
-`ctypes.CDLL` is patched so that `import amdsmi` loads `FakeLibAmdSmi` instead of ROCm's library (vendor-api.md
+`ctypes.CDLL` is patched so that `import amdsmi` loads `FakeLibAmdSmi` instead of ROCm's library (docs/vendor-api.md
 §13). The wrapper binds every C symbol at import and sets `restype`/`argtypes` on it; then, on each call, it hands
 our functions the same ctypes objects it would hand C (`c_void_p` handles, `byref()` structs, string buffers,
 IntEnum arguments) and decodes what we write into them. So the wrapper's own behaviour is exercised: "N/A" for

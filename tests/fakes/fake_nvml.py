@@ -1,6 +1,6 @@
 """A fake NVIDIA node for tests, served through the real pynvml bindings.
 
-The fake replaces the NVML *C library* (`pynvml.nvmlLib`, vendor-api.md §13), so every pynvml quirk — versioned
+The fake replaces the NVML *C library* (`pynvml.nvmlLib`, docs/vendor-api.md §13), so every pynvml quirk — versioned
 symbols, byref out-parameters, struct layouts, str/bytes conversion, the NVML_P2P_CAPS_INDEX_READ tuple — is
 exercised exactly as on a real machine. The C functions live in `fake_nvml_lib`; this module holds the data.
 

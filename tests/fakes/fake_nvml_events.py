@@ -5,7 +5,7 @@
         ...                      # the code under test registers and waits
         events.emit(1, 79)       # GPU 1 reports Xid 79: delivered to every set GPU 1 is registered in
 
-Semantics follow nvml.h (vendor-api.md §9): an event reaches only the sets the GPU was registered in with the
+Semantics follow nvml.h (docs/vendor-api.md §9): an event reaches only the sets the GPU was registered in with the
 Xid bit, events emitted before registration are not delivered, `nvmlEventSetWait_v2` blocks up to its timeout and
 answers NVML_ERROR_TIMEOUT when nothing came. `fail_next_wait(code)` makes the next wait answer `code`, as a real
 wait does when a GPU falls off the bus.

@@ -12,7 +12,7 @@ from tests.fakes.fake_nvml_lib import INVALID_ARGUMENT, NOT_SUPPORTED, FakeNvmlL
 
 def _link(gpu: FakeGpu, link: Any) -> Union[int, FakeNvLink]:
     """The link, or the code for an index the GPU lacks: NOT_SUPPORTED without NVLink, INVALID_ARGUMENT past the
-    last link (vendor-api.md §4 leaves which one real NVML gives UNVERIFIED; the backend treats both alike)."""
+    last link (docs/vendor-api.md §4 leaves which one real NVML gives UNVERIFIED; the backend treats both alike)."""
     if not gpu.nvlinks:
         return NOT_SUPPORTED
     index = value_of(link)
