@@ -58,3 +58,23 @@ def test_missing_power_values_skip():
     snap.devices[0].power.draw_watts = None
     assert for_gpu(run(snap, "power.limit"), 0).status == Status.SKIP
     assert for_gpu(run(snap, "power.draw"), 0).status == Status.SKIP
+
+
+def test_limit_at_exactly_the_warn_floor_passes_and_just_under_warns():
+    # 95 % of the default 700 W is 665 W: the floor itself is allowed, a watt under it is a cap.
+    snap = nvidia_h200_node()
+    snap.devices[0].power.limit_watts = 665.0
+    assert for_gpu(run(snap, "power.limit"), 0).status == Status.PASS
+    snap.devices[0].power.limit_watts = 664.0
+    assert for_gpu(run(snap, "power.limit"), 0).status == Status.WARN
+
+
+def test_limit_against_the_profile_passes_at_the_tolerance_and_fails_past_it():
+    # The profile's 700 W ± 5 W: 695 W and 705 W are the edges that pass; 694 W is drift.
+    profile = dataclasses.replace(Expectations(), expected_power_limit_watts=700.0)
+    snap = nvidia_h200_node()
+    for watts, status in ((695.0, Status.PASS), (705.0, Status.PASS), (694.0, Status.FAIL), (706.0, Status.FAIL)):
+        snap.devices[0].power.limit_watts = watts
+        result = for_gpu(run(snap, "power.limit", profile), 0)
+        assert result.status == status, watts
+    assert result.expected == "700 W ± 5 W"
