@@ -294,3 +294,24 @@ def test_bad_pages_against_the_device_threshold(reserved, status):
 @pytest.mark.parametrize("reserved, status", [(3, P), (4, F)])
 def test_bad_pages_against_the_profiles_maximum(reserved, status):
     assert _bad_pages(reserved, Expectations(max_bad_pages=3)) == (status, "rma" if status == F else "none")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ecc.sram: the lifetime count alone carries the errors (they happened before the driver last loaded)
+
+
+def test_sram_errors_from_an_earlier_driver_session_still_fail():
+    from gpudiag.model import DriverHealth
+
+    snap = nvidia_h200_node()
+    snap.devices[0].driver_health = DriverHealth(sram_volatile_uncorrected=0, sram_aggregate_uncorrected=3,
+                                                 sram_threshold_exceeded=False, unrepairable_memory=False,
+                                                 recovery_action="none")
+    result = for_gpu(run(snap, "ecc.sram"), 0)
+    assert (result.status, result.action) == (F, "rma")
+    # and the volatile count alone, should the lifetime one not carry them yet: either counter fails the GPU
+    snap.devices[0].driver_health.sram_aggregate_uncorrected = 0
+    snap.devices[0].driver_health.sram_volatile_uncorrected = 2
+    assert for_gpu(run(snap, "ecc.sram"), 0).status == F
+    snap.devices[0].driver_health.sram_volatile_uncorrected = 0
+    assert for_gpu(run(snap, "ecc.sram"), 0).status == P
