@@ -120,6 +120,18 @@ def test_amd_link_dpm_below_its_top_level_is_excused_and_at_the_top_it_is_not():
     assert "top level" in result.message
 
 
+def test_amd_link_dpm_levels_without_a_current_level_are_no_excuse():
+    # pp_dpm_pcie lists its levels but marks none with `*` (or the mark could not be read): no evidence of power
+    # saving, so a link below its maximum is what it trained at.
+    snap = amd_mi300x_node()
+    device, pci = snap.devices[4], snap.pci_gpus[4]
+    device.pcie.current_generation = pci.current_link_generation = 4
+    _dpm(pci, [(1, 1), (5, 16)], current=None)
+    result = for_gpu(run(snap, "pcie.link_generation"), 4)
+    assert_actionable(result, Status.FAIL)
+    assert "pp_dpm_pcie" in result.message
+
+
 def test_busy_gpu_below_its_generation_fails():
     snap = nvidia_h200_node()
     _downshift(snap.devices[0], snap.pci_gpus[0], 4)
