@@ -20,12 +20,14 @@ def _gb_per_second(nbytes: int, seconds: float) -> float:
 
 
 def timed_copies(session: Session, result: CopyBandwidth, nbytes: int, stream: int, start: int, end: int,
-                 issue: Callable[[], None], during: Optional[Callable[[], None]] = None) -> None:
-    """One warm-up copy (the first copy to a buffer pays for mapping it), then timed batches; `result` keeps the
-    best batch so far, so a stop between batches keeps what was measured. `during` runs on the host while each
-    batch is in flight (after it is queued, before it is waited for); GPU events time the copies, so it costs
-    them nothing."""
+                 issue: Callable[[], None], during: Optional[Callable[[], None]] = None,
+                 repeats: Optional[int] = None) -> None:
+    """One warm-up copy (the first copy to a buffer pays for mapping it), then timed batches of `repeats` copies
+    (default options.copy_repeats); `result` (a CopyBandwidth or HbmBandwidth) keeps the best batch so far, so a stop
+    between batches keeps what was measured. `during` runs on the host while each batch is in flight (after it is
+    queued, before it is waited for); GPU events time the copies, so it costs them nothing."""
     runtime, options = session.runtime, session.options
+    repeats = options.copy_repeats if repeats is None else repeats
     result.bytes_per_copy = nbytes
     session.check()
     issue()
@@ -33,16 +35,16 @@ def timed_copies(session: Session, result: CopyBandwidth, nbytes: int, stream: i
     for _ in range(options.copy_batches):
         session.check()
         runtime.event_record(start, stream)
-        for _ in range(options.copy_repeats):
+        for _ in range(repeats):
             issue()
         runtime.event_record(end, stream)
         if during is not None:
             during()
         runtime.event_synchronize(end)
         seconds = runtime.event_elapsed_ms(start, end) / 1000
-        rate = _gb_per_second(nbytes * options.copy_repeats, seconds)
+        rate = _gb_per_second(nbytes * repeats, seconds)
         result.gb_per_second = max(rate, result.gb_per_second or 0.0)
-        result.copies_timed += options.copy_repeats
+        result.copies_timed += repeats
 
 
 @contextmanager

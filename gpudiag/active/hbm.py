@@ -7,6 +7,7 @@ from __future__ import annotations
 from ctypes import c_uint64
 
 from gpudiag.active import kernels, tensor_kernels
+from gpudiag.active.bandwidth import timed_copies
 from gpudiag.active.runtime import Resources
 from gpudiag.active.session import Session, recording
 from gpudiag.model import DeviceSnapshot, HbmBandwidth
@@ -32,25 +33,12 @@ def hbm_bandwidth(session: Session, ordinal: int, device: DeviceSnapshot) -> Hbm
         start, end = res.event(), res.event()
         multiprocessors = runtime.multiprocessor_count()
         grid = multiprocessors * COPY_BLOCKS_PER_MULTIPROCESSOR if multiprocessors else kernels.FALLBACK_GRID
-        result.bytes_per_copy = nbytes
 
         def issue() -> None:
             runtime.launch(copy, grid, kernels.BLOCK_THREADS, [c_uint64(dst), c_uint64(src), c_uint64(vectors)],
                            stream)
 
-        issue()  # warm-up: first touch of both buffers, clocks up
-        runtime.stream_synchronize(stream)
-        for _ in range(options.copy_batches):
-            session.check()
-            runtime.event_record(start, stream)
-            for _ in range(options.hbm_repeats):
-                issue()
-            runtime.event_record(end, stream)
-            runtime.event_synchronize(end)
-            seconds = max(runtime.event_elapsed_ms(start, end) / 1000, 1e-9)
-            rate = round(nbytes * options.hbm_repeats / seconds / 1e9, 1)
-            result.gb_per_second = max(rate, result.gb_per_second or 0.0)
-            result.copies_timed += options.hbm_repeats
+        timed_copies(session, result, nbytes, stream, start, end, issue, repeats=options.hbm_repeats)
     figure = f"{result.gb_per_second} GB/s" if result.gb_per_second else "no figure"
     session.progress.say(f"GPU {device.index}: HBM copy {figure} (each byte counted once)")
     return result
