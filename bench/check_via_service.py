@@ -13,7 +13,12 @@ a system service already running is left alone). Commands run as fresh processes
 after one warm-up each.
 
     python3 bench/check_via_service.py                  # on a GPU node (nvidia-smi on PATH for the ratios)
+    python3 bench/check_via_service.py --gpudiag /opt/gpudiag/bin/gpudiag   # the installed console script
     python3 bench/check_via_service.py --fake 2         # over the fake 2-GPU node of the tests (no ratios)
+
+Without --gpudiag it runs this tree with `python3 -m gpudiag` under the interpreter that runs the benchmark; with
+it, the console script pip installed (README: a venv of its own) and that script's interpreter, as an operator runs
+them. The "python -c pass" row is that interpreter's own start-up: the floor under any Python client.
 """
 
 from __future__ import annotations
@@ -46,11 +51,20 @@ FULL_CLI = "from gpudiag.cli import run; run()"
 CHECK_REQUEST = {"op": "check", "format": "json"}  # what `gpudiag check --json` sends (gpudiag/fastpath.py)
 
 
-def fast_path_taken(cmd: list[str], env: dict) -> bool:
+def fast_path_taken(python: str, cmd: list[str], env: dict) -> bool:
     """`gpudiag check` answered by the service's fast path (gpudiag/fastpath.py): nothing heavy imported."""
-    done = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd=REPO)
+    program = cmd[1:] if cmd[0] == python else cmd  # `python -m gpudiag …`, or a console script run by python
+    done = subprocess.run([python, "-X", "importtime", *program], capture_output=True, text=True, env=env, cwd=REPO)
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     return done.returncode in (0, 1) and not imported & {"gpudiag.cli", "typer", "gpudiag.model"}
+
+
+def script_interpreter(script: Path) -> str:
+    """The interpreter on a console script's `#!` line (pip writes the venv's python there)."""
+    first = script.read_bytes().split(b"\n", 1)[0].decode()
+    if not first.startswith("#!") or len(first.split()) != 1:
+        raise SystemExit(f"{script}: not a console script with a plain #! line")
+    return first[2:]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -111,6 +125,8 @@ def main() -> int:
     parser.add_argument("--load", choices=("requests", "processes"), default="processes")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-compile", action="store_true", help="do not byte-compile the modules first")
+    parser.add_argument("--gpudiag", type=Path, help="time this installed `gpudiag` console script (and its "
+                        "interpreter) instead of this tree under the benchmark's interpreter")
     args = parser.parse_args()
     if not args.no_compile:  # as pip install does on a real node (see bench/check_vs_nvidia_smi.py)
         sys.path.insert(0, str(REPO))
@@ -118,7 +134,11 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     tmp = Path(tempfile.mkdtemp(prefix="gpudiag-bench-"))
     sock = tmp / "gpudiag.sock"
-    gpudiag = [sys.executable, "-m", "gpudiag"]
+    python, gpudiag = sys.executable, [sys.executable, "-m", "gpudiag"]
+    if args.gpudiag:
+        python, gpudiag = script_interpreter(args.gpudiag), [str(args.gpudiag)]
+        env.pop("PYTHONPATH")  # the installed package, not this tree
+        print(f"timing {args.gpudiag} (interpreter {python})")
     if args.fake:
         sys.path.insert(0, str(REPO))
         from tests.exporter_node import fake_node, fake_root
@@ -137,12 +157,14 @@ def main() -> int:
         commands = {
             "check via service": [*gpudiag, "check", "--json", "--socket", str(sock), *where],
             # the same through the full CLI (what `check` did before the fast path): the client judging the snapshot
-            "service, full CLI": [sys.executable, "-c", FULL_CLI, "check", "--json", "--socket", str(sock), *where],
+            "service, full CLI": [python, "-c", FULL_CLI, "check", "--json", "--socket", str(sock), *where],
             "check --direct": [*direct_gpudiag, "check", "--json", "--direct", *where],
             # the floor under any Python command on this machine (site, .pth files of the installed packages)
-            "python3 -c pass": [sys.executable, "-c", "pass"],
+            "python -c pass": [python, "-c", "pass"],
         }
-        fast = fast_path_taken(commands["check via service"], env)
+        if not args.fake:  # the same cold check through typer (gpudiag/cli.py), as before gpudiag/direct.py
+            commands["--direct, full CLI"] = [python, "-c", FULL_CLI, "check", "--json", "--direct"]
+        fast = fast_path_taken(python, commands["check via service"], env)
         print(f"check via service took the fast path (no gpudiag.cli, typer or gpudiag.model imported): "
               f"{'yes' if fast else 'NO'}")
         if shutil.which("nvidia-smi") and not args.fake:
@@ -151,7 +173,7 @@ def main() -> int:
         figures = {name: {"median_ms": round(statistics.median(v) * 1000, 1), "min_ms": round(min(v) * 1000, 1),
                           "exit_codes": sorted(codes[name])} for name, v in samples.items()}
         for name, fig in figures.items():
-            print(f"{name:18s} median {fig['median_ms']:7.1f} ms (min {fig['min_ms']:.1f}, exit codes "
+            print(f"{name:20s} median {fig['median_ms']:7.1f} ms (min {fig['min_ms']:.1f}, exit codes "
                   f"{fig['exit_codes']}, {args.runs} runs)")
         ratios = {}
         if "nvidia-smi -q" in figures:

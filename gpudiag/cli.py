@@ -9,18 +9,19 @@ a verdict (inventory.gpu_count / baseline.inventory fail), exit 1, as the JSON r
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import typer
 
 from gpudiag import cli_habits as habits
 from gpudiag.install import install_service
+from gpudiag.node_collect import UsageProblem, collect, collect_options, internal_error_line  # cli_service and cli_fleet import UsageProblem from here
+from gpudiag.node_collect import expectations as read_expectations
 
 try:  # typer 0.2x ships its own copy of click; older typer uses click itself
     from typer import _click as click
@@ -43,10 +44,6 @@ def _gpudiag(ctx: typer.Context, version: bool = habits.VersionOption) -> None:
     habits.help_when_bare(ctx)  # bare `gpudiag`: the help on stdout, exit 0
 
 
-class UsageProblem(Exception):
-    """Bad input from the user (a flag, a file): one line on stderr, exit 2."""
-
-
 class OutputFormat(str, Enum):
     text = "text"
     json = "json"
@@ -59,11 +56,10 @@ RootOption = typer.Option(Path("/"), "--root", help="Read ROOT/sys, ROOT/proc an
 KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
-PASSIVE_DEFAULT_TIMEOUT = 10.0
 TimeoutOption = typer.Option(
     None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
 )
-# What the node should be: `check`, `serve` and `textfile` judge against the same expectations (_expectations).
+# What the node should be: `check`, `serve` and `textfile` judge against the same expectations (node_collect.py).
 ProfileOption = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
 StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
@@ -71,67 +67,8 @@ BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag
 SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
 
 
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """While vendor libraries run, point file descriptor 1 at stderr: whatever they print (amdsmi prints to stdout
-    when libamd_smi.so is missing; C libraries may too) must not corrupt the JSON or JUnit on stdout."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        with contextlib.redirect_stdout(sys.stderr):  # Python-level prints, whatever sys.stdout writes to
-            yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def _split_ids(values: Optional[List[str]]) -> list[str]:
     return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
-
-
-def _collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float], parts=None):
-    """What to collect; `parts` (default: all) names the optional probe parts the selected checks judge."""
-    from gpudiag.probe import PROBE_PARTS, CollectOptions
-
-    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
-    if not (root / "sys").is_dir() and root != Path("/"):
-        raise UsageProblem(f"--root {root}: no sys/ directory under it")
-    if kernel_log is not None and not kernel_log.is_file():
-        raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
-    return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout,
-                          parts=PROBE_PARTS if parts is None else parts)
-
-
-def _collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None,
-             stress_seconds: Optional[float] = None):
-    """Probe the node; at level 2 also run the load tests on its idle GPUs (progress on stderr), all within one
-    deadline: --timeout, by default 10 s for the passive checks and 600 s with the load tests."""
-    import time
-
-    from gpudiag.probe import Collector
-
-    if timeout is None and level >= 2:  # gpudiag.active only where the load tests run (it costs a level-1 check)
-        from gpudiag.active.options import default_deadline
-
-        timeout = default_deadline(level, stress_seconds)
-    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
-    started = time.monotonic()
-    # The passive probe keeps its usual deadline; the load tests get the rest.
-    options = _collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
-                               parts)
-    with stdout_to_stderr(), Collector(options) as collector:
-        snapshot = collector.collect()
-        if level >= 2:
-            from gpudiag.active import ActiveOptions, run_active
-
-            left = max(1.0, timeout - (time.monotonic() - started))
-            snapshot.active = run_active(
-                snapshot, ActiveOptions.for_level(level, stress_seconds, deadline_seconds=left, progress=sys.stderr,
-                                                  reader=collector.reprobe, kernel_events=collector.kernel_events)
-            )
-        return snapshot
 
 
 def _load_replay(path: Path):
@@ -141,24 +78,6 @@ def _load_replay(path: Path):
         return load_snapshot(path)
     except RecordingError as exc:
         raise UsageProblem(str(exc)) from None
-
-
-def _expectations(profile: Optional[str], params: list[str], baseline_file: Optional[Path]):
-    """Defaults, then the profile, the -p overrides and the golden baseline; bad input is one line, exit 2."""
-    if profile is None and not params and baseline_file is None:
-        return None  # the defaults: no TOML parser or baseline reader to import on the common path
-    import dataclasses
-
-    from gpudiag.baseline import BaselineError, load_baseline
-    from gpudiag.profile import ProfileError, load_expectations
-
-    try:
-        expectations = load_expectations(profile, params)
-        if baseline_file is not None:
-            expectations = dataclasses.replace(expectations, baseline=load_baseline(baseline_file))
-    except (ProfileError, BaselineError) as exc:
-        raise UsageProblem(str(exc)) from None
-    return expectations
 
 
 def _write_output(output: Optional[Path], text: str, what: str) -> None:
@@ -213,7 +132,7 @@ def check(
         selected = resolve_selection(only_ids, skip_ids)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
-    expectations = _expectations(profile, params or [], baseline_file)
+    expectations = read_expectations(profile, params or [], baseline_file)
     if replay is not None and level >= 2:
         raise UsageProblem("--level 2 load-tests this node's GPUs; a --replay recording cannot be load-tested")
 
@@ -221,7 +140,7 @@ def check(
     parts = probe_parts_for(selected)
     snapshot, collected_by, open_checks = (_load_replay(replay), "replay", []) if replay is not None else obtain(
         root, socket, timeout, level, direct, kernel_log,
-        lambda: _collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
+        lambda: collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
     results, text = judge_and_render(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by,
@@ -245,7 +164,7 @@ def snapshot(
     """Print everything the probes read, as JSON: what a bug report needs, and a recording `check --replay` reads."""
     from gpudiag.recording import snapshot_json
 
-    node = _collect(root, kernel_log, timeout)
+    node = collect(root, kernel_log, timeout)
     _write_output(output, snapshot_json(node), "snapshot")
     raise habits.nothing_probed_exit() if habits.nothing_probed(node) else typer.Exit(EXIT_OK)
 
@@ -265,7 +184,7 @@ def baseline(
     from gpudiag.report import summarize
 
     habits.refuse_ignored_options(replay)
-    node = _load_replay(replay) if replay is not None else _collect(root, kernel_log, timeout)
+    node = _load_replay(replay) if replay is not None else collect(root, kernel_log, timeout)
     if habits.nothing_probed(node):
         print("gpudiag: error: nothing could be probed: no GPU to record a baseline of", file=sys.stderr)
         raise typer.Exit(EXIT_NOTHING_PROBED)
@@ -297,8 +216,8 @@ def serve(
     from gpudiag.exporter import serve as run_exporter
     from gpudiag.service import socket_path, state_dir as journal_dir
 
-    expectations = _expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2
-    raise typer.Exit(run_exporter(listen, web_config, _collect_options(root, kernel_log, timeout), interval,
+    expectations = read_expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2
+    raise typer.Exit(run_exporter(listen, web_config, collect_options(root, kernel_log, timeout), interval,
                                   expectations, socket_path(root, socket), journal_dir(root, state_dir), socket is not None))
 
 
@@ -322,8 +241,8 @@ def textfile(
 
     if output.suffix != ".prom" and str(output) != "-":
         log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
-    expectations = _expectations(profile, params or [], baseline_file)
-    node = _collect(root, kernel_log, timeout, level, stress_seconds=stress_seconds)
+    expectations = read_expectations(profile, params or [], baseline_file)
+    node = collect(root, kernel_log, timeout, level, stress_seconds=stress_seconds)
     results = run_checks(node, expectations)
     try:
         write_textfile(output, node, results)
@@ -374,7 +293,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
         if debug:
             raise
-        print(f"gpudiag: internal error: {type(exc).__name__}: {exc} (set GPUDIAG_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(internal_error_line(exc), file=sys.stderr)
         return EXIT_INTERNAL
 
 

@@ -8,7 +8,6 @@ Nothing here may import more than cli.py already does: `gpudiag check` is timed 
 from __future__ import annotations
 
 import codecs
-import logging
 import sys
 from typing import Optional
 
@@ -53,17 +52,9 @@ def nothing_probed(snapshot) -> bool:
 
 
 def nothing_judged(snapshot, results) -> bool:
-    """Exit 3: nothing could be probed and no check could fail for it. A profile or baseline that expects GPUs
-    makes a node without any a FAIL (exit 1): zero GPUs where eight should be is a verdict, not a probe problem."""
-    from gpudiag.report import summarize
+    from gpudiag.report.verdict import nothing_judged as judged_nothing  # gpudiag/direct.py judges with it too
 
-    if not nothing_probed(snapshot):
-        return False
-    if summarize(results).failed:
-        logging.getLogger("gpudiag").warning("nothing could be probed (no usable GPU library and no GPU on the PCI "
-                                             "bus): judged against the expected node, that fails")
-        return False
-    return True
+    return judged_nothing(snapshot, results)
 
 
 def nothing_probed_exit() -> typer.Exit:

@@ -73,7 +73,7 @@ def _load_test(snapshot, path: Path, timeout: Optional[float], level: int, stres
     opens no vendor library."""
     from gpudiag.active import ActiveOptions, run_active
     from gpudiag.active.options import default_deadline
-    from gpudiag.cli import stdout_to_stderr
+    from gpudiag.node_collect import stdout_to_stderr
     from gpudiag.service.client import ask
 
     def fresh():

@@ -4,11 +4,12 @@ library.
 
 `main()` handles only `check` with the simple options whose answer needs nothing from this machine's filesystem:
 --format/-f, --json, --only, --skip, --verbose/-v, --color/--no-color, --profile with a shipped profile's NAME,
--p/--param, --socket, --root, --timeout, --level 1. Anything else (a profile file, --baseline, --replay,
---kernel-log, --direct, --level 2|3, -h, an option it does not know, GPUDIAG_DEBUG) returns None: not handled, and
-the entry point runs the full CLI (gpudiag.cli), which then behaves exactly as before. So does a service that does
-not answer, is busy, or is of an older version. A service whose collection failed or did not finish makes this
-process probe directly, as `gpudiag check` does (the same warning, then `--direct`).
+-p/--param, --socket, --root, --timeout, --level 1, --direct. Anything else (a profile file, --baseline, --replay,
+--kernel-log, --level 2|3, -h, an option it does not know, GPUDIAG_DEBUG) returns None: not handled, and the entry
+point runs the full CLI (gpudiag.cli), which then behaves exactly as before. So does a service that accepts the
+connection but does not answer, is busy, or is of an older version. With --direct, with nobody listening on the
+socket, and when the service's collection failed or did not finish (the same warning as `gpudiag check`), this
+process probes the node itself through gpudiag/direct.py: still without typer.
 """
 
 import os
@@ -24,7 +25,7 @@ FORMATS = ("text", "json", "junit")
 VALUE_OPTIONS = {"--format": "format", "-f": "format", "--only": "only", "--skip": "skip", "--profile": "profile",
                  "--param": "params", "-p": "params", "--socket": "socket", "--root": "root", "--timeout": "timeout",
                  "--level": "level"}
-FLAGS = {"--json": ("json", True), "--verbose": ("verbose", True), "-v": ("verbose", True),
+FLAGS = {"--json": ("json", True), "--direct": ("direct", True), "--verbose": ("verbose", True), "-v": ("verbose", True),
          "--color": ("color", True), "--no-color": ("color", False)}
 
 
@@ -67,14 +68,15 @@ def _request(opts: dict) -> "dict | None":
         return None
     if profile is not None and ("/" in profile or profile.endswith(".toml")):
         return None  # a profile file: read here, by the full CLI, never by the service
-    wait = 10.0
+    timeout = None
     if "timeout" in opts:
         try:
-            wait = min(float(opts["timeout"]), 10.0)
+            timeout = float(opts["timeout"])
         except ValueError:
             return None
-        if not wait >= 0.1:
-            return None
+        if not 0.1 <= timeout < float("inf"):
+            return None  # typer's own message for what it refuses (min=0.1)
+    wait = 10.0 if timeout is None else min(timeout, 10.0)
     split = [[part.strip() for v in opts[key] for part in v.split(",") if part.strip()] for key in ("only", "skip")]
     color = opts.get("color")
     if color is None:
@@ -82,7 +84,8 @@ def _request(opts: dict) -> "dict | None":
     # As `gpudiag check` through the service waits: the service's probe deadline and a second more.
     return {"op": "check", "format": fmt or "text", "only": split[0], "skip": split[1], "params": opts["params"],
             "profile": profile, "verbose": bool(opts.get("verbose")), "color": color, "wait": wait + 1.0,
-            "_socket": opts.get("socket") or _under_root(opts.get("root"))}
+            "_socket": opts.get("socket") or _under_root(opts.get("root")), "_root": opts.get("root") or "/",
+            "_timeout": timeout, "_direct": bool(opts.get("direct"))}
 
 
 def _under_root(root: "str | None") -> str:
@@ -91,9 +94,14 @@ def _under_root(root: "str | None") -> str:
     return os.path.join(root, DEFAULT_SOCKET.lstrip("/"))
 
 
+class NotListening(Exception):
+    """No service to ask: no socket, nobody listening on it, or no permission to connect (gpudiag check then
+    probes directly, without a word, as gpudiag/service/client.py's ask has it)."""
+
+
 def ask(path: str, request: dict, timeout: float) -> "dict | None":
-    """The service's answer, or None when none comes (no socket, nobody listening, no permission, too slow, too
-    large, not JSON)."""
+    """The service's answer, or None when none comes (too slow, too large, not JSON); NotListening when there is
+    nobody to ask."""
     import json  # here: a command this module does not handle should not pay for them (~4 ms)
     import socket
 
@@ -103,7 +111,10 @@ def ask(path: str, request: dict, timeout: float) -> "dict | None":
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_TIMEOUT_SECONDS)
-        sock.connect(path)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            raise NotListening(str(exc)) from None
         until = time.monotonic() + timeout  # the whole answer is due by then, however it trickles
         sock.settimeout(timeout)
         sock.sendall(line)
@@ -148,8 +159,13 @@ def main(argv: "list | None" = None) -> "int | None":
     request = parse(argv)
     if request is None:
         return None
-    path = request.pop("_socket")
-    answer = ask(path, request, timeout=request["wait"] + 5.0)
+    path, root, timeout = request.pop("_socket"), request.pop("_root"), request.pop("_timeout")
+    if request.pop("_direct"):
+        return _direct(request, root, timeout)
+    try:
+        answer = ask(path, request, timeout=request["wait"] + 5.0)
+    except NotListening:
+        return _direct(request, root, timeout)
     if answer is None:
         return None
     if not answer.get("ok"):
@@ -160,9 +176,7 @@ def main(argv: "list | None" = None) -> "int | None":
                          f"probing directly\n" if why == "failed" else
                          f"gpudiag: WARNING: the service's collection did not finish ({answer.get('error')}): "
                          f"probing directly\n")
-        from gpudiag.cli import main as full_cli
-
-        return full_cli([*argv, "--direct"])
+        return _direct(request, root, timeout)
     stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("exit")
     if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (0, 1, 2, 3):
         return None
@@ -173,6 +187,12 @@ def main(argv: "list | None" = None) -> "int | None":
         return 0
     sys.stderr.write(stderr)
     return code
+
+
+def _direct(request: dict, root: str, timeout: "float | None") -> int:
+    from gpudiag.direct import check
+
+    return check(request, root, timeout)
 
 
 def run() -> None:

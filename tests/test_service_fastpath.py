@@ -98,7 +98,7 @@ def test_the_fast_path_imports_no_typer_model_checks_or_vendor_library(tmp_path)
 
 
 @pytest.mark.parametrize("extra", [
-    ["--direct"], ["--replay", "x.json"], ["--baseline", "b.json"], ["--kernel-log", "k.txt"], ["--level", "2"],
+    ["--replay", "x.json"], ["--baseline", "b.json"], ["--kernel-log", "k.txt"], ["--level", "2"],
     ["--profile", "./site.toml"], ["--profile", "site.toml"], ["--profile", "/etc/passwd"], ["-h"],
     ["--json", "--format", "text"], ["--format", "yaml"], ["--timeout", "soon"], ["-vf", "json"], ["--only"],
     ["positional"], ["-p" + "x=1"], ["--socket", ""], ["--root="], ["--profile", ""], ["--", "--json"],
@@ -108,8 +108,7 @@ def test_what_the_fast_path_does_not_handle_goes_to_the_full_cli(extra, tmp_path
     assert fastpath.parse(["history"]) is None and fastpath.parse([]) is None
 
 
-def test_no_service_is_not_handled_and_the_socket_defaults_match(tmp_path):
-    assert fastpath.main(["check", "--root", str(tmp_path)]) is None  # nobody listens: the full CLI probes
+def test_the_socket_defaults_match(tmp_path):
     assert fastpath.DEFAULT_SOCKET == str(DEFAULT_SOCKET) and fastpath.MAX_REQUEST_BYTES == MAX_REQUEST_BYTES
     assert fastpath.parse(["check", "--root", str(tmp_path)])["_socket"] == str(socket_path(tmp_path))
     assert fastpath.parse(["check", "--root", "/"])["_socket"] == str(socket_path(Path("/")))

@@ -3,6 +3,7 @@ judges a check on a client's behalf (docs/service.md "The fast path"), so that b
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 from gpudiag.model import CheckResult, NodeSnapshot
@@ -13,6 +14,20 @@ NOTHING_PROBED = "nothing could be probed: no usable GPU library and no GPU on t
 def nothing_probed(snapshot: NodeSnapshot) -> bool:
     """No usable GPU library and no GPU on the PCI bus: exit 3's condition."""
     return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
+
+
+def nothing_judged(snapshot: NodeSnapshot, results: list) -> bool:
+    """Exit 3: nothing could be probed and no check could fail for it. A profile or baseline that expects GPUs
+    makes a node without any a FAIL (exit 1): zero GPUs where eight should be is a verdict, not a probe problem."""
+    from gpudiag.report import summarize
+
+    if not nothing_probed(snapshot):
+        return False
+    if summarize(results).failed:
+        logging.getLogger("gpudiag").warning("nothing could be probed (no usable GPU library and no GPU on the PCI "
+                                             "bus): judged against the expected node, that fails")
+        return False
+    return True
 
 
 def add_since(results: list, open_checks: list) -> None:

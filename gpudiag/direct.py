@@ -1,0 +1,95 @@
+"""`gpudiag check` probing the node itself, without typer: `--direct`, or no service listening (docs/service.md
+"The fast path").
+
+gpudiag/fastpath.py parses the options it knows (a level-1 check with a shipped profile at most) and hands them
+here; everything else goes to the full CLI (gpudiag/cli.py). Both collect with gpudiag/node_collect.py and judge and
+render with gpudiag/report/verdict.py, so they write the same bytes and exit codes (tests/test_direct_check.py).
+What this saves is typer, click and the CLI's other commands at start-up; and NVML's initialisation runs while
+Python imports the checks (see _start_nvml_early).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_PROBED, EXIT_INTERNAL, EXIT_ABORTED = 0, 1, 2, 3, 4, 130
+
+
+def check(request: dict, root: str, timeout: "float | None") -> int:
+    """`gpudiag check` with the fields of a fast-path request (gpudiag/fastpath.py), probed in this process; the
+    same messages and exit codes as gpudiag/cli.py's `main`."""
+    debug = bool(os.environ.get("GPUDIAG_DEBUG"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
+                        format="gpudiag: %(levelname)s: %(message)s")
+    if root == "/":
+        _start_nvml_early()
+    from gpudiag.node_collect import UsageProblem, internal_error_line
+
+    try:
+        return _check(request, root, timeout)
+    except UsageProblem as exc:
+        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # as click turns it into an Abort
+        print("gpudiag: aborted", file=sys.stderr)
+        return EXIT_ABORTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
+        if debug:
+            raise
+        print(internal_error_line(exc), file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _check(request: dict, root: str, timeout: "float | None") -> int:
+    from pathlib import Path
+
+    from gpudiag.checks import probe_parts_for, resolve_selection
+    from gpudiag.node_collect import UsageProblem, collect, expectations
+    from gpudiag.report import summarize
+    from gpudiag.report.verdict import judge_and_render, nothing_judged
+
+    only, skip = request["only"], request["skip"]
+    try:
+        selected = resolve_selection(only, skip)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    expected = expectations(request["profile"], request["params"], None)
+    node_root = Path(root)
+    snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
+    results, text = judge_and_render(snapshot, expected, only, skip, [], "direct", request["format"],
+                                     request["verbose"], request["color"])
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if nothing_judged(snapshot, results):
+        print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus",
+              file=sys.stderr)
+        return EXIT_NOTHING_PROBED
+    return EXIT_FAILED if summarize(results).failed else EXIT_OK
+
+
+def _start_nvml_early() -> None:
+    """Begin NVML's initialisation on a thread of its own while this one imports the model and the checks.
+
+    nvmlInit took 28 ms of a 308 ms cold check on the lab H200 (cProfile, tests/fixtures/h200/recorded/); it is a
+    C call that releases the GIL, so it runs beside the imports instead of after them. NVML counts its
+    initialisations: the probe's own nvmlInit (gpudiag/probe/nvml.py) then finds the library ready, is still the one
+    whose failure is reported, and is still bounded by the probe's deadline; this one is never waited for, and a
+    driver that hangs here hangs only a daemon thread. Only where an NVIDIA driver is loaded (/dev/nvidiactl).
+    """
+    if not os.path.exists("/dev/nvidiactl"):
+        return
+
+    def init() -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception:  # noqa: BLE001 - the probe's own nvmlInit reports what is wrong
+            pass
+
+    threading.Thread(target=init, name="nvml-early-init", daemon=True).start()
