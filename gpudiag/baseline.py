@@ -59,6 +59,7 @@ class PeerBaseline:
 
 @dataclass(frozen=True)
 class NodeBaseline:
+    """A golden baseline: the values recorded from a node known good, to judge drift against."""
     kind: str = BASELINE_KIND
     schema_version: int = BASELINE_SCHEMA_VERSION
     recorded_from: Optional[str] = None  # hostname, informative

@@ -40,6 +40,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Expectations:
+    """What the node should be: the defaults, a profile's settings and -p overrides."""
     # --- thermal ---------------------------------------------------------------------------------------------
     # Warn when a sensor is within this many °C of its slowdown (NVIDIA SLOWDOWN / AMD CRITICAL) limit, before
     # the GPU starts shedding clocks. 5 °C is about one fan-curve step: enough warning to act on airflow.

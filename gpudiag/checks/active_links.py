@@ -66,6 +66,7 @@ class ActiveExpectations:
 
 @dataclass(frozen=True)
 class Target:
+    """The bandwidth a link should reach and where that figure comes from."""
     gb_per_second: float  # what a healthy link achieves
     basis: str  # what the figure rests on, to finish "…% of the N GB/s <basis>"
     warn_ratio: float

@@ -32,6 +32,7 @@ VENDOR_NAMES = {Vendor.NVIDIA: "NVIDIA", Vendor.AMD: "AMD"}
 
 @dataclass(frozen=True)
 class Check:
+    """A registered check: its ID, the function that judges, and its one-line summary."""
     id: str  # stable dotted ID: the JSON `check`, the metric label, the profile key, the --only/--skip value
     run: CheckFn
     summary: str  # one line for `--list` and the docs

@@ -43,6 +43,7 @@ def _first(*values: Optional[int]) -> Optional[int]:
 
 @dataclass
 class LinkFacts:
+    """A PCIe link's current and maximum generation and width, and the slot's maximum."""
     current_generation: Optional[int]
     current_width: Optional[int]
     gpu_generation: Optional[int]  # what the GPU supports

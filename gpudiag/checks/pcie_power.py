@@ -25,6 +25,7 @@ from gpudiag.model import NodeSnapshot, Vendor
 
 @dataclass
 class PowerState:
+    """Whether the power state a link was read in excuses a low link, and the evidence."""
     excused: Optional[bool]  # True: power saving explains a lower link; False: it does not; None: cannot tell
     why: str  # the evidence, as a clause for the message
     observed: dict  # what the verdict rests on, for the JSON `observed`
@@ -69,6 +70,7 @@ def _amdgpu_dpm(gpu: PhysicalGpu) -> PowerState:
 
 @dataclass
 class LoadedLink:
+    """The link read while the load tests ran, if it was."""
     generation: Optional[int]
     width: Optional[int]
 

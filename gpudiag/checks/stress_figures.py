@@ -31,6 +31,7 @@ def _values(samples: list[TelemetrySample], name: str) -> list[float]:
 
 @dataclass
 class StressFigures:
+    """The figures of one GPU's stress run that the stress checks judge."""
     tflops: Optional[float] = None
     precision: Optional[str] = None
     mean_power_watts: Optional[float] = None  # over the steady window

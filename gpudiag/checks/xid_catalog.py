@@ -26,6 +26,7 @@ from gpudiag.model import Status
 
 @dataclass(frozen=True)
 class XidInfo:
+    """What an Xid code means, how severe it is and what the operator should do."""
     code: int
     mnemonic: str
     meaning: str

@@ -39,6 +39,7 @@ class PeerBandwidth:
 
 @dataclass
 class MemtestResult:
+    """The device-memory test of one GPU: bytes tested and mismatches found."""
     bytes_tested: int = 0  # device memory written and read back by every pass
     free_bytes: Optional[int] = None  # free when the test started (after gpudiag's own context)
     total_bytes: Optional[int] = None
@@ -57,6 +58,7 @@ class MemtestResult:
 
 @dataclass
 class TelemetrySample:
+    """One reading of clocks, power and temperature taken while a load test runs."""
     seconds: float  # since the load started
     sm_clock_mhz: Optional[int] = None
     memory_clock_mhz: Optional[int] = None
@@ -68,6 +70,7 @@ class TelemetrySample:
 
 @dataclass
 class StressResult:
+    """The full-power stress of one GPU: its figures and the telemetry seen meanwhile."""
     seconds_requested: float = 0.0
     seconds: Optional[float] = None  # how long the load ran
     launches: int = 0
@@ -100,6 +103,7 @@ class HbmBandwidth:
 
 @dataclass
 class ActiveDevice:
+    """The load-test results of one GPU."""
     index: int  # the snapshot device index
     pci_bus_id: Optional[str] = None
     runtime: Optional[str] = None  # "cuda 12.4" | "hip 6.2"
@@ -113,6 +117,7 @@ class ActiveDevice:
 
 @dataclass
 class ActiveResults:
+    """The load tests of one `--level 2|3` run, for every GPU."""
     tests: list[str] = field(default_factory=list)  # requested: "pcie", "p2p", "memtest", "stress"
     started_at: Optional[str] = None  # ISO 8601 UTC
     duration_seconds: Optional[float] = None

@@ -51,6 +51,7 @@ class ErrorKind(str, enum.Enum):
 
 @dataclass
 class ProbeError:
+    """A vendor call or read that failed: where, what kind of failure, and the message."""
     source: str  # what was being read, e.g. "nvml.nvmlDeviceGetEccMode" or "sysfs:/sys/bus/pci/devices/…/aer…"
     kind: ErrorKind
     message: str

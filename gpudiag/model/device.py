@@ -29,6 +29,7 @@ class PcieInfo:
 
 @dataclass
 class EccInfo:
+    """ECC mode and error counts of one GPU (volatile: since the driver loaded; aggregate: over its life)."""
     enabled: Optional[bool] = None
     pending_enabled: Optional[bool] = None  # the mode after the next reset (NVIDIA)
     volatile_corrected: Optional[int] = None  # since the driver loaded
@@ -67,6 +68,7 @@ class MemoryHealth:
 
 @dataclass
 class TemperatureSensor:
+    """One temperature reading with the thresholds the device reports for it (°C)."""
     current_celsius: Optional[float] = None
     slowdown_celsius: Optional[float] = None  # NVIDIA SLOWDOWN; AMD CRITICAL
     shutdown_celsius: Optional[float] = None  # NVIDIA SHUTDOWN; AMD EMERGENCY
@@ -75,6 +77,7 @@ class TemperatureSensor:
 
 @dataclass
 class PowerInfo:
+    """Power draw, limits and energy of one GPU (W, J)."""
     draw_watts: Optional[float] = None
     limit_watts: Optional[float] = None  # the limit in force
     default_limit_watts: Optional[float] = None
@@ -131,6 +134,7 @@ THROTTLE_TIME_REASONS = (
 
 @dataclass
 class ClockInfo:
+    """Current and maximum clocks of one GPU (MHz) and the reasons its clocks are held down."""
     graphics_mhz: Optional[int] = None
     sm_mhz: Optional[int] = None
     memory_mhz: Optional[int] = None
@@ -154,6 +158,7 @@ class ClockInfo:
 
 @dataclass
 class MemoryUsage:
+    """Device memory in use and in all (bytes)."""
     total_bytes: Optional[int] = None
     used_bytes: Optional[int] = None  # excludes reserved_bytes where that is reported (NVML v2 memory info)
     reserved_bytes: Optional[int] = None  # held by the driver/firmware, not by processes
@@ -163,6 +168,7 @@ class MemoryUsage:
 
 @dataclass
 class Utilization:
+    """How busy the GPU and its memory were over the driver's last sample (%)."""
     gpu_percent: Optional[int] = None
     memory_percent: Optional[int] = None
 
@@ -183,6 +189,7 @@ class GpuLink:
 
 @dataclass
 class GpuProcess:
+    """A process holding a context on the GPU."""
     pid: int
     kind: str  # "compute" | "graphics"
     used_memory_bytes: Optional[int] = None
@@ -231,6 +238,7 @@ class DriverHealth:
 
 @dataclass
 class DeviceSnapshot:
+    """Everything read of one GPU in one collection; a value the device does not support is None."""
     index: int
     vendor: Vendor
     source: str  # which backend filled it: "nvml" | "amdsmi" | "sysfs"

@@ -66,6 +66,7 @@ class PciGpu:
 
 @dataclass
 class HostInfo:
+    """The host around the GPUs: kernel, driver modules, IOMMU, CPUs and NUMA nodes."""
     hostname: Optional[str] = None
     kernel_release: Optional[str] = None
     kernel_cmdline: Optional[str] = None
@@ -102,6 +103,7 @@ class KernelEvent:
 
 @dataclass
 class KernelLogInfo:
+    """What the kernel log scan read and the driver events it found."""
     source: Optional[str] = None  # "/dev/kmsg" or the file given
     readable: bool = False
     error: Optional[ProbeError] = None
@@ -125,6 +127,7 @@ class CollectorRun:
 
 @dataclass
 class NodeSnapshot:
+    """One collection of the whole node: host, PCI bus, vendor backends, devices, peers and kernel log."""
     schema_version: int = SNAPSHOT_SCHEMA_VERSION
     hostname: Optional[str] = None
     collected_at: Optional[str] = None  # ISO 8601 UTC

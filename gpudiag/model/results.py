@@ -11,6 +11,7 @@ from gpudiag.model.device import DeviceSnapshot
 
 @dataclass
 class DeviceRef:
+    """Which GPU a check result is about (index, UUID, bus ID, vendor, model)."""
     index: int
     uuid: Optional[str]
     pci_bus_id: Optional[str]
@@ -24,6 +25,7 @@ class DeviceRef:
 
 @dataclass
 class CheckResult:
+    """One check's verdict on the node or one GPU, with what was seen, what was expected and what to do."""
     check: str  # stable dotted ID, e.g. "pcie.link_generation"
     status: Status
     message: str

@@ -54,6 +54,7 @@ PROBE_PARTS = frozenset({"kernel_log", "peers", "link_errors"})
 
 @dataclass
 class CollectOptions:
+    """What to collect and how: root, kernel-log source, deadline and the optional probe parts."""
     root: Path = Path("/")
     kernel_log_file: Optional[Path] = None
     timeout_seconds: float = 10.0

@@ -45,6 +45,7 @@ def umc_ecc_enabled(features_text: str) -> Optional[bool]:
 
 @dataclass
 class BadPageCounts:
+    """amdgpu's bad-page table, counted by state."""
     reserved: int = 0
     pending: int = 0
     unreservable: int = 0
@@ -71,6 +72,7 @@ def parse_bad_pages(text: str) -> Optional[BadPageCounts]:
 
 @dataclass
 class PcieLevel:
+    """One line of amdgpu's pp_dpm_pcie: a link speed and width level, and whether it is current."""
     generation: Optional[int]
     width: Optional[int]
     current: bool

@@ -49,6 +49,7 @@ class CallTracker:
 
 @dataclass
 class Outcome(Generic[T]):
+    """How a bounded call ended: its value or error, whether it finished, and how long it took."""
     done: bool  # False: the deadline passed first
     value: Optional[T] = None
     error: Optional[BaseException] = None

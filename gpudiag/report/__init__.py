@@ -13,6 +13,7 @@ from gpudiag.model import STATUS_SEVERITY, CheckResult, NodeSnapshot, Status
 
 @dataclass(frozen=True)
 class Summary:
+    """How many results of each status, and the verdict they add up to."""
     status: Status  # the node's verdict
     counts: dict[Status, int]
 
