@@ -5,7 +5,7 @@ gpudiag/fastpath.py parses the options it knows (a level-1 check with a shipped 
 here; everything else goes to the full CLI (gpudiag/cli.py). Both collect with gpudiag/node_collect.py and judge and
 render with gpudiag/report/verdict.py, so they write the same bytes and exit codes (tests/test_direct_check.py).
 What this saves is typer, click and the CLI's other commands at start-up; and NVML's initialisation runs while
-Python imports the checks (see _start_nvml_early).
+Python imports the checks (gpudiag/probe/nvml_early.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_PROBED, EXIT_INTERNAL, EXIT_ABORTED = 0, 1, 2, 3, 4, 130
 
@@ -25,7 +24,9 @@ def check(request: dict, root: str, timeout: "float | None") -> int:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
                         format="gpudiag: %(levelname)s: %(message)s")
     if root == "/":
-        _start_nvml_early()
+        from gpudiag.probe.nvml_early import start_nvml_init
+
+        start_nvml_init()  # the driver's 28 ms beside the imports below
     from gpudiag.node_collect import UsageProblem, internal_error_line
 
     try:
@@ -71,25 +72,3 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
         return EXIT_NOTHING_PROBED
     return EXIT_FAILED if summarize(results).failed else EXIT_OK
 
-
-def _start_nvml_early() -> None:
-    """Begin NVML's initialisation on a thread of its own while this one imports the model and the checks.
-
-    nvmlInit took 28 ms of a 308 ms cold check on the lab H200 (cProfile, tests/fixtures/h200/recorded/); it is a
-    C call that releases the GIL, so it runs beside the imports instead of after them. NVML counts its
-    initialisations: the probe's own nvmlInit (gpudiag/probe/nvml.py) then finds the library ready, is still the one
-    whose failure is reported, and is still bounded by the probe's deadline; this one is never waited for, and a
-    driver that hangs here hangs only a daemon thread. Only where an NVIDIA driver is loaded (/dev/nvidiactl).
-    """
-    if not os.path.exists("/dev/nvidiactl"):
-        return
-
-    def init() -> None:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-        except Exception:  # noqa: BLE001 - the probe's own nvmlInit reports what is wrong
-            pass
-
-    threading.Thread(target=init, name="nvml-early-init", daemon=True).start()

@@ -107,7 +107,7 @@ def test_the_lean_direct_check_loads_no_typer(tmp_path):
 
 
 def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
-    from gpudiag import direct
+    from gpudiag.probe import nvml_early
 
     calls = []
 
@@ -119,11 +119,11 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "pynvml", FakePynvml)
     started = []
-    monkeypatch.setattr(direct.threading, "Thread", lambda target, name, daemon: started.append(target) or
+    monkeypatch.setattr(nvml_early.threading, "Thread", lambda target, name, daemon: started.append(target) or
                         type("T", (), {"start": staticmethod(target)})())
-    monkeypatch.setattr(direct.os.path, "exists", lambda path: False)
-    direct._start_nvml_early()
+    monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: False)
+    nvml_early.start_nvml_init()
     assert started == [] and calls == []
-    monkeypatch.setattr(direct.os.path, "exists", lambda path: path == "/dev/nvidiactl")
-    direct._start_nvml_early()
+    monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: path == "/dev/nvidiactl")
+    nvml_early.start_nvml_init()
     assert len(started) == 1 and calls == ["init"]
