@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from gpudiag.checks.active_common import _for_each, _kernel_log_hint, _not_judged, _rise
 from gpudiag.checks.active_links import ActiveExpectations
-from gpudiag.checks.common import passed, unknown, verdict
+from gpudiag.checks.common import unknown, verdict
 from gpudiag.checks.stress_figures import StressFigures, figures_of, median_of
 from gpudiag.checks.thermal import THERMAL_REASONS, cooling_advice, judge_sensor
 from gpudiag.expect import Expectations
@@ -246,8 +246,6 @@ def _judge_hbm(snapshot: NodeSnapshot, limits: ActiveExpectations
         message = f"{device.label}: HBM copy {hbm.gb_per_second:g} GB/s (each byte counted once), {basis}{median}"
         if findings:
             message += "; " + "; ".join(text for s, text in findings if s == status)
-        if not findings:
-            return passed(HBM, device, message, observed=observed, expected=expected)
         return verdict(HBM, status, device, message, observed=observed, expected=expected, remediation=(
             "Device memory slower than the part delivers: check the memory clock (clocks under load, "
             "`nvidia-smi -q -d CLOCK` / `amd-smi metric --clock`), HBM temperature and throttle reasons, row "
