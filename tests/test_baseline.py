@@ -186,3 +186,99 @@ def test_malformed_baselines_are_one_line_naming_file_key_and_problem(tmp_path, 
         load_baseline(path)
     assert str(error.value).startswith(f"baseline {path}: ") and message in str(error.value), str(error.value)
     assert "\n" not in str(error.value)
+
+
+# --- branches the mutation run found unpinned (issue 16) ------------------------------------------------------
+
+
+def test_a_gpu_on_the_bus_but_not_enumerated_is_unknown_never_a_match():
+    golden = baseline_of(nvidia_h200_node())
+    snap = nvidia_h200_node()
+    del snap.devices[1]  # 0000:3b:00.0 stays on the PCI bus; its library no longer enumerates it
+    results = judge(snap, golden)
+    lost = [r for r in results if r.device is None and r.status == Status.UNKNOWN]
+    assert [(r.check, r.message) for r in lost] == [
+        ("baseline.inventory", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its model "
+                               "cannot be compared"),
+        ("baseline.pcie", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its "
+                          "pcie_max_generation, pcie_max_width, slot_max_generation, slot_max_width cannot be compared"),
+        ("baseline.numa", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its numa_node "
+                          "cannot be compared"),
+        ("baseline.fabric", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its links_up, "
+                            "link_remotes cannot be compared"),
+        ("baseline.firmware", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its "
+                              "vbios_version, firmware_versions cannot be compared"),
+        ("baseline.partition", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its "
+                               "compute_partition, memory_partition, partitions, mig_enabled cannot be compared")]
+    assert lost[1].observed == {"pci_bus_id": "0000:3b:00.0", "enumerated": False}
+    # The enumerated GPU is still compared and named by its label.
+    numa = [r for r in results if r.check == "baseline.numa"]
+    assert (numa[0].status, numa[0].message) == (Status.PASS, "GPU 0 (0000:19:00.0) matches the baseline (numa_node)")
+
+
+def test_a_pass_shows_the_values_compared_and_leaves_out_what_the_golden_node_did_not_report():
+    snap = nvidia_h200_node()
+    snap.devices[0].vbios_version = None
+    golden = baseline_of(snap)
+    results = judge(snap, golden)
+    numa = [r for r in results if r.check == "baseline.numa"][0]
+    assert (numa.observed, numa.expected) == ({"numa_node": 0}, {"numa_node": 0})
+    firmware = [r for r in results if r.check == "baseline.firmware"]
+    assert {r.status for r in firmware} == {Status.PASS}
+    assert firmware[0].observed == firmware[0].expected == {"firmware_versions": golden.gpus[0].firmware_versions}
+    assert set(firmware[1].observed) == {"vbios_version", "firmware_versions"}
+
+
+def test_links_no_longer_reported_are_a_drift_naming_golden_and_not_reported():
+    golden = baseline_of(nvidia_h200_node())
+    snap = nvidia_h200_node()
+    snap.devices[1].links = []  # the library reports no NVLink at all now
+    fabric = [r for r in failures(judge(snap, golden)) if r.check == "baseline.fabric" and r.device is not None]
+    assert [r.device.index for r in fabric] == [1]
+    assert fabric[0].message == (f"GPU 1 (0000:3b:00.0) drifted from the baseline: links_up: golden 18, now not "
+                                 f"reported; link_remotes: golden {golden.gpus[1].link_remotes}, now not reported")
+    assert fabric[0].observed == {"links_up": None, "link_remotes": None}
+
+
+def test_another_vendors_baseline_gives_each_other_check_one_skip_saying_why():
+    results = judge(nvidia_h200_node(), baseline_of(amd_mi300x_node()))
+    no_common = "no GPU of the baseline is on this node (see baseline.inventory)"
+    other = "the baseline is of a AMD node, this one has NVIDIA GPUs (see baseline.inventory)"
+    assert [(r.check, r.message) for r in results if r.check != "baseline.inventory"] == [
+        ("baseline.pcie", no_common), ("baseline.numa", no_common), ("baseline.fabric", no_common),
+        ("baseline.fabric", other), ("baseline.firmware", no_common), ("baseline.driver", other),
+        ("baseline.partition", no_common)]
+
+
+def test_a_baseline_without_a_driver_version_skips_the_driver_comparison():
+    snap = nvidia_h200_node()
+    golden = dataclasses.replace(baseline_of(snap), driver_versions={})
+    snap.backends[0].driver_version = "575.57.08"  # would drift, were the golden version known
+    driver = [r for r in judge(snap, golden) if r.check == "baseline.driver"]
+    assert [(r.status, r.message) for r in driver] == [(Status.SKIP, "the baseline recorded no driver version")]
+
+
+def test_a_gpu_known_only_from_the_pci_bus_is_recorded_from_sysfs():
+    snap = nvidia_h200_node()
+    snap.pci_gpus[1].numa_node = 1
+    del snap.devices[1]
+    gpu = baseline_of(snap).gpus[1]
+    assert (gpu.pci_bus_id, gpu.vendor, gpu.index, gpu.model) == ("0000:3b:00.0", Vendor.NVIDIA, None, None)
+    assert (gpu.numa_node, gpu.links_up, gpu.link_remotes, gpu.pcie_max_generation) == (1, None, None, 5)
+
+
+def test_numa_node_comes_from_the_library_then_from_sysfs():
+    snap = nvidia_h200_node()
+    snap.devices[0].numa_node, snap.pci_gpus[0].numa_node = None, 1  # the library does not report it: sysfs does
+    del snap.pci_gpus[1]  # no sysfs record for the other GPU: the library's value stands
+    snap.devices[1].numa_node = 1
+    gpus = baseline_of(snap).gpus
+    assert [(g.pci_bus_id, g.vendor, g.numa_node) for g in gpus] == [("0000:19:00.0", Vendor.NVIDIA, 1),
+                                                                     ("0000:3b:00.0", Vendor.NVIDIA, 1)]
+
+
+def test_a_gpu_whose_library_reports_no_links_records_none_not_zero():
+    snap = nvidia_h200_node()
+    snap.devices[0].links = []
+    gpu = baseline_of(snap).gpus[0]
+    assert (gpu.links_up, gpu.link_remotes) == (None, None)  # not reported: not compared against a later node

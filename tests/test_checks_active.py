@@ -218,3 +218,147 @@ def test_without_load_tests_each_check_says_so_once():
 def test_every_active_threshold_can_be_set_in_the_profile():
     profile_keys = {f.name for f in dataclasses.fields(DEFAULT_EXPECTATIONS)}
     assert {f"active_{f.name}" for f in dataclasses.fields(ActiveExpectations)} <= profile_keys
+
+
+# --- boundaries and branches the mutation run found unpinned (issue 16) -----------------------------------------
+
+
+@pytest.mark.parametrize("check", ["active.pcie_h2d_bandwidth", "active.p2p_bandwidth"])
+@pytest.mark.parametrize("gbps, status", [(85.0, Status.PASS), (84.9, Status.WARN), (70.0, Status.WARN),
+                                          (69.9, Status.FAIL)])
+def test_copy_verdict_at_the_warn_and_fail_ratios(check, gbps, status):
+    # ActiveExpectations: warn *below* 0.85 of the achievable figure, fail *below* 0.70 (as_expected names them
+    # warn_below_/fail_below_): a figure exactly at a ratio gets the better verdict. The pair is an NVLink pair, so
+    # below 0.70 it fails too (a PCIe peer path would only warn).
+    expect = dataclasses.replace(DEFAULT_EXPECTATIONS, active_h2d_expected_gbps=100.0, active_p2p_expected_gbps=100.0)
+    active = healthy_active()
+    if check == "active.p2p_bandwidth":
+        active.peers[0].copy = CopyBandwidth(gbps, 256 << 20, 24)
+        what = "GPU 0 -> GPU 1"
+    else:
+        active.devices[0].h2d = CopyBandwidth(gbps, 256 << 20, 24)
+        what = "GPU 0 (0000:18:00.0) host->device"
+    first = by_check(active_checks(node(active), expect), check)[0]
+    assert first.status == status
+    basis = "a node profile sets" if check == "active.pcie_h2d_bandwidth" else "node profile sets"
+    assert first.message == f"{what}: {gbps} GB/s, {gbps / 100:.0%} of the 100 GB/s {basis}"
+    assert (first.expected["warn_below_gb_per_second"], first.expected["fail_below_gb_per_second"]) == (85.0, 70.0)
+
+
+def test_a_host_copy_that_failed_under_load_fails_and_one_that_could_not_run_is_unknown():
+    active = healthy_active()
+    active.devices[0].h2d = CopyBandwidth(error=ProbeError("cuda.cuMemcpyHtoDAsync", ErrorKind.ERROR,
+                                                           "cuMemcpyHtoDAsync failed: CUDA_ERROR_ILLEGAL_ADDRESS"))
+    active.devices[1].d2h = CopyBandwidth(error=ProbeError("active", ErrorKind.TIMEOUT, "deadline reached"))
+    results = active_checks(node(active), DEFAULT_EXPECTATIONS)
+    (h2d, _) = by_check(results, "active.pcie_h2d_bandwidth")
+    (_, d2h) = by_check(results, "active.pcie_d2h_bandwidth")
+    assert (h2d.status, h2d.message) == (Status.FAIL, "GPU 0 (0000:18:00.0) failed under load: cuMemcpyHtoDAsync "
+                                                      "failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+    assert (d2h.status, d2h.message) == (Status.UNKNOWN, "GPU 1 (0000:2a:00.0): the device->host copy test could not "
+                                                         "run: deadline reached")
+
+
+def test_a_link_of_unknown_width_is_not_judged_but_its_figure_is_kept():
+    snapshot = node()
+    snapshot.devices[0].pcie = PcieInfo(max_generation=5, device_max_generation=5)  # generation known, width not
+    (first, second) = by_check(active_checks(snapshot, DEFAULT_EXPECTATIONS), "active.pcie_h2d_bandwidth")
+    assert first.status == Status.PASS and first.expected is None
+    assert first.message == "GPU 0 (0000:18:00.0) host->device: 55.2 GB/s (link generation/width unknown: not judged)"
+    assert first.observed == {"gb_per_second": 55.2, "bytes_per_copy": 256 << 20}
+    assert second.expected["gb_per_second"] == 53.6  # the other GPU's link is known: judged as usual
+
+
+def test_p2p_says_why_it_was_not_judged():
+    not_requested = healthy_active()
+    not_requested.tests = ["pcie"]
+    assert [(r.status, r.message) for r in by_check(active_checks(node(not_requested), DEFAULT_EXPECTATIONS),
+                                                     "active.p2p_bandwidth")] == [
+        (Status.SKIP, "the p2p load test was not requested")]
+    not_run = [(r.status, r.message) for r in by_check(
+        active_checks(dataclasses.replace(node(), active=None), DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")]
+    assert not_run == [(Status.SKIP, "load tests were not run (gpudiag check --level 2 runs them)")]
+
+
+def test_p2p_without_a_measured_pair_skips_once_saying_why():
+    one_gpu = healthy_active()
+    one_gpu.peers = []
+    one_gpu.devices[1] = ActiveDevice(index=1, pci_bus_id=BUS[1], skipped="busy with another job, not disturbed")
+    results = by_check(active_checks(node(one_gpu), DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert [(r.status, r.device, r.message) for r in results] == [
+        (Status.SKIP, None, "no GPU pair was measured: 1 GPU(s) load-tested, two are needed")]
+    failed_run = healthy_active()
+    failed_run.peers = []
+    failed_run.errors = [ProbeError("cuda.cuCtxEnablePeerAccess", ErrorKind.ERROR, "peer access setup failed")]
+    results = by_check(active_checks(node(failed_run), DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert [(r.status, r.message) for r in results] == [
+        (Status.SKIP, "no GPU pair was measured: peer access setup failed")]
+
+
+def test_a_peer_copy_that_could_not_run_is_unknown():
+    active = healthy_active()
+    active.peers[1].copy = CopyBandwidth(error=ProbeError("active", ErrorKind.TIMEOUT, "deadline reached"))
+    first, second = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert first.status == Status.PASS
+    assert (second.status, second.device.index) == (Status.UNKNOWN, 1)
+    assert second.message == "GPU 1 (0000:2a:00.0): the GPU 1 -> GPU 0 copy test could not run: deadline reached"
+
+
+def test_a_pcie_peer_path_without_link_data_is_not_judged():
+    snapshot = node()
+    snapshot.peers = [PeerLink(gpu_a=0, gpu_b=1, path="phb")]
+    snapshot.devices[1].pcie = PcieInfo()  # one end's link unknown: the path's figure cannot be derived
+    snapshot.active.peers[0].copy = CopyBandwidth(20.0, 256 << 20, 24)
+    first, _ = by_check(active_checks(snapshot, DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert (first.status, first.expected) == (Status.PASS, None)
+    assert first.message == "GPU 0 -> GPU 1: 20.0 GB/s (no NVLink/XGMI or link data: not judged)"
+
+
+def test_nvlink5_on_blackwell_carries_50_gb_per_second_a_link():
+    # NVIDIA's data sheets: B200 has 18 NVLink 5 links, 1.8 TB/s both ways (50 GB/s a link a direction).
+    snapshot = node()
+    for device in snapshot.devices:
+        device.name, device.architecture = "NVIDIA B200", "Blackwell"
+    first, _ = by_check(active_checks(snapshot, DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert first.expected["gb_per_second"] == 720.0  # 18 x 50 x 0.8
+    assert first.status == Status.FAIL  # 372.5 GB/s is Hopper's figure: 52 % of Blackwell's
+    assert "of the 720 GB/s 18 NVLinks carry (900 GB/s per direction raw)" in first.message
+
+
+def test_a_memtest_that_ended_early_warns_with_the_reason():
+    active = healthy_active()
+    memtest = active.devices[0].memtest
+    memtest.passes_completed = 2
+    memtest.error = ProbeError("active", ErrorKind.TIMEOUT, "deadline reached after 2 of 4 passes")
+    (first, second) = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.memtest")
+    assert first.status == Status.WARN
+    assert first.message == ("GPU 0 (0000:18:00.0): no mismatch in 126.0 GB of 143.8 GB in 2 passes, 1.9 s, but the "
+                             "test ended early: deadline reached after 2 of 4 passes")
+    assert "--timeout" in first.remediation
+    assert second.status == Status.PASS
+
+
+def test_a_memtest_pass_says_whether_ecc_was_read_again():
+    active = healthy_active()
+    active.devices[1].memtest.ecc_corrected_after = None
+    active.devices[1].memtest.ecc_uncorrected_after = None
+    first, second = by_check(active_checks(node(active), DEFAULT_EXPECTATIONS), "active.memtest")
+    assert (first.status, second.status) == (Status.PASS, Status.PASS)
+    assert first.message == "GPU 0 (0000:18:00.0): no mismatch in 126.0 GB of 143.8 GB in 4 passes, 1.9 s; ECC " \
+                            "counters unchanged"
+    assert second.message == "GPU 1 (0000:2a:00.0): no mismatch in 126.0 GB of 143.8 GB in 4 passes, 1.9 s; ECC " \
+                             "not re-read"
+
+
+@pytest.mark.parametrize("links, expected, basis", [
+    (1, 51.2, "1 XGMI link carries (64 GB/s per direction raw)"),
+    (2, 102.4, "2 XGMI links carry (128 GB/s per direction raw)")])
+def test_an_xgmi_pair_is_judged_per_link(links, expected, basis):
+    # MI300X: 64 GB/s a direction per Infinity Fabric link (AMD data sheet); one pair uses its direct link(s).
+    snapshot = node()
+    snapshot.peers = [PeerLink(gpu_a=0, gpu_b=1, path="xgmi", link_count=links)]
+    snapshot.active.peers[0].copy = CopyBandwidth(48.0, 256 << 20, 24)
+    first, _ = by_check(active_checks(snapshot, DEFAULT_EXPECTATIONS), "active.p2p_bandwidth")
+    assert first.expected["gb_per_second"] == expected
+    assert first.message == f"GPU 0 -> GPU 1: 48.0 GB/s, {48.0 / expected:.0%} of the {expected:g} GB/s {basis}"
+    assert first.status == (Status.PASS if links == 1 else Status.FAIL)  # 94 % / 47 %

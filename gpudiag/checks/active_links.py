@@ -129,7 +129,8 @@ def expected_peer_copy(snapshot: NodeSnapshot, src: DeviceSnapshot, dst: DeviceS
         else:
             per_link, name = limits.xgmi_gbps_per_link, "XGMI link" if links == 1 else "XGMI links"
         raw = links * per_link
-        return Target(round(raw * limits.p2p_efficiency, 1), f"{links} {name} carry ({raw:g} GB/s per direction raw)",
+        verb = "carries" if links == 1 else "carry"
+        return Target(round(raw * limits.p2p_efficiency, 1), f"{links} {name} {verb} ({raw:g} GB/s per direction raw)",
                       limits.p2p_warn_ratio, limits.p2p_fail_ratio, fabric=True)
     ends = [expected_host_copy(snapshot, d, None, expect, limits) for d in (src, dst)]
     if any(t is None for t in ends):

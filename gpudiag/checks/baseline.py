@@ -200,9 +200,7 @@ def _peer_key(peer: PeerBaseline) -> str:
     return f"{peer.pci_bus_id_a}<->{peer.pci_bus_id_b}"
 
 
-def _peer_value(peer: Optional[PeerBaseline]) -> Optional[str]:
-    if peer is None:
-        return None
+def _peer_value(peer: PeerBaseline) -> str:
     return f"{peer.path}" + (f" ×{peer.link_count}" if peer.link_count is not None else "")
 
 
