@@ -1,5 +1,9 @@
 import dataclasses
 
+import pytest
+
+from gpudiag.checks.common import PhysicalGpu
+from gpudiag.checks.pcie_power import LoadedLink, under_load
 from gpudiag.expect import Expectations
 from gpudiag.model import ActiveDevice, ActiveResults, CopyBandwidth, ErrorKind, PcieDpmLevel, ProbeError, Status
 from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
@@ -298,3 +302,177 @@ def test_aer_is_judged_even_when_the_gpu_is_lost():
     snap.devices[0].reachable = False
     snap.pci_gpus[0].aer["fatal"]["TOTAL_ERR_FATAL"] = 2
     assert for_gpu(run(snap, "pcie.aer"), 0).status == Status.FAIL
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Boundaries the mutation run (tools/mutate.py) found unpinned.
+
+
+def _bus_only_gpu1(**link):
+    """The H200 node with GPU 1 on the PCI bus only (the library does not see it), its sysfs link set to `link`."""
+    snap = nvidia_h200_node()
+    del snap.devices[1]
+    for name, value in link.items():
+        setattr(snap.pci_gpus[1], name, value)
+    return snap
+
+
+def _idle_gpu0_at(generation, pstate):
+    """The H200 node with GPU 0 idle in `pstate` and its link at `generation`."""
+    snap = nvidia_h200_node()
+    _downshift(snap.devices[0], snap.pci_gpus[0], generation)
+    _idle(snap.devices[0], pstate)
+    return snap
+
+
+def test_warning_says_which_question_stays_open_low_p_state_or_unreadable_p_state():
+    # A low P-state excuses the link: only whether it reaches Gen5 is open. An unreadable P-state excuses nothing:
+    # it is open whether the link is power saving at all.
+    snap = _idle_gpu0_at(1, 8)
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert result.status == Status.WARN
+    assert result.message == ("GPU 0 (0000:19:00.0) link at Gen1 x16 of Gen5 x16, in P8: NVIDIA GPUs lower the link "
+                              "in low P-states to save power; whether it trains at Gen5 cannot be judged until the "
+                              "GPU is loaded")
+    snap.devices[0].clocks.performance_state = None
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert result.status == Status.WARN
+    assert result.message == ("GPU 0 (0000:19:00.0) link at Gen1 x16 of Gen5 x16, its P-state could not be read; "
+                              "whether that is power saving or a fault cannot be told until the GPU is loaded")
+
+
+def test_a_load_reading_of_the_width_alone_judges_the_width_and_leaves_the_generation_to_the_idle_reading():
+    # A runtime may report the link width under load but not its speed: the generation is then judged as read idle.
+    snap = _idle_gpu0_at(1, 8)
+    _loaded(snap, 0, None, 16)
+    generation = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert_actionable(generation, Status.WARN)
+    assert "under_load" not in generation.observed and "cannot be judged" in generation.message
+    width = for_gpu(run(snap, "pcie.link_width"), 0)
+    assert width.status == Status.PASS
+    assert width.message == "GPU 0 (0000:19:00.0) link at Gen? x16 under load"
+    assert width.observed["under_load"] == "Gen? x16"
+
+
+def test_a_load_reading_of_the_generation_alone_settles_the_generation():
+    snap = _idle_gpu0_at(1, 8)
+    _loaded(snap, 0, 5, None)
+    generation = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert generation.status == Status.PASS
+    assert generation.message == "GPU 0 (0000:19:00.0) link at Gen5 x? under load"
+    width = for_gpu(run(snap, "pcie.link_width"), 0)
+    assert width.status == Status.PASS and "under_load" not in width.observed
+
+
+def test_copies_without_any_link_reading_are_no_load_reading():
+    snap = nvidia_h200_node()
+    _loaded(snap, 0, None, None)
+    gpu = PhysicalGpu(snap.devices[0], snap.pci_gpus[0])
+    assert under_load(snap, gpu) is None
+    _loaded(snap, 0, 4, None)
+    assert under_load(snap, gpu) == LoadedLink(4, None)
+
+
+def test_a_load_reading_recorded_for_another_bus_id_is_not_this_gpus():
+    # ActiveDevice carries the snapshot index and the bus ID; if they disagree (a GPU fell off the bus between the
+    # collection and the load test, renumbering the library's indices) the reading is another GPU's.
+    snap = _idle_gpu0_at(1, 8)
+    copy = CopyBandwidth(gb_per_second=50.0, link_generation=5, link_width=16)
+    snap.active = ActiveResults(tests=["pcie"], devices=[
+        ActiveDevice(index=0, pci_bus_id=snap.devices[1].pci_bus_id, h2d=copy, d2h=copy)])
+    result = for_gpu(run(snap, "pcie.link_generation"), 0)
+    assert result.status == Status.WARN and "under_load" not in result.observed
+
+
+@pytest.mark.parametrize("check_id, what, part, expected_field, target", [
+    ("pcie.link_generation", "PCIe link generation", "generation", "expected_pcie_generation", 5),
+    ("pcie.link_width", "PCIe link width", "width", "expected_pcie_width", 16),
+])
+def test_link_not_read_skips_whether_the_current_or_the_maximum_is_missing(check_id, what, part, expected_field,
+                                                                          target):
+    snap = nvidia_h200_node()
+    device, pci = snap.devices[1], snap.pci_gpus[1]
+    setattr(device.pcie, f"current_{part}", None)
+    setattr(pci, f"current_link_{part}", None)
+    result = for_gpu(run(snap, check_id), 1)
+    assert result.status == Status.SKIP
+    assert result.message == f"{what} is not supported on GPU 1 (0000:3b:00.0) (NVIDIA H200)"
+
+    snap = nvidia_h200_node()
+    device, pci = snap.devices[1], snap.pci_gpus[1]
+    for name in (f"device_max_{part}", f"max_{part}"):
+        setattr(device.pcie, name, None)
+    setattr(pci, f"max_link_{part}", None)
+    result = for_gpu(run(snap, check_id), 1)
+    assert result.status == Status.SKIP and f"{what} is not supported" in result.message
+    # A profile's expected generation or width is a target even without the GPU's maximum.
+    profile = dataclasses.replace(Expectations(), **{expected_field: target})
+    assert for_gpu(run(snap, check_id, profile), 1).status == Status.PASS
+
+
+def test_a_gpu_on_the_bus_only_without_a_link_reading_skips_naming_sysfs():
+    snap = _bus_only_gpu1(current_link_generation=None)
+    (result,) = node_level(run(snap, "pcie.link_generation"))
+    assert result.status == Status.SKIP
+    assert result.message == ("GPU at 0000:3b:00.0 (on the PCI bus, not enumerated by a vendor library): PCIe link "
+                              "generation not readable from sysfs")
+
+
+def test_replay_counter_of_a_gpu_on_the_bus_only_skips():
+    snap = _bus_only_gpu1()
+    (result,) = node_level(run(snap, "pcie.replay_errors"))
+    assert result.status == Status.SKIP
+    assert result.message == ("GPU at 0000:3b:00.0 (on the PCI bus, not enumerated by a vendor library): replay "
+                              "counters come from the vendor library")
+    assert for_gpu(run(snap, "pcie.replay_errors"), 0).status == Status.PASS
+
+
+def test_amd_gpu_on_the_bus_only_is_judged_by_amdgpu_link_dpm():
+    # Without the library, the vendor comes from sysfs: an AMD GPU's evidence is pp_dpm_pcie, not a P-state.
+    snap = amd_mi300x_node()
+    del snap.devices[4]
+    pci = snap.pci_gpus[4]
+    pci.current_link_generation = 4
+    (result,) = node_level(run(snap, "pcie.link_generation"))
+    assert_actionable(result, Status.FAIL)
+    assert "no amdgpu link DPM level (pp_dpm_pcie) says the link is power-managed" in result.message
+    pci.current_link_generation, pci.current_link_width = 1, 1
+    _dpm(pci, [(1, 1), (5, 16)], current=0)
+    (width,) = node_level(run(snap, "pcie.link_width"))
+    assert_actionable(width, Status.WARN)
+    assert "level 0" in width.message
+
+
+def test_nvidia_gpu_on_the_bus_only_warns_with_the_nvidia_confirmation():
+    snap = _bus_only_gpu1(current_link_generation=4)
+    (result,) = node_level(run(snap, "pcie.link_generation"))
+    assert_actionable(result, Status.WARN)
+    assert "P-state could not be read" in result.message
+    assert "`nvidia-smi -q -i 0000:3b:00.0 -d PCI` (Link Info, Current)" in result.remediation
+
+
+def test_aer_correctable_at_the_threshold_passes_and_one_more_warns():
+    snap = amd_mi300x_node()
+    snap.pci_gpus[3].aer["correctable"].update({"Receiver Error": 100, "TOTAL_ERR_COR": 100})
+    result = for_gpu(run(snap, "pcie.aer"), 3)
+    assert result.status == Status.PASS
+    assert result.message == "GPU 3 (0000:65:00.0): no uncorrectable PCIe errors, 100 correctable"
+    assert result.expected == "no fatal/nonfatal errors, correctable <= 100"
+    snap.pci_gpus[3].aer["correctable"].update({"Receiver Error": 101, "TOTAL_ERR_COR": 101})
+    result = for_gpu(run(snap, "pcie.aer"), 3)
+    assert_actionable(result, Status.WARN)
+    assert result.message == "GPU 3 (0000:65:00.0) logged 101 correctable PCIe errors"
+
+
+def test_aer_observed_carries_the_sysfs_detail_or_nothing_from_the_library():
+    snap = nvidia_h200_node()
+    snap.pci_gpus[0].aer["correctable"].update({"Bad TLP": 2, "TOTAL_ERR_COR": 2})
+    result = for_gpu(run(snap, "pcie.aer"), 0)
+    assert result.observed == {"fatal": 0, "nonfatal": 0, "correctable": 2, "detail": snap.pci_gpus[0].aer}
+
+    snap = nvidia_h200_node()
+    snap.pci_gpus = []
+    snap.devices[0].pcie.error_counters = {"fatal_errors": 0, "non_fatal_errors": 0, "correctable_errors": 3}
+    result = for_gpu(run(snap, "pcie.aer"), 0)
+    assert result.status == Status.PASS
+    assert result.observed == {"fatal": 0, "nonfatal": 0, "correctable": 3, "detail": {}}

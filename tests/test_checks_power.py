@@ -1,7 +1,7 @@
 import dataclasses
 
 from gpudiag.expect import Expectations
-from gpudiag.model import Status
+from gpudiag.model import ErrorKind, ProbeError, Status
 from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
 
 
@@ -78,3 +78,75 @@ def test_limit_against_the_profile_passes_at_the_tolerance_and_fails_past_it():
         result = for_gpu(run(snap, "power.limit", profile), 0)
         assert result.status == status, watts
     assert result.expected == "700 W ± 5 W"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Boundaries the mutation run (tools/mutate.py) found unpinned.
+
+
+def test_power_brake_names_the_vendor_query_that_shows_it():
+    snap = nvidia_h200_node()
+    snap.devices[1].clocks.throttle_reasons = ["hw_slowdown", "hw_power_brake"]
+    brake = for_gpu(run(snap, "power.brake"), 1)
+    assert "Confirm with `nvidia-smi -q -i 1 -d POWER,PERFORMANCE` (HW Power Brake Slowdown: Active)." \
+        in brake.remediation
+    amd = amd_mi300x_node()
+    amd.devices[2].clocks.throttle_reasons = ["hw_power_brake"]
+    assert "Confirm with `amd-smi metric --power -g 2`" in for_gpu(run(amd, "power.brake"), 2).remediation
+
+
+def test_power_brake_without_throttle_reasons_skips_or_is_unknown_on_a_failed_read():
+    snap = amd_mi300x_node()
+    snap.devices[0].clocks.throttle_reasons = None
+    result = for_gpu(run(snap, "power.brake"), 0)
+    assert result.status == Status.SKIP
+    assert result.message == "throttle reasons is not supported on GPU 0 (0000:05:00.0) (AMD Instinct MI300X)"
+    snap.devices[0].errors.append(ProbeError("amdsmi.amdsmi_get_violation_status", ErrorKind.ERROR,
+                                             "AMDSMI_STATUS_IO"))
+    assert_actionable(for_gpu(run(snap, "power.brake"), 0), Status.UNKNOWN)
+
+
+def test_profile_limit_without_a_limit_reading_skips():
+    profile = dataclasses.replace(Expectations(), expected_power_limit_watts=700.0)
+    snap = nvidia_h200_node()
+    snap.devices[0].power.limit_watts = None
+    result = for_gpu(run(snap, "power.limit", profile), 0)
+    assert result.status == Status.SKIP
+    assert result.message == "power limit is not supported on GPU 0 (0000:19:00.0) (NVIDIA H200)"
+
+
+def test_profile_limit_within_tolerance_of_the_gpu_maximum_can_still_be_set():
+    # The H200's maximum is 700 W and the tolerance 5 W: a profile of 705 W is the maximum as read, so the advice is
+    # to set it; a profile of 706 W asks for more than the board allows: another SKU or a VBIOS cap.
+    snap = nvidia_h200_node()
+    snap.devices[0].power.limit_watts = 600.0
+    at_edge = for_gpu(run(snap, "power.limit", Expectations(expected_power_limit_watts=705.0)), 0)
+    assert_actionable(at_edge, Status.FAIL)
+    assert at_edge.remediation.startswith("Set it with `nvidia-smi -i 0 -pl 705`")
+    beyond = for_gpu(run(snap, "power.limit", Expectations(expected_power_limit_watts=706.0)), 0)
+    assert_actionable(beyond, Status.FAIL)
+    assert beyond.remediation.startswith("The GPU cannot be set that high (its maximum is 700 W)")
+
+
+def test_draw_notes_a_power_cap_only_when_one_is_active():
+    snap = nvidia_h200_node()  # busy, no throttle reason
+    draw = for_gpu(run(snap, "power.draw"), 0)
+    assert draw.status == Status.PASS
+    assert draw.message == "GPU 0 (0000:19:00.0) draws 585.4 W of 700 W"
+    assert draw.observed["power_capped"] is False
+    amd = amd_mi300x_node()
+    amd.devices[3].clocks.throttle_reasons = ["ppt_power"]
+    draw = for_gpu(run(amd, "power.draw"), 3)
+    assert draw.message == "GPU 3 (0000:65:00.0) draws 142 W of 750 W (power-capped at its limit: normal under load)"
+    assert draw.observed["power_capped"] is True
+
+
+def test_draw_at_exactly_the_ceiling_passes_and_above_it_warns():
+    # 125 % of 700 W is 875 W exactly (a ratio a binary float holds), so the edge is the edge.
+    ratio = Expectations(power_over_limit_warn_ratio=1.25)
+    snap = nvidia_h200_node()
+    snap.devices[0].power.draw_watts = 875.0
+    result = for_gpu(run(snap, "power.draw", ratio), 0)
+    assert result.status == Status.PASS and result.expected == "<= 875 W (125% of the limit)"
+    snap.devices[0].power.draw_watts = 875.5
+    assert_actionable(for_gpu(run(snap, "power.draw", ratio), 0), Status.WARN)

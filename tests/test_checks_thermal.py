@@ -82,3 +82,28 @@ def test_throttle_reasons_unsupported_skip():
     snap = amd_mi300x_node()
     snap.devices[0].clocks.throttle_reasons = None
     assert for_gpu(run(snap, "thermal.throttle"), 0).status == Status.SKIP
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Boundaries the mutation run (tools/mutate.py) found unpinned.
+
+
+def test_a_sensor_without_a_reading_is_left_out_and_the_others_judged():
+    snap = nvidia_h200_node()
+    snap.devices[0].temperatures["memory"].current_celsius = None
+    result = for_gpu(run(snap, "thermal.temperature"), 0)
+    assert result.status == Status.PASS
+    assert result.message == "GPU 0 (0000:19:00.0): gpu 47°C"
+    assert result.observed == {"gpu": 47.0, "memory": None}
+    assert set(result.expected) == {"gpu"}
+
+
+def test_expected_lists_only_the_sensors_that_have_limits():
+    snap = amd_mi300x_node()  # hbm0 reports a temperature but no limits
+    result = for_gpu(run(snap, "thermal.temperature"), 0)
+    assert result.status == Status.PASS
+    assert result.message == "GPU 0 (0000:05:00.0): hotspot 41°C, vram 36°C"
+    assert result.expected == {
+        "hotspot": {"slowdown": 105.0, "shutdown": 110.0, "max_operating": None, "warn_margin": 5.0},
+        "vram": {"slowdown": 105.0, "shutdown": 110.0, "max_operating": None, "warn_margin": 5.0}}
+    assert result.observed == {"hotspot": 41.0, "vram": 36.0, "hbm0": 35.0}

@@ -127,9 +127,9 @@ def _judge_link(check_id: str, gpu: PhysicalGpu, loaded: Optional[LoadedLink], c
                       remediation=remediation(False))
     observed.update(state.observed)
     if state.excused is not False:
-        cannot_tell = "cannot be judged" if state.excused else "could be power saving or a fault"
-        return warned(check_id, device, f"{gpu.label} link at {link}, {state.why}; whether it trains at "
-                                        f"{what} {cannot_tell} until the GPU is loaded",
+        question = (f"whether it trains at {what} cannot be judged" if state.excused
+                    else "whether that is power saving or a fault cannot be told")
+        return warned(check_id, device, f"{gpu.label} link at {link}, {state.why}; {question} until the GPU is loaded",
                       observed=observed, expected=expected, remediation=confirm_under_load(gpu))
     return failed(check_id, device, f"{gpu.label} link at {link}, {state.why}", observed=observed,
                   expected=expected, remediation=remediation(False))
