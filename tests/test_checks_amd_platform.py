@@ -38,7 +38,7 @@ def test_no_table_version_is_a_skip_not_a_pass():
     snap.devices[0].metrics_version = None  # e.g. the sysfs fallback, which does not decode gpu_metrics
     result = for_gpu(run(snap, "driver.gpu_metrics_version"), 0)
     assert result.status == Status.SKIP
-    assert result.message.startswith("gpu_metrics table version is not supported on GPU 0")
+    assert result.message == "gpu_metrics table version is not supported on GPU 0 (0000:05:00.0) (AMD Instinct MI300X)"
 
 
 def test_a_newer_table_warns_naming_exactly_the_values_that_vanished():
@@ -133,7 +133,18 @@ def _recovery(counters: dict[str, int], days_up: float | None = None):
 def test_no_recovery_or_nak_counter_is_a_skip_not_a_pass():
     result = _recovery({})
     assert result.status == Status.SKIP
-    assert result.message.startswith("PCIe recovery and NAK counters is not supported on GPU 2")
+    assert result.message == ("PCIe recovery and NAK counters is not supported on GPU 2 (0000:46:00.0) (AMD Instinct "
+                              "MI300X)")
+
+
+def test_counters_lost_to_a_newer_gpu_metrics_table_skip_saying_why():
+    snap = amd_mi300x_node()
+    snap.devices[2].pcie.error_counters = {}
+    snap.devices[2].unsupported["amdsmi.amdsmi_get_gpu_metrics_info"] = METRICS_SKEW
+    result = for_gpu(run(snap, "pcie.link_recovery"), 2)
+    assert result.status == Status.SKIP
+    assert result.message == ("PCIe recovery and NAK counters is not supported on GPU 2 (0000:46:00.0) (AMD Instinct "
+                              f"MI300X): {METRICS_SKEW}")
 
 
 def test_a_healthy_link_passes_with_its_counts():
