@@ -240,3 +240,13 @@ def test_a_missing_module_points_at_the_vendors_kernel_log_lines(vendor, grep):
     assert_actionable(result, Status.FAIL)
     module = "nvidia" if vendor == "nvidia" else "amdgpu"
     assert f"Load it with `modprobe {module}` and read why it failed with `{grep}`." in result.remediation
+
+
+def test_a_loaded_module_passes_even_when_the_library_fails():
+    """The module list is the evidence: a failing NVML is driver.library's finding, not a missing module."""
+    snap = nvidia_h200_node()
+    snap.backends[0].available, snap.backends[0].device_count = False, 0
+    snap.backends[0].error = ProbeError("nvml.nvmlInit", ErrorKind.ERROR, "Unknown Error")
+    (result,) = run(snap, "driver.module_loaded")
+    assert (result.status, result.message) == (Status.PASS, "kernel module nvidia is loaded")
+    assert result.observed == {"nvidia": NVIDIA_DRIVER}
