@@ -63,3 +63,26 @@ def test_the_remediation_of_an_unreadable_value_follows_the_probe_error(kind, re
     assert_actionable(result, Status.UNKNOWN)
     assert result.message == "PCIe recovery and NAK counters of GPU 1 (0000:26:00.0) could not be read"
     assert result.remediation == remediation
+
+
+# -- GPUs as the PCI bus and the vendor libraries see them together ---------------------------------------------
+
+
+def test_a_gpu_on_the_bus_that_no_library_enumerated_is_named_by_its_bus_id():
+    snap = nvidia_h200_node()
+    snap.devices = snap.devices[:1]  # NVML lost GPU 1; sysfs still lists it
+    results = run(snap, "pcie.replay_errors")
+    assert [r.status for r in results] == [Status.PASS, Status.SKIP]
+    assert results[0].message == "GPU 0 (0000:19:00.0): 0 PCIe replays"
+    assert results[1].device is None and results[1].message == (
+        "GPU at 0000:3b:00.0 (on the PCI bus, not enumerated by a vendor library): replay counters come from the "
+        "vendor library")
+
+
+def test_a_gpu_a_library_enumerated_but_the_pci_scan_missed_is_still_judged_by_its_bus_id():
+    snap = nvidia_h200_node()
+    snap.pci_gpus = snap.pci_gpus[:1]  # e.g. a --root tree with part of /sys/bus/pci
+    snap.devices[1].pcie.replay_count = 101
+    results = run(snap, "pcie.replay_errors")
+    assert [(r.device.index, r.status) for r in results] == [(0, Status.PASS), (1, Status.WARN)]
+    assert "`lspci -vvv -s 0000:3b:00.0`" in results[1].remediation
