@@ -1,4 +1,8 @@
-from gpudiag.model import ErrorKind, ProbeError, Status
+import pytest
+
+from gpudiag.checks.common import PERMISSION_REMEDIATION
+from gpudiag.expect import Expectations
+from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError, Status
 from tests.snapshots import AMDGPU_DKMS, NVIDIA_DRIVER, amd_mi300x_node, assert_actionable, nvidia_h200_node, run
 
 
@@ -53,11 +57,16 @@ def test_binding_to_the_wrong_driver():
     assert run(snap, "driver.device_bound")[0].status == Status.WARN
 
 
-def test_library_missing_while_module_loaded_points_at_the_userspace_package():
+def _nvml_failed(kind: ErrorKind, message: str):
+    """driver.library's result for NVML on the H200 node (module loaded) when nvmlInit fails so."""
     snap = nvidia_h200_node()
     snap.backends[0].available = False
-    snap.backends[0].error = ProbeError("nvml.nvmlInit", ErrorKind.NOT_FOUND, "NVML Shared Library Not Found")
-    result = next(r for r in run(snap, "driver.library") if "nvml" in r.message)
+    snap.backends[0].error = ProbeError("nvml.nvmlInit", kind, message)
+    return next(r for r in run(snap, "driver.library") if "nvml" in r.message)
+
+
+def test_library_missing_while_module_loaded_points_at_the_userspace_package():
+    result = _nvml_failed(ErrorKind.NOT_FOUND, "NVML Shared Library Not Found")
     assert_actionable(result, Status.FAIL)
     assert "libnvidia-ml" in result.remediation
     assert result.observed["gpus_on_bus"] == ["0000:19:00.0", "0000:3b:00.0"]
@@ -126,3 +135,118 @@ def test_in_tree_amdgpu_is_not_a_version_mismatch():
     snap.host.modules_loaded["amdgpu"] = AMDGPU_DKMS
     snap.backend("amdsmi").driver_version = "6.8.5"
     assert run(snap, "driver.version_consistent")[0].status == Status.FAIL
+
+
+# -- boundaries the mutation run found unpinned (issue 16) -------------------------------------------------------
+
+IN_TREE = "in-tree amdgpu (kernel release)"
+DKMS_MODULE = "kernel module (/sys/module/amdgpu/version)"
+
+
+@pytest.mark.parametrize("check_id, message", [
+    ("driver.module_loaded", "no GPU on the PCI bus or in any vendor library"),
+    ("driver.device_bound", "no GPU found on the PCI bus"),
+    ("driver.library", "no vendor library was tried"),
+    ("driver.version_consistent", "no GPU on this node"),
+    ("driver.version", "no GPU on this node"),
+])
+def test_a_node_without_gpus_gets_one_node_level_skip_per_driver_check(check_id, message):
+    """A check that answers nothing vanishes from the report and the exporter: it must say why it skipped."""
+    (result,) = run(NodeSnapshot(), check_id, Expectations(min_driver_version="550.0"))
+    assert (result.status, result.device, result.message) == (Status.SKIP, None, message)
+
+
+def test_library_refused_for_permissions_says_to_run_as_root_not_to_fix_the_driver():
+    result = _nvml_failed(ErrorKind.NO_PERMISSION, "Insufficient Permissions")
+    assert_actionable(result, Status.FAIL)
+    assert result.remediation == PERMISSION_REMEDIATION
+
+
+def _amd_without_amdsmi(modules: dict):
+    """amdsmi not installed (the sysfs fallback serves the GPUs), so no library reports a driver version."""
+    snap = amd_mi300x_node()
+    amdsmi = snap.backend("amdsmi")
+    amdsmi.available, amdsmi.driver_version = False, None
+    amdsmi.error = ProbeError("amdsmi.import", ErrorKind.NOT_FOUND, "libamd_smi.so not found")
+    snap.host.modules_loaded = modules
+    return snap
+
+
+def test_a_dkms_amdgpu_is_judged_by_its_module_version_not_the_kernel_release():
+    snap = _amd_without_amdsmi({"amdgpu": AMDGPU_DKMS})
+    (consistent,) = run(snap, "driver.version_consistent")
+    assert consistent.status == Status.PASS and consistent.observed == {DKMS_MODULE: AMDGPU_DKMS}
+    (version,) = run(snap, "driver.version", Expectations(min_driver_version="6.10.0"))
+    assert version.status == Status.PASS
+    assert version.message == f"AMD driver {AMDGPU_DKMS} as expected (>= 6.10.0)"
+
+
+def test_an_in_tree_amdgpu_without_amdsmi_is_judged_by_the_kernel_release():
+    snap = _amd_without_amdsmi({"amdgpu": None})  # loaded, no /sys/module/amdgpu/version
+    release = snap.host.kernel_release
+    (consistent,) = run(snap, "driver.version_consistent")
+    assert consistent.status == Status.PASS and consistent.observed == {IN_TREE: release}
+    (new_enough,) = run(snap, "driver.version", Expectations(min_driver_version="6.8.0"))
+    assert new_enough.status == Status.PASS
+    (too_old,) = run(snap, "driver.version", Expectations(min_driver_version="6.10.5"))
+    assert_actionable(too_old, Status.FAIL)
+    assert too_old.message == f"AMD driver {release} is older than the required 6.10.5"
+
+
+def test_no_module_list_and_no_amdsmi_is_not_taken_for_an_in_tree_driver():
+    """Without /sys/module nor amdsmi nothing says which amdgpu runs: the kernel release is no evidence."""
+    snap = _amd_without_amdsmi({})
+    (consistent,) = run(snap, "driver.version_consistent")
+    assert (consistent.status, consistent.message) == (Status.SKIP, "no AMD driver version is reported on this node")
+    (version,) = run(snap, "driver.version", Expectations(min_driver_version="6.8.0"))
+    assert_actionable(version, Status.UNKNOWN)
+    assert version.message == ("no AMD driver version is reported, so it cannot be compared with >= 6.8.0 (the "
+                               "in-tree amdgpu has no version of its own: pin the kernel)")
+
+
+@pytest.mark.parametrize("expect", [Expectations(expected_driver_version=NVIDIA_DRIVER),
+                                    Expectations(min_driver_version="550.0")], ids=["exact", "minimum"])
+def test_no_nvidia_driver_version_anywhere_is_unknown_not_a_mismatch(expect):
+    snap = nvidia_h200_node()
+    snap.host.modules_loaded["nvidia"] = None
+    snap.host.nvidia_proc_version = None
+    snap.backends[0].driver_version = None
+    (result,) = run(snap, "driver.version", expect)
+    assert_actionable(result, Status.UNKNOWN)
+    wanted = expect.expected_driver_version or f">= {expect.min_driver_version}"
+    assert result.message == f"no NVIDIA driver version is reported, so it cannot be compared with {wanted}"
+    assert result.remediation.startswith("Fix the driver first")
+
+
+@pytest.mark.parametrize("build, confirm", [
+    (nvidia_h200_node, "Confirm with `modinfo -F version nvidia` and `cat /proc/driver/nvidia/version`."),
+    (amd_mi300x_node, "Confirm with `modinfo -F version amdgpu` and `amd-smi version`."),
+], ids=["nvidia", "amd"])
+def test_an_unexpected_driver_names_the_vendors_own_commands(build, confirm):
+    (result,) = run(build(), "driver.version", Expectations(expected_driver_version="999.1"))
+    assert_actionable(result, Status.FAIL)
+    assert result.remediation.endswith(confirm)
+
+
+@pytest.mark.parametrize("vendor, grep", [("nvidia", "dmesg -T | grep -i -e NVRM -e Xid"),
+                                          ("amd", "dmesg -T | grep -i amdgpu")])
+def test_a_missing_module_points_at_the_vendors_kernel_log_lines(vendor, grep):
+    snap = nvidia_h200_node() if vendor == "nvidia" else amd_mi300x_node()
+    snap.host.modules_loaded = {}
+    for backend in snap.backends:
+        backend.available, backend.device_count = False, 0
+    snap.devices = []
+    (result,) = run(snap, "driver.module_loaded")
+    assert_actionable(result, Status.FAIL)
+    module = "nvidia" if vendor == "nvidia" else "amdgpu"
+    assert f"Load it with `modprobe {module}` and read why it failed with `{grep}`." in result.remediation
+
+
+def test_a_loaded_module_passes_even_when_the_library_fails():
+    """The module list is the evidence: a failing NVML is driver.library's finding, not a missing module."""
+    snap = nvidia_h200_node()
+    snap.backends[0].available, snap.backends[0].device_count = False, 0
+    snap.backends[0].error = ProbeError("nvml.nvmlInit", ErrorKind.ERROR, "Unknown Error")
+    (result,) = run(snap, "driver.module_loaded")
+    assert (result.status, result.message) == (Status.PASS, "kernel module nvidia is loaded")
+    assert result.observed == {"nvidia": NVIDIA_DRIVER}
