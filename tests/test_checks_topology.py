@@ -274,8 +274,10 @@ def test_p2p_failure_names_the_fabric():
 
 def test_p2p_pass_counts_the_fabric_pairs_only():
     snap = nvidia_h200_node()
-    snap.peers.append(PeerLink(0, 1, path="sys", p2p_read="chipset_not_supported"))
+    # One NVLink pair and two pairs over the host (GPUs 2 and 3 of a mixed node hang off PCIe only).
+    snap.peers += [PeerLink(0, 2, path="sys", p2p_read="chipset_not_supported"),
+                   PeerLink(1, 3, path="sys", p2p_read="chipset_not_supported")]
     (result,) = run(snap, "topology.p2p")
     assert result.status == Status.PASS
     assert result.message == "P2P ok on all 1 NVLink/XGMI pair(s)"
-    assert result.observed == {"fabric_pairs": 1, "other_paths": {"sys": 1}}
+    assert result.observed == {"fabric_pairs": 1, "other_paths": {"sys": 2}}
