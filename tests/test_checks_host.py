@@ -116,3 +116,12 @@ def test_bar_of_a_gpu_no_library_enumerates_is_skipped():
     assert lost.message == ("GPU at 0000:3b:00.0 (on the PCI bus, not enumerated by a vendor library): GPU memory "
                             "size comes from the vendor library")
     assert for_gpu(results, 0).status == Status.PASS
+
+
+def test_bar_exactly_the_memory_size_passes_one_byte_short_fails():
+    # "each GPU's BAR maps all of its memory": a BAR of the memory's size maps all of it.
+    snap = amd_mi300x_node()
+    snap.devices[2].memory.total_bytes = 256 * GIB  # the largest sysfs BAR (BAR0) is 256 GiB
+    assert for_gpu(run(snap, "host.large_bar"), 2).status == Status.PASS
+    snap.devices[2].memory.total_bytes = 256 * GIB + 1
+    assert_actionable(for_gpu(run(snap, "host.large_bar"), 2), Status.FAIL)
