@@ -73,3 +73,94 @@ def test_driver_reserved_memory_is_not_a_leak():
     assert for_gpu(run(snap, "workload.leaked_memory"), 0).status == Status.PASS
     device.memory.used_bytes = 2 * GIB
     assert "nvidia-smi --query-compute-apps" in for_gpu(run(snap, "workload.leaked_memory"), 0).remediation
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Boundaries the mutation run (tools/mutate.py, issue 16) found unpinned.
+
+def test_gpu_utilisation_not_reported_is_skipped_and_unreadable_is_unknown():
+    snap = nvidia_h200_node()
+    snap.devices[0].utilization.gpu_percent = None
+    skipped = for_gpu(run(snap, "workload.cpu_starved"), 0)
+    assert skipped.status == Status.SKIP
+    assert skipped.message == "GPU utilisation is not supported on GPU 0 (0000:19:00.0) (NVIDIA H200)"
+    snap.devices[0].errors.append(ProbeError("nvml.nvmlDeviceGetUtilizationRates", ErrorKind.ERROR, "Unknown"))
+    assert_actionable(for_gpu(run(snap, "workload.cpu_starved"), 0), Status.UNKNOWN)
+
+
+def test_gpu_at_the_idle_threshold_is_busy_one_below_is_judged_idle():
+    # Expectations.gpu_idle_percent (10): "GPU >= 10% busy" is not starved.
+    snap = nvidia_h200_node()
+    _starve(snap, 1, 98.0)
+    snap.devices[1].utilization.gpu_percent = 10
+    busy = for_gpu(run(snap, "workload.cpu_starved"), 1)
+    assert busy.status == Status.PASS and busy.message == "GPU 1 (0000:3b:00.0) is busy (10%)"
+    snap.devices[1].utilization.gpu_percent = 9
+    assert_actionable(for_gpu(run(snap, "workload.cpu_starved"), 1), Status.WARN)
+
+
+def test_local_cpus_at_the_busy_threshold_warn_just_below_pass():
+    # Expectations.host_cpu_busy_percent (90): starved when the local CPUs are not below 90 %.
+    snap = nvidia_h200_node()
+    _starve(snap, 1, 90.0)
+    at = for_gpu(run(snap, "workload.cpu_starved"), 1)
+    assert_actionable(at, Status.WARN)
+    assert at.message == ("GPU 1 (0000:3b:00.0) is near idle (3%) while its local CPUs are 90% busy: the job is "
+                          "starved by CPU-side work")
+    _starve(snap, 1, 89.9)
+    below = for_gpu(run(snap, "workload.cpu_starved"), 1)
+    assert below.status == Status.PASS
+    assert below.message == "GPU 1 (0000:3b:00.0) is near idle (3%) and its local CPUs are not saturated (90%)"
+
+
+def test_without_per_cpu_load_the_starvation_check_skips():
+    snap = nvidia_h200_node()
+    _starve(snap, 1, 98.0)
+    snap.host.per_cpu_percent = []
+    result = for_gpu(run(snap, "workload.cpu_starved"), 1)
+    assert result.status == Status.SKIP and result.message == "host per-CPU load was not collected"
+
+
+def test_affine_cpus_beyond_the_load_sample_are_left_out():
+    # The affinity mask may name CPUs that the per-CPU sample has no entry for (offline, or hot-added later).
+    snap = nvidia_h200_node()
+    _starve(snap, 1, 98.0)
+    snap.devices[1].cpu_affinity = list(range(48, 97))  # 96 is one past the 96 sampled CPUs (0..95)
+    result = for_gpu(run(snap, "workload.cpu_starved"), 1)
+    assert_actionable(result, Status.WARN)
+    assert result.observed["local_cpus"] == list(range(48, 96))
+
+
+def test_without_gpu_locality_the_whole_host_is_judged():
+    snap = nvidia_h200_node()
+    _starve(snap, 1, 98.0, cpu_percent_elsewhere=98.0)
+    snap.devices[1].cpu_affinity = None
+    result = for_gpu(run(snap, "workload.cpu_starved"), 1)
+    assert_actionable(result, Status.WARN)
+    assert result.message == ("GPU 1 (0000:3b:00.0) is near idle (3%) while the host's CPUs (GPU locality unknown) "
+                              "are 98% busy: the job is starved by CPU-side work")
+    assert result.observed["local_cpus"] is None
+
+
+def test_memory_use_or_process_list_not_reported_is_skipped():
+    snap = amd_mi300x_node()
+    snap.devices[3].memory.used_bytes = None
+    snap.devices[4].processes = None
+    results = run(snap, "workload.leaked_memory")
+    assert for_gpu(results, 3).status == Status.SKIP
+    assert for_gpu(results, 3).message == ("GPU memory usage is not supported on GPU 3 (0000:65:00.0) "
+                                           "(AMD Instinct MI300X)")
+    assert for_gpu(results, 4).status == Status.SKIP
+    assert for_gpu(results, 4).message.startswith("process list is not supported on GPU 4 ")
+
+
+def test_memory_held_at_the_threshold_passes_one_byte_more_warns():
+    # Expectations.leaked_memory_warn_bytes (1 GiB): "<= 1073741824 bytes in use with no process".
+    snap = amd_mi300x_node()
+    snap.devices[3].memory.used_bytes = GIB
+    at = for_gpu(run(snap, "workload.leaked_memory"), 3)
+    assert at.status == Status.PASS and at.message == "GPU 3 (0000:65:00.0): 1.0 GiB in use by 0 process(es)"
+    snap.devices[3].memory.used_bytes = GIB + 1
+    above = for_gpu(run(snap, "workload.leaked_memory"), 3)
+    assert_actionable(above, Status.WARN)
+    assert above.message == "GPU 3 (0000:65:00.0): 1.0 GiB of GPU memory in use but no process is listed"
