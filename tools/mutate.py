@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import select
 import shutil
 import signal
@@ -227,6 +228,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-mutants", type=int, default=0, help="at most this many mutants per file, sampled "
                                                                    "evenly with --seed (0: all)")
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--lines", nargs="+", metavar="FILE:LINE", help="only the mutants on these lines (to check "
+                                                                        "survivors again after a new test)")
     parser.add_argument("--timeout", type=float, default=0, help="seconds one test may run under a mutant before "
                         "it counts as hung (default: 10 s + 4x its traced time)")
     parser.add_argument("--workers", type=int, default=2, help="mutants run at once (default 2)")
@@ -243,6 +246,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     mutants: dict[str, list[Mutant]] = {}
     for t in targets:
         every = list_mutants(t, root)
+        if args.lines:
+            every = [m for m in every if f"{t}:{m.line}" in args.lines]
         if args.max_mutants and len(every) > args.max_mutants:
             every = sorted(random.Random(args.seed).sample(every, args.max_mutants), key=lambda m: m.index)
         mutants[t] = every
@@ -255,6 +260,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     tests = args.tests or coverage.candidate_tests(targets, root)
     started = time.monotonic()
     workers: list[Worker] = []
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = usage.ru_utime + usage.ru_stime
     spare = frozenset(worker.children())  # not ours to kill (main() may run inside another program)
     worker.become_subreaper()
     # The tests build sysfs trees by the thousand: in memory (tmpfs) that costs a fraction of a disk's time.
@@ -284,9 +291,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         worker.reap_orphans(spare)
         worker.become_subreaper(False)
     wall = time.monotonic() - started
-    report.print_report(outcomes, targets, wall, len(workers), root)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process the run started, forked children included
+    cpu = usage.ru_utime + usage.ru_stime - cpu_before
+    report.print_report(outcomes, targets, wall, cpu, len(workers), root)
     if args.json:
-        report.write_json(args.json, outcomes, targets, wall, len(workers), root)
+        report.write_json(args.json, outcomes, targets, wall, cpu, len(workers), root)
     return 0
 
 

@@ -150,7 +150,7 @@ class ListRun(_Reports):
 class Serve(_Reports):
     def __init__(self, root: Path, tools: Path, requests: int, replies: int) -> None:
         self.root, self.tools, self.requests, self.replies = root, tools, requests, replies
-        self.alone: dict[str, bool] = {}  # node ID → passes alone without the mutant
+        self.alone: dict[tuple[str, bool], bool] = {}  # (node ID, forked) → passes alone without the mutant
         self.error = ""
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ class Serve(_Reports):
                         **({"error": self.error} if status == "error" else {})}
             test = tests[i]
             self._disk(target, original)
-            alone = self._alone(test, deadlines[i])
+            alone = self._alone(test, deadlines[i], hot)
             if status == "timeout":
                 return {"outcome": "timeout" if alone else "unclear", "by": test, "ran": i + 1}
             if alone and i == 0:
@@ -200,16 +200,17 @@ class Serve(_Reports):
                 self._disk(target, original)
                 if again == "failed":
                     return {"outcome": "killed", "by": test, "ran": i + 1}
-            control, _ = self.run(tests[:i + 1], deadlines[:i + 1], None, True)
+            control, _ = self.run(tests[:i + 1], deadlines[:i + 1], None, hot)
             return {"outcome": "killed" if control == "passed" else "unclear", "by": test, "ran": i + 1,
                     "context": True}
         finally:
             self._disk(target, original)
 
-    def _alone(self, test: str, deadline: float) -> bool:
-        if test not in self.alone:
-            self.alone[test] = self.run([test], [deadline], None, True)[0] == "passed"
-        return self.alone[test]
+    def _alone(self, test: str, deadline: float, hot: bool) -> bool:
+        """Whether the test passes alone without the mutant, run the way the mutant ran (forked or fresh)."""
+        if (test, hot) not in self.alone:
+            self.alone[test, hot] = self.run([test], [deadline], None, hot)[0] == "passed"
+        return self.alone[test, hot]
 
     def _disk(self, target: Path, text: str) -> None:
         if target.read_text() != text:
@@ -368,6 +369,11 @@ def main(args: list[str]) -> int:
         plugin: object = Trace(root, json.loads(os.environ["MUTATE_TARGETS"]), Path(os.environ["MUTATE_TRACE_OUT"]))
     elif mode == "list":
         plugin = ListRun(json.loads(os.environ["MUTATE_LIST"]), int(os.environ["MUTATE_PROGRESS"]))
+        pytest.main(args, plugins=[plugin])
+        # Back here, no test ran: the session stopped before them (a conftest or plugin that no longer imports under
+        # the mutant), so the first test fails; the serving worker confirms that it passes without the mutant.
+        _send(plugin.progress, "s 0\nf 0\n")
+        return 1
     else:
         requests, replies = (int(x) for x in os.environ["MUTATE_FDS"].split(","))
         plugin = Serve(root, Path(__file__).resolve().parent.parent, requests, replies)
