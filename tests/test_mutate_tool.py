@@ -81,6 +81,8 @@ _JUDGE = '''\
 """A judgement module in miniature."""
 
 ACTIONS = {"hot": "drain", "warm": "watch"}  # a table: its mutants run at import, in a fresh process
+if len(ACTIONS) != 2:  # flipped, the module no longer imports
+    raise RuntimeError("two actions")
 
 
 def verdict(value, limit=80):
@@ -158,6 +160,10 @@ def test_gauge():
     assert Gauge.over(9) and not Gauge.over(1)
 
 
+def test_timing_that_the_trace_upsets():
+    assert sys.gettrace() is None  # fails only under the traced run, like a timing test on a loaded machine
+
+
 def test_the_cli_says_high_from_ten():
     cli_verdict(0)  # the line runs here too, so the trace ties it to this test; the answer checked is the CLI's
     out = subprocess.run([sys.executable, "-m", "pkg", "10"], capture_output=True, text=True,
@@ -174,6 +180,7 @@ def _project(root: Path, tests: str = _TESTS) -> Path:
                                              "print(cli_verdict(int(sys.argv[1])))\n")
     (root / "tests").mkdir()
     (root / "tests" / "__init__.py").write_text("")
+    (root / "tests" / "conftest.py").write_text("import pkg.judge  # noqa: F401 - as gpudiag's conftest imports the checks\n")
     (root / "tests" / "test_judge.py").write_text(tests)
     return root
 
@@ -204,6 +211,7 @@ def test_mutants_are_killed_where_a_test_pins_them_and_survive_where_none_can(tm
     assert got[_at("if n < 0", "boundary `<` → `<=`")] == "survived"  # equivalent
     assert got[_at("ACTIONS =", 'action "drain" → "watch"')] == "killed"  # a table: fresh process
     assert got[_at("ACTIONS =", 'action "watch" → "none"')] == "survived"  # no test reads "warm"
+    assert got[_at("if len(ACTIONS)", "flip `!=` → `==`")] == "killed"  # conftest.py no longer imports
     assert got[_at("while n > 0", "condition negated")] == "timeout"  # countdown(0) never returns
     assert got[_at("if value >= 10", "flip `>=` → `<`")] == "killed"  # only `python -m pkg` sees it: on disk too
     assert got[_at("return value > 5", "returns None")] == "killed"  # a staticmethod
@@ -213,11 +221,21 @@ def test_mutants_are_killed_where_a_test_pins_them_and_survive_where_none_can(tm
     killers = {r["killed_by"] for r in data["mutants"] if r["outcome"] == "killed"}
     assert "tests/test_judge.py::test_hot_drains" in killers
     assert data["files"]["pkg/judge.py"]["mutants"] == len(data["mutants"])
+    assert 0 < data["cpu_seconds"] and 0 < data["wall_seconds"]
     assert (root / "pkg" / "judge.py").read_text() == _JUDGE  # the project itself is never touched
     printed = capsys.readouterr().out
     assert f"pkg/judge.py:{_at('if n < 0', '')[0]} boundary `<` → `<=` [survived]" in printed
     assert "overall:" in printed
+    assert "1 test(s) failed in the traced run; running them again untraced" in printed
     assert not _leftovers()  # the module fixture's server went down with every child, hung ones included
+
+
+def test_lines_picks_the_mutants_of_those_lines(tmp_path, capsys):
+    root = _project(tmp_path / "proj")
+    line = _at("if n < 0", "")[0]
+    assert mutate.main(["--root", str(root), "--files", "pkg/judge.py", "--lines", f"pkg/judge.py:{line}", "--list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed and all(x.startswith(f"pkg/judge.py:{line} ") for x in listed)
 
 
 def test_a_suite_that_fails_unmutated_stops_the_run(tmp_path):

@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import select
 import shutil
 import signal
@@ -92,12 +93,13 @@ def _env(copy: Path, **extra: str) -> dict[str, str]:
 
 def _boot(copy: Path, tmp: Path, name: str, tests: list[str], env: dict[str, str], **popen) -> subprocess.Popen:
     """A pytest process in the copy with the worker plugin, as it was when this run began (tmp/tool: editing the
-    tool during a run changes nothing)."""
+    tool during a run changes nothing). Its temporary directories stay short: tests put Unix sockets in them, and a
+    socket's path may not exceed 107 bytes."""
     if not (tmp / "tool" / "mutation").exists():
         shutil.copytree(TOOLS / "mutation", tmp / "tool" / "mutation", ignore=shutil.ignore_patterns("__pycache__"))
     log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
     return subprocess.Popen([sys.executable, "-c", worker.BOOT.format(tools=str(tmp / "tool")), *PYTEST_ARGS,
-                             "--basetemp", str(tmp / f"{name}-tmp"), *tests], cwd=copy, env=env,
+                             "--basetemp", str(tmp / (name[0] + name.lstrip("abcdefghijklmnopqrstuvwxyz"))), *tests], cwd=copy, env=env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             **popen)
 
@@ -106,7 +108,8 @@ def _tail(log: Path) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-40:])
 
 
-def trace(copy: Path, tmp: Path, targets: list[str], tests: list[str], root: Path) -> coverage.Coverage:
+def trace(copy: Path, tmp: Path, targets: list[str], tests: list[str], root: Path,
+          spare: frozenset[int] = frozenset()) -> coverage.Coverage:
     """The traced run of the unmutated tests. They must pass: a test that fails there is run again, untraced, in a
     fresh process (tracing slows every call, and timing tests can miss a deadline on a loaded machine); a failure
     that repeats stops the run."""
@@ -118,7 +121,8 @@ def trace(copy: Path, tmp: Path, targets: list[str], tests: list[str], root: Pat
     if code != 0 and failures:
         print(f"{len(failures)} test(s) failed in the traced run; running them again untraced: "
               f"{', '.join(failures)}", flush=True)
-        code = _boot(copy, tmp, "retry", failures, _env(copy)).wait()
+        code = _boot(copy, tmp, "retry", failures, _env(copy, MUTATE_MODE="plain")).wait()
+    worker.reap_orphans(spare)  # what a failed test's cleanup never stopped
     if code != 0:
         log = tmp / ("retry.log" if failures else "trace.log")
         sys.exit(f"mutate: the unmutated tests do not pass in the runner (pytest exit {code}); fix them first:\n"
@@ -153,9 +157,14 @@ class Worker:
 
     def stop(self) -> None:
         os.close(self.requests)
+        self.requests = -1
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
@@ -219,6 +228,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-mutants", type=int, default=0, help="at most this many mutants per file, sampled "
                                                                    "evenly with --seed (0: all)")
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--lines", nargs="+", metavar="FILE:LINE", help="only the mutants on these lines (to check "
+                                                                        "survivors again after a new test)")
     parser.add_argument("--timeout", type=float, default=0, help="seconds one test may run under a mutant before "
                         "it counts as hung (default: 10 s + 4x its traced time)")
     parser.add_argument("--workers", type=int, default=2, help="mutants run at once (default 2)")
@@ -235,6 +246,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     mutants: dict[str, list[Mutant]] = {}
     for t in targets:
         every = list_mutants(t, root)
+        if args.lines:
+            every = [m for m in every if f"{t}:{m.line}" in args.lines]
         if args.max_mutants and len(every) > args.max_mutants:
             every = sorted(random.Random(args.seed).sample(every, args.max_mutants), key=lambda m: m.index)
         mutants[t] = every
@@ -247,30 +260,42 @@ def main(argv: Optional[list[str]] = None) -> int:
     tests = args.tests or coverage.candidate_tests(targets, root)
     started = time.monotonic()
     workers: list[Worker] = []
-    with tempfile.TemporaryDirectory(prefix="gpudiag-mutate-") as tmp_name:
-        tmp = Path(tmp_name)
-        copies = [_copy_tree(root, tmp / f"copy{k}") for k in range(max(1, args.workers))]
-        cov = trace(copies[0], tmp, targets, tests, root)
-        outcomes, jobs = [], []
-        for m in (m for ms in mutants.values() for m in ms):
-            covering, hot = cov.plan(m)
-            if covering:
-                jobs.append((m, covering, hot))
-            else:
-                outcomes.append(Outcome(m, "not covered", 0))
-        try:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = usage.ru_utime + usage.ru_stime
+    spare = frozenset(worker.children())  # not ours to kill (main() may run inside another program)
+    worker.become_subreaper()
+    # The tests build sysfs trees by the thousand: in memory (tmpfs) that costs a fraction of a disk's time.
+    shm = Path("/dev/shm")
+    try:
+        with tempfile.TemporaryDirectory(prefix="mut-", dir=shm if os.access(shm, os.W_OK) else None) as tmp_name:
+            tmp = Path(tmp_name)
+            copies = [_copy_tree(root, tmp / f"copy{k}") for k in range(max(1, args.workers))]
+            cov = trace(copies[0], tmp, targets, tests, root, spare)
+            outcomes, jobs = [], []
+            for m in (m for ms in mutants.values() for m in ms):
+                covering, hot = cov.plan(m)
+                if covering:
+                    jobs.append((m, covering, hot))
+                else:
+                    outcomes.append(Outcome(m, "not covered", 0))
             for k, copy in enumerate(copies):
                 workers.append(Worker(k, copy, tmp, tests))
                 if not workers[-1].ready:
                     sys.exit(f"mutate: worker {k} did not start:\n{_tail(workers[-1].log)}")
             outcomes += run_all(jobs, cov, workers, root, args.timeout)
-        finally:
             for w in workers:
                 w.stop()
+    finally:
+        for w in workers:
+            w.kill()
+        worker.reap_orphans(spare)
+        worker.become_subreaper(False)
     wall = time.monotonic() - started
-    report.print_report(outcomes, targets, wall, len(workers), root)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process the run started, forked children included
+    cpu = usage.ru_utime + usage.ru_stime - cpu_before
+    report.print_report(outcomes, targets, wall, cpu, len(workers), root)
     if args.json:
-        report.write_json(args.json, outcomes, targets, wall, len(workers), root)
+        report.write_json(args.json, outcomes, targets, wall, cpu, len(workers), root)
     return 0
 
 

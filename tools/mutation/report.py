@@ -47,9 +47,11 @@ def scores(outcomes: list[Outcome], files: list[str]) -> dict[str, dict]:
     return out
 
 
-def print_report(outcomes: list[Outcome], files: list[str], wall: float, workers: int, root: Path) -> None:
-    print(f"\nmutation score ({len(outcomes)} mutants, {wall:.0f} s with {workers} worker(s); timeouts count as "
-          f"killed)")
+def print_report(outcomes: list[Outcome], files: list[str], wall: float, cpu: float, workers: int,
+                 root: Path) -> None:
+    # The CPU seconds tell the run's cost apart from what other work on the machine took from it.
+    print(f"\nmutation score ({len(outcomes)} mutants, {wall:.0f} s with {workers} worker(s), {cpu:.0f} s of CPU; "
+          f"timeouts count as killed)")
     for f, s in scores(outcomes, files).items():
         print(f"  {f}: {s['score']:.1f} % ({s['killed']}/{s['mutants']} killed, {s['timeouts']} by timeout)")
     killed = sum(o.result in KILLED for o in outcomes)
@@ -71,7 +73,7 @@ def print_report(outcomes: list[Outcome], files: list[str], wall: float, workers
                       f"{line_text(o, root)[:90]}{extra}")
 
 
-def write_json(path: Path, outcomes: list[Outcome], files: list[str], wall: float, workers: int,
+def write_json(path: Path, outcomes: list[Outcome], files: list[str], wall: float, cpu: float, workers: int,
                root: Path) -> None:
     rows = [{"file": o.mutant.path, "line": o.mutant.line, "index": o.mutant.index,
              "description": o.mutant.description, "outcome": o.result, "function": ".".join(o.mutant.scope[-1:]),
@@ -80,6 +82,6 @@ def write_json(path: Path, outcomes: list[Outcome], files: list[str], wall: floa
              **({"error": o.error} if o.error else {})}
             for o in sorted(outcomes, key=lambda o: (o.mutant.path, o.mutant.index))]
     killed = sum(o.result in KILLED for o in outcomes)
-    path.write_text(json.dumps({"wall_seconds": round(wall, 1), "workers": workers,
+    path.write_text(json.dumps({"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "workers": workers,
                                 "overall": round(100 * killed / len(outcomes), 1) if outcomes else 100.0,
                                 "files": scores(outcomes, files), "mutants": rows}, indent=1) + "\n")

@@ -129,6 +129,14 @@ class ListRun(_Reports):
     def __init__(self, nodeids: list[str], progress: int) -> None:
         self.nodeids, self.progress = nodeids, progress
 
+    def pytest_collectreport(self, report) -> None:
+        # A test file that no longer imports under the mutant (the serving worker collected it without): its tests
+        # fail, the first of them first.
+        if report.failed:
+            first = next((i for i, n in enumerate(self.nodeids) if n.split("::")[0] == report.nodeid), 0)
+            _send(self.progress, f"s {first}\nf {first}\n")
+            os._exit(1)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
         items = {item.nodeid: item for item in session.items}
@@ -142,7 +150,7 @@ class ListRun(_Reports):
 class Serve(_Reports):
     def __init__(self, root: Path, tools: Path, requests: int, replies: int) -> None:
         self.root, self.tools, self.requests, self.replies = root, tools, requests, replies
-        self.alone: dict[str, bool] = {}  # node ID → passes alone without the mutant
+        self.alone: dict[tuple[str, bool], bool] = {}  # (node ID, forked) → passes alone without the mutant
         self.error = ""
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -156,7 +164,7 @@ class Serve(_Reports):
             if isinstance(obj, types.FunctionType):
                 self.live.setdefault((obj.__code__.co_filename, obj.__code__.co_qualname), []).append(obj)
         self.caches = [o for o in gc.get_objects() if isinstance(o, functools._lru_cache_wrapper)]
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back here
+        become_subreaper()
         gc.collect()
         gc.freeze()  # children then share the parent's pages instead of touching them in their first collection
         _send(self.replies, json.dumps({"ready": len(self.items), "errors": session.testsfailed}) + "\n")
@@ -181,7 +189,7 @@ class Serve(_Reports):
                         **({"error": self.error} if status == "error" else {})}
             test = tests[i]
             self._disk(target, original)
-            alone = self._alone(test, deadlines[i])
+            alone = self._alone(test, deadlines[i], hot)
             if status == "timeout":
                 return {"outcome": "timeout" if alone else "unclear", "by": test, "ran": i + 1}
             if alone and i == 0:
@@ -192,16 +200,17 @@ class Serve(_Reports):
                 self._disk(target, original)
                 if again == "failed":
                     return {"outcome": "killed", "by": test, "ran": i + 1}
-            control, _ = self.run(tests[:i + 1], deadlines[:i + 1], None, True)
+            control, _ = self.run(tests[:i + 1], deadlines[:i + 1], None, hot)
             return {"outcome": "killed" if control == "passed" else "unclear", "by": test, "ran": i + 1,
                     "context": True}
         finally:
             self._disk(target, original)
 
-    def _alone(self, test: str, deadline: float) -> bool:
-        if test not in self.alone:
-            self.alone[test] = self.run([test], [deadline], None, True)[0] == "passed"
-        return self.alone[test]
+    def _alone(self, test: str, deadline: float, hot: bool) -> bool:
+        """Whether the test passes alone without the mutant, run the way the mutant ran (forked or fresh)."""
+        if (test, hot) not in self.alone:
+            self.alone[test, hot] = self.run([test], [deadline], None, hot)[0] == "passed"
+        return self.alone[test, hot]
 
     def _disk(self, target: Path, text: str) -> None:
         if target.read_text() != text:
@@ -309,43 +318,64 @@ class Serve(_Reports):
                 proc.wait()
             else:
                 os.waitpid(pid, 0)
-            self._reap_orphans()
+            reap_orphans()
             for entry in self.basetemp.iterdir():  # each run's temporary files go with it
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink()
         return status, index
 
-    def _reap_orphans(self) -> None:
-        """Kills what a child left running (servers, subprocesses): as subreaper this process inherits them."""
-        me = os.getpid()
-        for _ in range(50):
-            orphans = []
-            for stat in Path("/proc").glob("[0-9]*/stat"):
-                try:
-                    fields = stat.read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(fields[1]) == me:
-                    orphans.append(int(stat.parent.name))
-            if not orphans:
-                return
-            for pid in orphans:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                except (ProcessLookupError, ChildProcessError):
-                    pass
+
+def become_subreaper(on: bool = True) -> None:
+    """Orphans of this process's descendants come back to it (PR_SET_CHILD_SUBREAPER), for reap_orphans."""
+    ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0)
+
+
+def children() -> set[int]:
+    me, found = os.getpid(), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == me:
+                found.add(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def reap_orphans(spare: frozenset[int] = frozenset()) -> None:
+    """Kills and reaps what finished children left running (servers, subprocesses), which as subreaper this process
+    inherited; `spare` are children it had before."""
+    for _ in range(50):
+        orphans = children() - spare
+        if not orphans:
+            return
+        for pid in orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
 
 def main(args: list[str]) -> int:
     mode = os.environ["MUTATE_MODE"]
     root = Path.cwd()
+    sys.dont_write_bytecode = True
+    # The tests expect a terminal session's signals: under nohup or as a background job (`… &`) SIGHUP and SIGINT
+    # arrive ignored, every process started from here would inherit that, and a Ctrl-C or SIGHUP test would fail.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if mode == "plain":
+        return pytest.main(args)
     if mode == "trace":
         plugin: object = Trace(root, json.loads(os.environ["MUTATE_TARGETS"]), Path(os.environ["MUTATE_TRACE_OUT"]))
     elif mode == "list":
         plugin = ListRun(json.loads(os.environ["MUTATE_LIST"]), int(os.environ["MUTATE_PROGRESS"]))
+        pytest.main(args, plugins=[plugin])
+        # Back here, no test ran: the session stopped before them (a conftest or plugin that no longer imports under
+        # the mutant), so the first test fails; the serving worker confirms that it passes without the mutant.
+        _send(plugin.progress, "s 0\nf 0\n")
+        return 1
     else:
         requests, replies = (int(x) for x in os.environ["MUTATE_FDS"].split(","))
         plugin = Serve(root, Path(__file__).resolve().parent.parent, requests, replies)
-    sys.dont_write_bytecode = True
     return pytest.main(args, plugins=[plugin])
 
