@@ -149,7 +149,8 @@ _ENTRIES = (
     XidInfo(171, "UNCORRECTABLE_DRAM_ERROR", "Uncorrectable DRAM error (detail of Xid 48)", Status.FAIL, _ECC_RESET),
     XidInfo(172, "UNCORRECTABLE_SRAM_ERROR", "Uncorrectable SRAM error (detail of Xid 48)", Status.FAIL,
             "Drain the GPU and reset it (`nvidia-smi -r -i <gpu>`) to clear the error; if `nvidia-smi -q -i <gpu>` "
-            "shows \"SRAM Threshold Exceeded: Yes\", run field diagnostics and RMA the GPU (NVIDIA's Xid 48 workflow)."),
+            "shows \"SRAM Threshold Exceeded: Yes\", run field diagnostics and RMA the GPU (NVIDIA's Xid 48 "
+            "workflow)."),
 )
 
 XID_CATALOG: dict[int, XidInfo] = {entry.code: entry for entry in _ENTRIES}
