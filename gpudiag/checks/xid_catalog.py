@@ -185,7 +185,8 @@ def automation_action(code: int, severity: Status) -> str:
     """What automation does on this Xid: the bucket's action, at least drain when the Xid fails the GPU."""
     info = XID_CATALOG.get(code)
     action = _ACTION_OVERRIDES.get(code) or (_BUCKET_ACTIONS.get(info.bucket or "") if info else None) or "watch"
-    return strongest([action, "drain" if severity == Status.FAIL else "watch"])
+    # Every path above is at least "watch" (so no second floor for the non-failing case).
+    return strongest([action, "drain"]) if severity == Status.FAIL else action
 
 
 def describe(code: int) -> str:
