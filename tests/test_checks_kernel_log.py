@@ -264,3 +264,13 @@ def test_node_level_results_name_where_the_events_came_from():
         ("GPU at 0000:5d:00.0 (not in the inventory)", Status.FAIL),
         ("a GPU the log line does not name", Status.WARN),
     ]
+
+
+def test_an_unreadable_log_is_unknown_for_the_amd_check_too():
+    snap = amd_mi300x_node()
+    snap.kernel_log.readable = False
+    snap.kernel_log.error = ProbeError("/dev/kmsg", ErrorKind.NO_PERMISSION, "Operation not permitted")
+    (result,) = run(snap, "kernel_log.amdgpu_errors")
+    assert result.status == Status.UNKNOWN and result.device is None
+    assert result.message.startswith("the kernel log (/dev/kmsg) could not be read: ")
+    assert "dmesg_restrict" in result.remediation
