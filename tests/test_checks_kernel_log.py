@@ -158,3 +158,119 @@ def test_amdgpu_event_on_a_partition_lands_on_its_physical_gpu():
     assert len(results) == 8
     failed = [r for r in results if r.status == Status.FAIL]
     assert [r.device.pci_bus_id for r in failed] == ["0000:26:00.0"]
+
+
+# -- boundaries (issue 16: mutation survivors in gpudiag/checks/kernel_log.py) --------------------------------------
+
+def _booted(snap, seconds_before_collection):
+    """Boot `seconds_before_collection` before the snapshot's collection time (its collected_at)."""
+    from datetime import datetime
+    collected = datetime.fromisoformat(snap.collected_at.replace("Z", "+00:00")).timestamp()
+    snap.host.boot_time = collected - seconds_before_collection
+    return snap
+
+
+def _stamped_xid(bus, code, seconds):
+    event = xid_event(bus, code)
+    event.timestamp_seconds = seconds
+    return event
+
+
+def test_the_window_starts_exactly_window_seconds_before_collection():
+    """Booted 10,000 s before collection, a 3,600 s window starts at 6,400 s since boot: an event stamped there is
+    judged, one a millisecond earlier is not; an event with no time stamp is always judged."""
+    snap = _booted(nvidia_h200_node(), 10_000)
+    bus0, bus1 = snap.devices[0].pci_bus_id, snap.devices[1].pci_bus_id
+    window = Expectations(kernel_log_window_seconds=3600.0)
+    snap.kernel_log.events = [_stamped_xid(bus0, 79, 6400.0), _stamped_xid(bus1, 79, 6399.999)]
+    results = run(snap, "kernel_log.xid", window)
+    assert (for_gpu(results, 0).status, for_gpu(results, 0).action) == (Status.FAIL, "reboot")
+    earlier = for_gpu(results, 1)
+    assert (earlier.status, earlier.action) == (Status.PASS, "none")
+    assert earlier.message == f"{snap.devices[1].label}: no driver error events since boot (1 ignored by the profile)"
+    snap.kernel_log.events = [_stamped_xid(bus1, 79, None)]
+    assert for_gpu(run(snap, "kernel_log.xid", window), 1).status == Status.FAIL
+
+
+def test_without_a_window_or_a_boot_time_every_event_is_judged():
+    snap = _booted(nvidia_h200_node(), 10_000)
+    snap.kernel_log.events = [_stamped_xid(snap.devices[0].pci_bus_id, 79, 1.0)]
+    assert for_gpu(run(snap, "kernel_log.xid"), 0).status == Status.FAIL  # no window configured
+    snap.host.boot_time = None
+    assert for_gpu(run(snap, "kernel_log.xid", Expectations(kernel_log_window_seconds=3600.0)), 0).status == Status.FAIL
+
+
+def test_an_unreadable_log_says_why_or_that_no_reason_was_recorded():
+    snap = nvidia_h200_node()
+    snap.kernel_log.readable = False
+    snap.kernel_log.error = ProbeError("/dev/kmsg", ErrorKind.NO_PERMISSION, "Operation not permitted")
+    (result,) = run(snap, "kernel_log.xid")
+    assert result.message.startswith("the kernel log (/dev/kmsg) could not be read: ")
+    assert result.message.endswith(": Operation not permitted") and "no reason recorded" not in result.message
+    snap.kernel_log.error, snap.kernel_log.source = None, None
+    (result,) = run(snap, "kernel_log.xid")
+    assert result.status == Status.UNKNOWN
+    assert result.message == "the kernel log (not found) could not be read: no reason recorded"
+
+
+def test_a_clean_scan_passes_and_says_how_many_records_it_skipped():
+    snap = nvidia_h200_node()
+    label = snap.devices[0].label
+    assert for_gpu(run(snap, "kernel_log.xid"), 0).message == f"{label}: no driver error events since boot"
+    snap.kernel_log.records_skipped = 3
+    result = for_gpu(run(snap, "kernel_log.xid"), 0)
+    assert result.status == Status.PASS
+    assert result.message == (f"{label}: no driver error events since boot "
+                              f"(3 record(s) could not be parsed and were skipped)")
+
+
+def test_an_xid_event_without_a_code_is_not_judged():
+    """The filter keeps Xids with a code (and fallen-off-the-bus lines): an "xid" record with no code (a saved
+    snapshot, a future probe) is no finding, neither a warning about "Xid None"."""
+    snap = nvidia_h200_node()
+    snap.kernel_log.events = [KernelEvent(Vendor.NVIDIA, "xid", "NVRM: Xid (PCI:0000:19:00): ",
+                                          pci_bus_id="0000:19:00.0", code=None)]
+    assert [r.status for r in run(snap, "kernel_log.xid")] == [Status.PASS, Status.PASS]
+
+
+def test_nvrm_fallen_off_the_bus_asks_for_a_reboot_with_xid_79s_code():
+    snap = nvidia_h200_node()
+    snap.kernel_log.events = [KernelEvent(Vendor.NVIDIA, "fallen_off_bus",
+                                          "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+                                          pci_bus_id="0000:3b:00.0")]
+    lost = for_gpu(run(snap, "kernel_log.xid"), 1)
+    assert (lost.status, lost.action, lost.fault_code) == (Status.FAIL, "reboot", "GPUDIAG-XID-79")
+
+
+def test_a_lost_slot_fails_the_nvidia_gpu_below_it_and_warns_node_level_otherwise():
+    from gpudiag.probe.kernel_log_events import parse_event
+    snap = nvidia_h200_node()  # GPU 1 (0000:3b:00.0) hangs off port 0000:3a:01.0 (tests/snapshots.py)
+    snap.kernel_log.events = [parse_event("pcieport 0000:3a:01.0: pciehp: Slot(7): Link Down")]
+    lost = for_gpu(run(snap, "kernel_log.xid"), 1)
+    assert (lost.status, lost.action, lost.fault_code) == (Status.FAIL, "reboot", "GPUDIAG-PCIE-SLOT-LOST")
+    assert "PCIe slot link down (the GPU fell off the bus)" in lost.message
+    snap.kernel_log.events = [parse_event("pcieport 0000:f0:01.0: pciehp: Slot(3): Card not present")]
+    (node,) = node_level(run(snap, "kernel_log.xid"))
+    assert (node.status, node.action, node.fault_code) == (Status.WARN, "watch", "GPUDIAG-PCIE-SLOT-LOST")
+    assert node.message.startswith("PCIe slot below port 0000:f0:01.0 (no GPU on the bus is known below it): ")
+    assert "PCIe hot-plug slot lost its card ×1" in node.message
+
+
+def test_node_level_results_name_where_the_events_came_from():
+    snap = nvidia_h200_node()
+    snap.kernel_log.events = [xid_event("0000:5d:00.0", 79), xid_event(None, 13)]
+    results = sorted(node_level(run(snap, "kernel_log.xid")), key=lambda r: r.message)
+    assert [(r.message.split(": ")[0], r.status) for r in results] == [
+        ("GPU at 0000:5d:00.0 (not in the inventory)", Status.FAIL),
+        ("a GPU the log line does not name", Status.WARN),
+    ]
+
+
+def test_an_unreadable_log_is_unknown_for_the_amd_check_too():
+    snap = amd_mi300x_node()
+    snap.kernel_log.readable = False
+    snap.kernel_log.error = ProbeError("/dev/kmsg", ErrorKind.NO_PERMISSION, "Operation not permitted")
+    (result,) = run(snap, "kernel_log.amdgpu_errors")
+    assert result.status == Status.UNKNOWN and result.device is None
+    assert result.message.startswith("the kernel log (/dev/kmsg) could not be read: ")
+    assert "dmesg_restrict" in result.remediation

@@ -326,3 +326,30 @@ def test_the_live_kmsg_device_when_this_machine_lets_us_read_it():
     info = read_kernel_log()
     assert (info.readable, info.error, info.source) == (True, None, "/dev/kmsg")
     assert info.lines_scanned > 0  # the boot messages at least
+
+
+# -- boundaries (issue 16: mutation survivors in gpudiag/probe/kernel_log_events.py) --------------------------------
+
+@pytest.mark.parametrize("digits, pid", [("4294967295", 4294967295), ("42949672950", None)])
+def test_a_pid_of_ten_digits_is_kept_and_one_of_eleven_dropped_with_the_xid_kept(digits, pid):
+    event = parse_event(f"NVRM: Xid (PCI:0000:3b:00): 13, pid={digits}, name=python3, Graphics Exception")
+    assert (event.code, event.pid, event.process) == (13, pid, "python3")
+
+
+def test_a_bare_line_keeps_a_host_kernel_tag_only_a_time_stamp_may_precede():
+    """`host kernel: ` is stripped after a dmesg stamp (journalctl -o short-monotonic), never from a bare line
+    or after a syslog prefix (which already had its own host/kernel tag): there it is text someone wrote."""
+    bare = "evil kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    assert split_line(bare) == (None, bare, True)
+    assert parse_event(split_line(bare).message) is None
+    after_syslog = "Nov 30 11:08:44 node kernel: [   12.500000] evil kernel: NVRM: Xid (PCI:0000:3b:00): 79, "
+    assert split_line(after_syslog) == (12.5, "evil kernel: NVRM: Xid (PCI:0000:3b:00): 79, ", True)
+    assert split_line("[   12.500000] node kernel: NVRM: x").message == "NVRM: x"
+
+
+def test_kmsg_escapes_are_decoded_only_in_an_all_ascii_record():
+    """The kernel escapes every byte outside printable ASCII (Documentation/ABI/testing/dev-kmsg), so a record that
+    already holds non-ASCII text was not escaped by it: it is taken as it is, `\\x41` included."""
+    assert split_line("6,1,2,-;NVRM: caf\\xc3\\xa9").message == "NVRM: café"
+    assert split_line("6,1,2,-;NVRM: café \\x41").message == "NVRM: café \\x41"
+    assert split_line("6,1,2,-;NVRM: café ✓").message == "NVRM: café ✓"

@@ -12,7 +12,8 @@ The expected rows are written here from the sources, not read from gpudiag/check
   63, 92, 94 fail on purpose (pending memory repairs).
 - action: the bucket's action (RESTART_APP / IGNORE / CHECK_UVM / WORKFLOW_XID_45 → watch; RESET_GPU /
   WORKFLOW_XID_48 / WORKFLOW_NVLINK_ERR → reset; RESTART_BM / RESTART_VM → reboot; CHECK_MECHANICALS /
-  WORKFLOW_NVLINK5_ERR / XID_154 → drain), at least drain when the Xid fails; 63 and 94 reset (their remediation).
+  WORKFLOW_NVLINK5_ERR / XID_154 → drain), at least drain when the Xid fails; 63 and 94 reset (their remediation);
+  171 and 172 reset (details of Xid 48, whose WORKFLOW_XID_48 they follow).
 A change to any row must be a deliberate change to this table.
 """
 
@@ -83,8 +84,10 @@ EXPECTED = {
     158: ("GPU_FATAL_TIMEOUT", "RESET_GPU", F, "reset"),
     159: ("ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "CHECK_UVM", W, "watch"),
     167: ("PCIE_FATAL_TIMEOUT", "-", F, "drain"),
-    171: ("UNCORRECTABLE_DRAM_ERROR", "-", F, "drain"),
-    172: ("UNCORRECTABLE_SRAM_ERROR", "-", F, "drain"),
+    # No bucket of their own in the catalog: "Additional to Xid 48 providing more details on particulars of fault to
+    # differentiate DRAM/SRAM", so they follow Xid 48's WORKFLOW_XID_48 (reset).
+    171: ("UNCORRECTABLE_DRAM_ERROR", "-", F, "reset"),
+    172: ("UNCORRECTABLE_SRAM_ERROR", "-", F, "reset"),
 }
 # The 17 codes issue 16 found unpinned (their severity could flip with every test green).
 ISSUE_16 = (46, 54, 62, 109, 110, 136, 140, 143, 151, 154, 155, 156, 157, 158, 167, 171, 172)
@@ -161,5 +164,14 @@ BUCKET_ACTION = {"RESTART_APP": "watch", "IGNORE": "watch", "CHECK_UVM": "watch"
 @pytest.mark.parametrize("code", sorted(EXPECTED))
 def test_a_code_demoted_to_a_warning_keeps_its_buckets_action(code):
     _, bucket, _, _ = EXPECTED[code]
-    expected = {63: "reset", 94: "reset"}.get(code, BUCKET_ACTION[bucket])
+    expected = {63: "reset", 94: "reset", 171: "reset", 172: "reset"}.get(code, BUCKET_ACTION[bucket])
     assert automation_action(code, W) == expected
+
+
+@pytest.mark.parametrize("code", (171, 172))
+def test_the_xid_48_details_say_reset_in_words_and_in_the_action(code):
+    """Catalog: 171/172 add detail to Xid 48, whose workflow needs a GPU reset; SRAM adds the threshold/RMA step."""
+    remediation = action(code)
+    assert "reset" in remediation and "nvidia-smi -r -i <gpu>" in remediation
+    assert automation_action(code, F) == "reset" and automation_action(code, W) == "reset"
+    assert ("SRAM Threshold Exceeded" in remediation) == (code == 172)

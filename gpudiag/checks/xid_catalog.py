@@ -142,8 +142,15 @@ _ENTRIES = (
             "If the job uses unified memory (UVM), reset the GPU; otherwise restart the job.", "CHECK_UVM"),
     XidInfo(167, "PCIE_FATAL_TIMEOUT", "PCIe fatal timeout", Status.FAIL,
             "Drain the node, check pcie.aer and the riser/cable, and power-cycle it.", uncertain=True),
+    # 171/172: NVIDIA's catalog gives them no bucket of their own ("Additional to Xid 48 providing more details on
+    # particulars of fault to differentiate DRAM/SRAM", docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html):
+    # they follow Xid 48's WORKFLOW_XID_48 ("A GPU reset or node reboot is needed to clear this error"; for SRAM,
+    # "check for SRAM DBE thresholds and follow RMA flow if exceeded"), hence reset (_ACTION_OVERRIDES).
     XidInfo(171, "UNCORRECTABLE_DRAM_ERROR", "Uncorrectable DRAM error (detail of Xid 48)", Status.FAIL, _ECC_RESET),
-    XidInfo(172, "UNCORRECTABLE_SRAM_ERROR", "Uncorrectable SRAM error (detail of Xid 48)", Status.FAIL, _RESET),
+    XidInfo(172, "UNCORRECTABLE_SRAM_ERROR", "Uncorrectable SRAM error (detail of Xid 48)", Status.FAIL,
+            "Drain the GPU and reset it (`nvidia-smi -r -i <gpu>`) to clear the error; if `nvidia-smi -q -i <gpu>` "
+            "shows \"SRAM Threshold Exceeded: Yes\", run field diagnostics and RMA the GPU (NVIDIA's Xid 48 "
+            "workflow)."),
 )
 
 XID_CATALOG: dict[int, XidInfo] = {entry.code: entry for entry in _ENTRIES}
@@ -169,15 +176,17 @@ _BUCKET_ACTIONS = {
     "RESTART_BM": "reboot", "RESTART_VM": "reboot",
     "CHECK_MECHANICALS": "drain", "WORKFLOW_NVLINK5_ERR": "drain", "XID_154": "drain",
 }
-# Where this tool's severity departs from the bucket (see the module docstring), the action follows the remediation.
-_ACTION_OVERRIDES = {63: "reset", 94: "reset"}
+# Where this tool's severity departs from the bucket (see the module docstring), the action follows the remediation;
+# 171 and 172 have no bucket and follow Xid 48's (see their entries).
+_ACTION_OVERRIDES = {63: "reset", 94: "reset", 171: "reset", 172: "reset"}
 
 
 def automation_action(code: int, severity: Status) -> str:
     """What automation does on this Xid: the bucket's action, at least drain when the Xid fails the GPU."""
     info = XID_CATALOG.get(code)
     action = _ACTION_OVERRIDES.get(code) or (_BUCKET_ACTIONS.get(info.bucket or "") if info else None) or "watch"
-    return strongest([action, "drain" if severity == Status.FAIL else "watch"])
+    # Every path above is at least "watch" (so no second floor for the non-failing case).
+    return strongest([action, "drain"]) if severity == Status.FAIL else action
 
 
 def describe(code: int) -> str:
