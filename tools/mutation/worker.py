@@ -110,6 +110,9 @@ class Trace(_Reports):
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
         self.current[0] = lines = set()
+        # Again for every test: a test (or what it runs) may have replaced or cleared the tracer of this thread
+        sys.settrace(self.hook)
+        threading.settrace(self.hook)
         start = time.monotonic()
         yield
         self.tests[item.nodeid] = {"seconds": time.monotonic() - start, "lines": self._rel(lines)}
