@@ -123,8 +123,7 @@ def check(
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
     from gpudiag.cli_service import obtain
     from gpudiag.checks import probe_parts_for, resolve_selection
-    from gpudiag.report import summarize
-    from gpudiag.report.verdict import judge_and_render
+    from gpudiag.report.verdict import print_verdict
 
     habits.refuse_ignored_options(replay, as_json, fmt.value)
     only_ids, skip_ids = _split_ids(only), _split_ids(skip)
@@ -143,15 +142,8 @@ def check(
         lambda: collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
-    results, text = judge_and_render(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by,
-                                     output_format, verbose, use_color)
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-    if habits.nothing_judged(snapshot, results):
-        print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus", file=sys.stderr)
-        raise typer.Exit(EXIT_NOTHING_PROBED)
-    raise typer.Exit(EXIT_FAILED if summarize(results).failed else EXIT_OK)
+    raise typer.Exit(print_verdict(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by,
+                                   output_format, verbose, use_color))
 
 
 @app.command()

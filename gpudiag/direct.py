@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_PROBED, EXIT_INTERNAL, EXIT_ABORTED = 0, 1, 2, 3, 4, 130
+EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_ABORTED = 0, 2, 4, 130  # the verdict's 0, 1 and 3: report/verdict.py
 
 
 def check(request: dict, root: str, timeout: "float | None") -> int:
@@ -51,8 +51,7 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
 
     from gpudiag.checks import probe_parts_for, resolve_selection
     from gpudiag.node_collect import UsageProblem, collect, expectations
-    from gpudiag.report import summarize
-    from gpudiag.report.verdict import judge_and_render, nothing_judged
+    from gpudiag.report.verdict import print_verdict
 
     only, skip = request["only"], request["skip"]
     try:
@@ -62,13 +61,5 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
     expected = expectations(request["profile"], request["params"], None)
     node_root = Path(root)
     snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
-    results, text = judge_and_render(snapshot, expected, only, skip, [], "direct", request["format"],
-                                     request["verbose"], request["color"])
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    if nothing_judged(snapshot, results):
-        print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus",
-              file=sys.stderr)
-        return EXIT_NOTHING_PROBED
-    return EXIT_FAILED if summarize(results).failed else EXIT_OK
-
+    return print_verdict(snapshot, expected, only, skip, [], "direct", request["format"], request["verbose"],
+                         request["color"])

@@ -50,3 +50,21 @@ def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], onl
     results = run_checks(snapshot, expectations, only=only, skip=skip)
     add_since(results, open_checks)
     return results, render(fmt, snapshot, results, collected_by, verbose=verbose, color=color)
+
+
+def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
+                  open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool) -> int:
+    """`gpudiag check`'s ending, for the typer CLI and gpudiag/direct.py alike: the report on stdout, and the exit
+    code (3 with its one line when nothing could be probed and nothing failed for it, 1 on a failure, else 0)."""
+    import sys
+
+    from gpudiag.report import summarize
+
+    results, text = judge_and_render(snapshot, expectations, only, skip, open_checks, collected_by, fmt, verbose,
+                                     color)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if nothing_judged(snapshot, results):
+        print(f"gpudiag: error: {NOTHING_PROBED}", file=sys.stderr)
+        return 3
+    return 1 if summarize(results).failed else 0
