@@ -14,6 +14,7 @@ from gpudiag.probe import deadline, nvml_call
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
 from gpudiag.probe.nvml_call import NvmlCall
+from gpudiag.probe.nvml_constants import BoardConstants
 from gpudiag.probe.nvml_device import read_device
 from gpudiag.probe.nvml_fields import DEVICE_FIELDS, device_fields
 from gpudiag.probe.nvml_links import probe_pair
@@ -55,6 +56,7 @@ class NvmlBackend:
         self._handles: dict[int, Any] = {}  # device index → NVML handle, for probe_peers
         self._lost: set[int] = set()  # devices found lost; NVML may answer them with UNKNOWN from then on
         self._fields = DEVICE_FIELDS  # the field batch this driver understands (set on open)
+        self._constants = BoardConstants()  # max clocks and temperature thresholds, per GPU (nvml_constants)
 
     def open(self, tracker: CallTracker) -> BackendInfo:
         info = BackendInfo(name=self.name, vendor=self.vendor)
@@ -101,7 +103,8 @@ class NvmlBackend:
         identity read before that is in `tracker.partial`."""
         device = DeviceSnapshot(index=index, vendor=self.vendor, source=self.name)
         tracker.partial = device
-        call = NvmlCall(self._nvml, tracker, device.errors, lost_before=index in self._lost)
+        call = NvmlCall(self._nvml, tracker, device.errors, lost_before=index in self._lost,
+                        constants=self._constants)
         try:
             handle, code, message = call.attempt("nvmlDeviceGetHandleByIndex", index)
             if code is not None:  # e.g. NO_PERMISSION on /dev/nvidiaN inside a container
@@ -113,6 +116,7 @@ class NvmlBackend:
         except DeviceLost:
             self._lost.add(index)
             self._handles.pop(index, None)
+            self._constants.forget(device.uuid)
             raise
         self._lost.discard(index)  # answered in full: a GPU recovered by a reset is no longer suspect
         return device
@@ -145,6 +149,7 @@ class NvmlBackend:
             log.debug("nvmlShutdown failed: %s", exc)
         self._initialised = False
         self._handles.clear()
+        self._constants.clear()
 
 
 def _cuda_version(value: Optional[int]) -> Optional[str]:

@@ -10,11 +10,14 @@ Every NVML read of the backend goes through `NvmlCall`, which
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from gpudiag.model import ErrorKind, ProbeError
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
+
+if TYPE_CHECKING:
+    from gpudiag.probe.nvml_constants import BoardConstants
 
 # NVML return codes (nvml.h `nvmlReturn_t`; the same numbers pynvml exposes as NVML_ERROR_*). Spelled out here so
 # that this module can be imported without importing pynvml.
@@ -58,13 +61,15 @@ def error_kind(code: int) -> ErrorKind:
 class NvmlCall:
     """Calls pynvml functions for one device (or one pair of devices) and classifies what comes back."""
 
-    def __init__(self, nvml: Any, tracker: CallTracker, errors: list[ProbeError], lost_before: bool = False):
+    def __init__(self, nvml: Any, tracker: CallTracker, errors: list[ProbeError], lost_before: bool = False,
+                 constants: Optional["BoardConstants"] = None):
         self.nvml = nvml
         self.tracker = tracker
         self.errors = errors
         # The device was found lost by an earlier probe (the exporter keeps the library open): after a GPU is lost,
         # NVML may answer later calls with NVML_ERROR_UNKNOWN instead of GPU_IS_LOST.
         self.lost_before = lost_before
+        self.constants = constants  # board constants kept by a collector that stays open (nvml_constants)
 
     def __call__(self, function: str, *args: Any) -> Any:
         """`pynvml.<function>(*args)`, or None when it is unsupported or failed (a failure is recorded)."""
@@ -72,6 +77,13 @@ class NvmlCall:
         if code is not None and code not in ABSENT:
             self.record(f"nvml.{function}", code, message)
         return value
+
+    def constant(self, uuid: Optional[str], function: str, handle: Any, *args: Any) -> Any:
+        """Like calling `function`, for a board constant (nvml_constants.CONSTANT_CALLS) of the GPU with `uuid`: the
+        answer kept from an earlier probe when there is one."""
+        if self.constants is None:
+            return self(function, handle, *args)
+        return self.constants.read(self, uuid, function, handle, *args)
 
     def attempt(self, function: str, *args: Any) -> tuple[Any, Optional[int], str]:
         """`(value, None, "")` on success, `(None, code, message)` on an NVML error; nothing is recorded, so the
