@@ -134,3 +134,39 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
     monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: path == "/dev/nvidiactl")
     nvml_early.start_nvml_init()
     assert len(started) == 1 and calls == ["init"]
+
+
+# The console script's own ending (fastpath.run → fastpath.leave): the answer flushed whole, then os._exit.
+RUN_OVER_FAKE_NODE = ("import atexit, sys\nfrom tests.fakes.fake_nvml import FakeNode, installed\n"
+                      "atexit.register(lambda: sys.stderr.write('interpreter teardown ran\\n'))\n"
+                      "with installed(FakeNode.hgx_h200(8)):\n"
+                      "    from gpudiag.fastpath import run\n    run()\n")
+
+
+def _run_console_script(tmp_path, stdout) -> subprocess.Popen:
+    fake_root(tmp_path, FakeNode.hgx_h200(8))
+    return subprocess.Popen([sys.executable, "-c", RUN_OVER_FAKE_NODE, "check", "--root", str(tmp_path), "--direct",
+                             "--json"], stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_the_console_script_writes_its_answer_whole_and_skips_the_teardown(tmp_path):
+    process = _run_console_script(tmp_path, subprocess.PIPE)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert len(out) > 1 << 16  # a report of 8 GPUs: larger than a pipe's buffer, so written while the reader reads
+    report = json.loads(out)  # and all of it
+    assert report["collected_by"] == "direct" and report["results"]
+    assert "interpreter teardown ran" not in err
+
+
+def test_a_reader_that_left_before_the_answer_is_exit_0_without_noise(tmp_path):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `gpudiag check --json | true`: every write meets a closed pipe
+    try:
+        process = _run_console_script(tmp_path, write_end)
+    finally:
+        os.close(write_end)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0
+    assert "Traceback" not in err and "Exception ignored" not in err and "teardown" not in err
