@@ -51,17 +51,42 @@ def test_another_gpu_at_the_same_index_is_read_afresh():
     assert (lib.calls[MAX_CLOCK], lib.calls[THRESHOLD]) == (6, 8)
 
 
-def test_a_gpu_that_was_lost_is_read_afresh_when_it_answers_again():
+def test_two_gpus_reporting_one_uuid_each_get_their_own_values():
+    node = FakeNode.hgx_h200(2)
+    node.gpus[1].uuid = node.gpus[0].uuid  # a fault gpudiag reports; the clocks must still be each GPU's own
+    node.gpus[1].max_clocks[SM] = 1755
+    with installed(node) as lib:
+        backend = NvmlBackend()
+        backend.open(CallTracker())
+        for _ in range(2):
+            devices = [backend.probe_device(index, CallTracker()) for index in (0, 1)]
+            assert [d.clocks.max_sm_mhz for d in devices] == [1980, 1755]
+        backend.close()
+    assert lib.calls[MAX_CLOCK] == 2 * 3
+
+
+def _lost_at_once(gpu: FakeGpu, lost: bool) -> None:
+    gpu.lost = lost  # every call, the handle's first: nothing of the GPU is read
+
+
+def _lost_after_identity(gpu: FakeGpu, lost: bool) -> None:
+    if lost:
+        gpu.failures["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_GPU_IS_LOST  # the batch after identity
+    else:
+        del gpu.failures["nvmlDeviceGetFieldValues"]
+
+
+@pytest.mark.parametrize("lose", [_lost_at_once, _lost_after_identity])
+def test_a_gpu_that_was_lost_is_read_afresh_when_it_answers_again(lose):
     gpu = FakeGpu()
     with installed(FakeNode(gpus=[gpu])) as lib:
         backend = NvmlBackend()
         backend.open(CallTracker())
         _probe(backend)
-        # Lost after its identity was read (the field batch comes next), so the UUID it is forgotten by is known.
-        gpu.failures["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_GPU_IS_LOST
+        lose(gpu, True)
         with pytest.raises(DeviceLost):
             _probe(backend)
-        del gpu.failures["nvmlDeviceGetFieldValues"]
+        lose(gpu, False)
         gpu.max_clocks[SM] = 1830  # back from a reset, reflashed
         back = _probe(backend)
         backend.close()
@@ -116,12 +141,12 @@ class Clock:
 def test_a_kept_value_is_asked_again_once_it_is_max_age_old():
     clock, call = Clock(), RecordingCall({(MAX_CLOCK, SM): 1980})
     constants = BoardConstants(clock)
-    assert constants.read(call, "GPU-a", MAX_CLOCK, "handle-1", SM) == 1980
+    assert constants.read(call, 0, "GPU-a", MAX_CLOCK, "handle-1", SM) == 1980
     clock.now += BoardConstants.MAX_AGE_SECONDS - 1
     call.answers[(MAX_CLOCK, SM)] = 1755
-    assert constants.read(call, "GPU-a", MAX_CLOCK, "handle-2", SM) == 1980  # a new handle, the same GPU
+    assert constants.read(call, 0, "GPU-a", MAX_CLOCK, "handle-2", SM) == 1980  # a new handle, the same GPU
     clock.now += 1
-    assert constants.read(call, "GPU-a", MAX_CLOCK, "handle-2", SM) == 1755
+    assert constants.read(call, 0, "GPU-a", MAX_CLOCK, "handle-2", SM) == 1755
     assert len(call.asked) == 2
 
 
@@ -129,26 +154,26 @@ def test_only_the_constant_calls_of_a_gpu_with_a_uuid_are_kept():
     call = RecordingCall({(MAX_CLOCK, SM): 1980, ("nvmlDeviceGetClockInfo", SM): 345})
     constants = BoardConstants(Clock())
     for _ in range(2):
-        constants.read(call, "GPU-a", "nvmlDeviceGetClockInfo", "h", SM)
-        constants.read(call, None, MAX_CLOCK, "h", SM)
-        constants.read(call, "", MAX_CLOCK, "h", SM)
+        constants.read(call, 0, "GPU-a", "nvmlDeviceGetClockInfo", "h", SM)
+        constants.read(call, 0, None, MAX_CLOCK, "h", SM)
+        constants.read(call, 0, "", MAX_CLOCK, "h", SM)
     assert len(call.asked) == 6
 
 
 def test_forgetting_one_gpu_keeps_the_others():
     call = RecordingCall({(MAX_CLOCK, SM): 1980})
     constants = BoardConstants(Clock())
-    for uuid in ("GPU-a", "GPU-b"):
-        constants.read(call, uuid, MAX_CLOCK, "h", SM)
-    constants.forget("GPU-a")
-    for uuid in ("GPU-a", "GPU-b"):
-        constants.read(call, uuid, MAX_CLOCK, "h", SM)
-    assert [asked for asked in call.asked] == [(MAX_CLOCK, "h", SM)] * 3
+    for index, uuid in ((0, "GPU-a"), (1, "GPU-b")):
+        constants.read(call, index, uuid, MAX_CLOCK, f"h{index}", SM)
+    constants.forget(0)
+    for index, uuid in ((0, "GPU-a"), (1, "GPU-b")):
+        constants.read(call, index, uuid, MAX_CLOCK, f"h{index}", SM)
+    assert call.asked == [(MAX_CLOCK, "h0", SM), (MAX_CLOCK, "h1", SM), (MAX_CLOCK, "h0", SM)]
 
 
 def test_a_driver_inventing_uuids_cannot_grow_it_without_bound():
     call = RecordingCall({(MAX_CLOCK, SM): 1980})
     constants = BoardConstants(Clock())
     for number in range(3 * BoardConstants.MAX_ENTRIES):
-        assert constants.read(call, f"GPU-{number}", MAX_CLOCK, "h", SM) == 1980
+        assert constants.read(call, 0, f"GPU-{number}", MAX_CLOCK, "h", SM) == 1980
         assert len(constants._kept) <= BoardConstants.MAX_ENTRIES

@@ -116,7 +116,7 @@ class NvmlBackend:
         except DeviceLost:
             self._lost.add(index)
             self._handles.pop(index, None)
-            self._constants.forget(device.uuid)
+            self._constants.forget(index)
             raise
         self._lost.discard(index)  # answered in full: a GPU recovered by a reset is no longer suspect
         return device

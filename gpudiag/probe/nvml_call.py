@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from gpudiag.model import ErrorKind, ProbeError
+from gpudiag.model import DeviceSnapshot, ErrorKind, ProbeError
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
 
@@ -78,12 +78,12 @@ class NvmlCall:
             self.record(f"nvml.{function}", code, message)
         return value
 
-    def constant(self, uuid: Optional[str], function: str, handle: Any, *args: Any) -> Any:
-        """Like calling `function`, for a board constant (nvml_constants.CONSTANT_CALLS) of the GPU with `uuid`: the
-        answer kept from an earlier probe when there is one."""
+    def constant(self, device: DeviceSnapshot, function: str, handle: Any, *args: Any) -> Any:
+        """Like calling `function`, for a board constant (nvml_constants.CONSTANT_CALLS) of `device`, whose index and
+        UUID are read: the answer kept from an earlier probe when there is one."""
         if self.constants is None:
             return self(function, handle, *args)
-        return self.constants.read(self, uuid, function, handle, *args)
+        return self.constants.read(self, device.index, device.uuid, function, handle, *args)
 
     def attempt(self, function: str, *args: Any) -> tuple[Any, Optional[int], str]:
         """`(value, None, "")` on success, `(None, code, message)` on an NVML error; nothing is recorded, so the

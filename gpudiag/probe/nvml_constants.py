@@ -8,10 +8,11 @@ service-collection-profile-before-constants.txt). With them kept, such a collect
 (direct-breakdown.txt). The service collects once a second while checks go through it: these were the largest part of
 each collection that never changes.
 
-A kept value is keyed by the GPU's UUID (another GPU at the same index is read afresh), forgotten when the GPU is
-lost or the library closed, and read again after MAX_AGE_SECONDS, so that a VBIOS flashed under a running service
-shows within minutes. Only answers are kept: a call that failed is made again, and its failure recorded again, at
-the next collection. The firmware versions are not constants here: an operator reads them right after a flash.
+A kept value is keyed by the GPU's index and UUID: another GPU at the same index is read afresh, and two GPUs that
+report the same UUID (a fault of its own) still get their own values. It is forgotten when the GPU is lost or the
+library closed, and read again after MAX_AGE_SECONDS, so that a VBIOS flashed under a running service shows within
+minutes. Only answers are kept: a call that failed is made again, and its failure recorded again, at the next
+collection. The firmware versions are not constants here: an operator reads them right after a flash.
 A one-shot `gpudiag check` opens the library once and gains nothing from this, nor loses anything.
 """
 
@@ -36,11 +37,11 @@ class BoardConstants:
         self._clock = clock
         self._kept: dict[tuple, tuple[float, Any]] = {}
 
-    def read(self, call: "NvmlCall", uuid: Optional[str], function: str, handle: Any, *args: Any) -> Any:
+    def read(self, call: "NvmlCall", index: int, uuid: Optional[str], function: str, handle: Any, *args: Any) -> Any:
         """`call(function, handle, *args)`, or what it answered for this GPU less than MAX_AGE_SECONDS ago."""
         if function not in CONSTANT_CALLS or not uuid:
             return call(function, handle, *args)
-        key = (uuid, function, args)  # not the handle: NVML hands out a new one after a reopen
+        key = (index, uuid, function, args)  # not the handle: NVML hands out a new one after a reopen
         now = self._clock()
         kept = self._kept.get(key)
         if kept is not None and now - kept[0] < self.MAX_AGE_SECONDS:
@@ -54,9 +55,9 @@ class BoardConstants:
             self._kept[key] = (now, value)
         return value
 
-    def forget(self, uuid: Optional[str]) -> None:
+    def forget(self, index: int) -> None:
         """A lost GPU may come back from a reset with another VBIOS: read its constants again."""
-        for key in [key for key in list(self._kept) if key[0] == uuid]:
+        for key in [key for key in list(self._kept) if key[0] == index]:
             self._kept.pop(key, None)
 
     def clear(self) -> None:

@@ -32,7 +32,7 @@ def read_temperatures(call: NvmlCall, handle: Any, device: DeviceSnapshot, field
     nvml = call.nvml
 
     def threshold(name: str) -> Optional[float]:
-        return _float(call.constant(device.uuid, "nvmlDeviceGetTemperatureThreshold", handle, getattr(nvml, name)))
+        return _float(call.constant(device, "nvmlDeviceGetTemperatureThreshold", handle, getattr(nvml, name)))
 
     gpu = TemperatureSensor(
         current_celsius=_float(call("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)),
@@ -71,8 +71,8 @@ def read_clocks(call: NvmlCall, handle: Any, device: DeviceSnapshot) -> None:
     for attr, domain in (("graphics_mhz", "NVML_CLOCK_GRAPHICS"), ("sm_mhz", "NVML_CLOCK_SM"),
                          ("memory_mhz", "NVML_CLOCK_MEM")):
         setattr(clocks, attr, call("nvmlDeviceGetClockInfo", handle, getattr(nvml, domain)))
-        setattr(clocks, f"max_{attr}", call.constant(device.uuid, "nvmlDeviceGetMaxClockInfo", handle,
-                                                     getattr(nvml, domain)))
+        maximum = call.constant(device, "nvmlDeviceGetMaxClockInfo", handle, getattr(nvml, domain))
+        setattr(clocks, f"max_{attr}", maximum)
     pstate = call("nvmlDeviceGetPerformanceState", handle)
     clocks.performance_state = None if pstate is None or pstate == PSTATE_UNKNOWN else pstate
 
