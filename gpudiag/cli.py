@@ -20,7 +20,8 @@ import typer
 
 from gpudiag import cli_habits as habits
 from gpudiag.install import install_service
-from gpudiag.node_collect import UsageProblem, collect, collect_options, internal_error_line  # cli_service and cli_fleet import UsageProblem from here
+# cli_service and cli_fleet import UsageProblem from here
+from gpudiag.node_collect import UsageProblem, collect, collect_options, exit_for_failure, start_logging
 from gpudiag.node_collect import expectations as read_expectations
 
 try:  # typer 0.2x ships its own copy of click; older typer uses click itself
@@ -240,7 +241,10 @@ def textfile(
         write_textfile(output, node, results)
     except OSError as exc:
         raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-    raise habits.nothing_probed_exit() if habits.nothing_judged(node, results) else typer.Exit(EXIT_OK)
+    from gpudiag.report.verdict import tell_ending
+
+    code = tell_ending(node, results)
+    raise typer.Exit(EXIT_NOTHING_PROBED if code == EXIT_NOTHING_PROBED else EXIT_OK)  # the failures are in the file
 
 
 @app.command()
@@ -261,11 +265,7 @@ import gpudiag.cli_service  # noqa: E402,F401 - registers `history` (it imports 
 def main(argv: Optional[list[str]] = None) -> int:
     debug = bool(os.environ.get("GPUDIAG_DEBUG"))
     habits.degrade_unencodable_streams()  # PYTHONIOENCODING=ascii: "->" for "→", not a UnicodeEncodeError
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        stream=sys.stderr,
-        format="gpudiag: %(levelname)s: %(message)s",
-    )
+    start_logging(debug)
     try:
         # With standalone_mode=False click returns the code of a typer.Exit instead of exiting.
         return app(args=argv, prog_name="gpudiag", standalone_mode=False) or EXIT_OK
@@ -277,16 +277,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except typer.Abort:
         print("gpudiag: aborted", file=sys.stderr)
         return 130
-    except UsageProblem as exc:
-        print(f"gpudiag: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BrokenPipeError:
-        return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
-        if debug:
-            raise
-        print(internal_error_line(exc), file=sys.stderr)
-        return EXIT_INTERNAL
+        return exit_for_failure(exc, debug)
 
 
 def run() -> None:

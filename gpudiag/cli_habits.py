@@ -51,12 +51,6 @@ def nothing_probed(snapshot) -> bool:
     return probed_nothing(snapshot)
 
 
-def nothing_judged(snapshot, results) -> bool:
-    from gpudiag.report.verdict import nothing_judged as judged_nothing  # gpudiag/direct.py judges with it too
-
-    return judged_nothing(snapshot, results)
-
-
 def nothing_probed_exit() -> typer.Exit:
     """Exit 3 says why, on one line (the output, if any, is written all the same: it shows what was tried)."""
     print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus", file=sys.stderr)

@@ -10,40 +10,30 @@ Python imports the checks (gpudiag/probe/nvml_early.py).
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
-EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_ABORTED = 0, 2, 4, 130  # the verdict's 0, 1 and 3: report/verdict.py
+EXIT_ABORTED = 130  # 0, 1 and 3: report/verdict.py; 0, 2 and 4 on a failure: node_collect.exit_for_failure
 
 
 def check(request: dict, root: str, timeout: "float | None") -> int:
     """`gpudiag check` with the fields of a fast-path request (gpudiag/fastpath.py), probed in this process; the
     same messages and exit codes as gpudiag/cli.py's `main`."""
     debug = bool(os.environ.get("GPUDIAG_DEBUG"))
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
-                        format="gpudiag: %(levelname)s: %(message)s")
     if root == "/":
         from gpudiag.probe.nvml_early import start_nvml_init
 
         start_nvml_init()  # the driver's 28 ms beside the imports below
-    from gpudiag.node_collect import UsageProblem, internal_error_line
+    from gpudiag.node_collect import exit_for_failure, start_logging
 
+    start_logging(debug)
     try:
         return _check(request, root, timeout)
-    except UsageProblem as exc:
-        print(f"gpudiag: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:  # as click turns it into an Abort
         print("gpudiag: aborted", file=sys.stderr)
         return EXIT_ABORTED
-    except BrokenPipeError:
-        return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
-        if debug:
-            raise
-        print(internal_error_line(exc), file=sys.stderr)
-        return EXIT_INTERNAL
+        return exit_for_failure(exc, debug)
 
 
 def _check(request: dict, root: str, timeout: "float | None") -> int:

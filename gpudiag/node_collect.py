@@ -16,9 +16,28 @@ class UsageProblem(Exception):
     """Bad input from the user (a flag, a file): one line on stderr, exit 2."""
 
 
-def internal_error_line(exc: BaseException) -> str:
-    """What exit 4 prints instead of a traceback."""
-    return f"gpudiag: internal error: {type(exc).__name__}: {exc} (set GPUDIAG_DEBUG=1 for the traceback)"
+def start_logging(debug: bool) -> None:
+    """Warnings (with GPUDIAG_DEBUG, debug lines too) on stderr, prefixed like every gpudiag message."""
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
+                        format="gpudiag: %(levelname)s: %(message)s")
+
+
+def exit_for_failure(exc: Exception, debug: bool) -> int:
+    """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/direct.py alike:
+    bad input is one line and exit 2, a reader that left early (a broken pipe) exit 0, anything else one line and
+    exit 4 instead of a traceback (GPUDIAG_DEBUG=1 raises it again)."""
+    if isinstance(exc, UsageProblem):
+        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        return 2
+    if isinstance(exc, BrokenPipeError):
+        return 0
+    if debug:
+        raise exc
+    print(f"gpudiag: internal error: {type(exc).__name__}: {exc} (set GPUDIAG_DEBUG=1 for the traceback)",
+          file=sys.stderr)
+    return 4
 
 
 @contextlib.contextmanager

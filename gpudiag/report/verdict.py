@@ -3,7 +3,6 @@ judges a check on a client's behalf (docs/service.md "The fast path"), so that b
 
 from __future__ import annotations
 
-import logging
 from typing import Optional
 
 from gpudiag.model import CheckResult, NodeSnapshot
@@ -16,18 +15,33 @@ def nothing_probed(snapshot: NodeSnapshot) -> bool:
     return not snapshot.pci_gpus and not any(b.available for b in snapshot.backends) and not snapshot.devices
 
 
-def nothing_judged(snapshot: NodeSnapshot, results: list) -> bool:
-    """Exit 3: nothing could be probed and no check could fail for it. A profile or baseline that expects GPUs
-    makes a node without any a FAIL (exit 1): zero GPUs where eight should be is a verdict, not a probe problem."""
+def ending(snapshot: NodeSnapshot, results: list) -> tuple[int, Optional[str]]:
+    """`gpudiag check`'s exit code, and the warning that goes with it: 1 on a failure, else 0; 3 (its line is
+    NOTHING_PROBED) when nothing could be probed and no check could fail for it. A profile or baseline that expects
+    GPUs makes a node without any a FAIL (exit 1, with the warning): zero GPUs where eight should be is a verdict,
+    not a probe problem."""
     from gpudiag.report import summarize
 
+    failed = summarize(results).failed
     if not nothing_probed(snapshot):
-        return False
-    if summarize(results).failed:
-        logging.getLogger("gpudiag").warning("nothing could be probed (no usable GPU library and no GPU on the PCI "
-                                             "bus): judged against the expected node, that fails")
-        return False
-    return True
+        return (1 if failed else 0), None
+    if failed:
+        return 1, ("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against the "
+                   "expected node, that fails")
+    return 3, None
+
+
+def tell_ending(snapshot: NodeSnapshot, results: list) -> int:
+    """`ending`'s exit code, its warning logged and exit 3's line on stderr."""
+    import logging
+    import sys
+
+    code, warning = ending(snapshot, results)
+    if warning:
+        logging.getLogger("gpudiag").warning(warning)
+    if code == 3:
+        print(f"gpudiag: error: {NOTHING_PROBED}", file=sys.stderr)
+    return code
 
 
 def add_since(results: list, open_checks: list) -> None:
@@ -54,17 +68,12 @@ def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], onl
 
 def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
                   open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool) -> int:
-    """`gpudiag check`'s ending, for the typer CLI and gpudiag/direct.py alike: the report on stdout, and the exit
-    code (3 with its one line when nothing could be probed and nothing failed for it, 1 on a failure, else 0)."""
+    """`gpudiag check`'s ending, for the typer CLI and gpudiag/direct.py alike: the report on stdout, then
+    `tell_ending`."""
     import sys
-
-    from gpudiag.report import summarize
 
     results, text = judge_and_render(snapshot, expectations, only, skip, open_checks, collected_by, fmt, verbose,
                                      color)
     sys.stdout.write(text)
     sys.stdout.flush()
-    if nothing_judged(snapshot, results):
-        print(f"gpudiag: error: {NOTHING_PROBED}", file=sys.stderr)
-        return 3
-    return 1 if summarize(results).failed else 0
+    return tell_ending(snapshot, results)

@@ -21,7 +21,7 @@ MAX_IDS = 64  # --only/--skip entries
 MAX_PARAMS = 32
 MAX_TEXT = 256  # one check ID, profile name or KEY=VALUE
 MAX_RENDERED_BYTES = 16 << 20  # the answer's cap: a report for a large node is a few hundred kB
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_PROBED = 0, 1, 2, 3
+EXIT_USAGE = 2  # the others: report/verdict.ending
 
 
 def _strings(request: dict, key: str, limit: int) -> list[str]:
@@ -114,21 +114,14 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
 
 def _verdict(fields: dict, snapshot, expectations, open_checks: list) -> tuple[bytes, bool]:
     """(the answer, whether it would be the same made later from the same collection)."""
-    from gpudiag.report import summarize
-    from gpudiag.report.verdict import NOTHING_PROBED, judge_and_render, nothing_probed
+    from gpudiag.report.verdict import NOTHING_PROBED, ending, judge_and_render
 
     results, text = judge_and_render(snapshot, expectations, fields["only"], fields["skip"], open_checks, "service",
                                      fields["format"], fields["verbose"], fields["color"])
     if len(text) > MAX_RENDERED_BYTES:
         return _line({"ok": False, "error": "report too large to answer"}), False
-    failed = summarize(results).failed
-    nothing = nothing_probed(snapshot)
-    stderr, code = "", EXIT_FAILED if failed else EXIT_OK
-    if nothing and failed:  # as gpudiag/cli_habits.py nothing_judged logs it
-        stderr = ("gpudiag: WARNING: nothing could be probed (no usable GPU library and no GPU on the PCI bus): "
-                  "judged against the expected node, that fails\n")
-    elif nothing:
-        stderr, code = f"gpudiag: error: {NOTHING_PROBED}\n", EXIT_NOTHING_PROBED
+    code, warning = ending(snapshot, results)  # what gpudiag check itself would say (report/verdict.tell_ending)
+    stderr = f"gpudiag: WARNING: {warning}\n" if warning else f"gpudiag: error: {NOTHING_PROBED}\n" if code == 3 else ""
     timeless = fields["format"] != "text" or not any(r.since for r in results)  # text: "since …, 6 h" ages
     return _line({"ok": True, "exit": code, "stdout": text, "stderr": stderr}), timeless
 
