@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_vs_nvidia_smi import timed  # noqa: E402 - the sibling benchmark's harness
+
 PHASES = ("start", "gpudiag imports", "pynvml import", "probe", "judge and render")
 
 
@@ -107,12 +110,6 @@ def run_child(python: str, mode: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def wall_ms(command: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return (time.perf_counter() - started) * 1e3
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=sys.executable, help="the interpreter gpudiag is installed for")
@@ -129,8 +126,8 @@ def main() -> int:
     phases, start, smi = [], [], []
     for _ in range(args.runs + 1):  # the first of each is a warm-up
         phases.append(run_child(args.python, "phases"))
-        start.append(wall_ms([args.python, "-c", "pass"]))
-        smi.append(wall_ms(["nvidia-smi", "-q"]))
+        start.append(timed([args.python, "-c", "pass"], dict(os.environ))[0] * 1e3)
+        smi.append(timed(["nvidia-smi", "-q"], dict(os.environ))[0] * 1e3)
     phases, start, smi = phases[1:], start[1:], smi[1:]
     median = {name: statistics.median(p[name] for p in phases) for name in PHASES[1:]}
     median["python -c pass"], median["nvidia-smi -q"] = statistics.median(start), statistics.median(smi)
