@@ -259,6 +259,12 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
         with open(path, "rb") as handle:
             info.readable = True
             size = os.fstat(handle.fileno()).st_size if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0
+            binary = _binary_kind(handle.read(4096))
+            if binary:
+                info.unreadable_lines = 1
+                info.first_unreadable = f"line 1: {binary}"
+                return info
+            handle.seek(0)
             if size > MAX_LOG_BYTES:  # the newest records are at the end
                 handle.seek(size - MAX_LOG_BYTES)
                 handle.readline(MAX_RECORD_CHARS)  # the rest of a line cut in two; a longer rest reads as one line
@@ -268,6 +274,20 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
     except OSError as exc:
         info.readable = False
         return _unreadable(info, exc)
+
+
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"),
+          (b"LPKSHHRH", "a binary systemd journal file"))
+
+
+def _binary_kind(head: bytes) -> Optional[str]:
+    """What a saved log that is no text is (compressed, a journal file, anything with NUL bytes), or None."""
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            what, hint = (name, "read it with `journalctl --file FILE -k`") if "journal" in name else (
+                f"{name}-compressed", "decompress it")
+            return f"binary data ({what}): {hint} first"
+    return "binary data (NUL bytes): not a text log" if b"\x00" in head else None
 
 
 def _unreadable(info: KernelLogInfo, exc: OSError, hint: Optional[str] = None) -> KernelLogInfo:

@@ -74,7 +74,15 @@ class EventReader:
         self._nvrm = NvrmReader()
 
     def feed(self, line: LogLine) -> list[KernelEvent]:
-        pieces = line.message.split("\n") if "\n" in line.message else (line.message,)
+        message = line.message
+        if "\n" not in message and not message.startswith("NVRM: "):  # the common case: one line, not NVRM
+            event = parse_event(message, line.seconds)
+            if event is None:
+                return []
+            if line.wall_time is not None or line.boot is not None:
+                event.wall_time, event.boot = line.wall_time, line.boot
+            return [event]
+        pieces = message.split("\n")
         events = []
         for number, piece in enumerate(pieces):
             piece = piece.lstrip(" \t") if number else piece

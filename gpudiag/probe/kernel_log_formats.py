@@ -96,52 +96,61 @@ _LEVEL_WORDS = frozenset({"emerg", "alert", "crit", "err", "warn", "warning", "n
 
 def split_line(line: str) -> Optional[LogLine]:
     """One log line → `LogLine`; None for a kmsg dictionary line. Raises MalformedRecord for a kmsg record whose
-    header holds a number the kernel cannot have written."""
+    header holds a number the kernel cannot have written. Each pattern is tried only where the line's first
+    character allows it: this runs on every driver line of a log (bench/kernel_log_scan.py)."""
     line = line[:MAX_RECORD_CHARS].rstrip("\r\n")
-    if line[:1] == " " and _KMSG_PROPERTY.match(line):
+    first = line[:1]
+    if first == "[":  # plain dmesg, short-monotonic, -T, reltime, delta: the common case, no frame
+        return _after_frame(line, True, None, None, False)
+    if first == " " and _KMSG_PROPERTY.match(line):
         return None
-    record = _KMSG_RECORD.match(line)
-    if record:
-        facility = bounded_int(record[1], "kmsg priority", 10) >> 3  # syslog priority = facility * 8 + level
-        bounded_int(record[2], "kmsg sequence number")
-        microseconds = bounded_int(record[3], "kmsg timestamp")
-        return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg")
-    message, kernel, fmt, wall = line, True, None, None
-    framed = False
-    if line[:1] == "<":
+    if first.isdigit():
+        record = _KMSG_RECORD.match(line)
+        if record:
+            facility = bounded_int(record[1], "kmsg priority", 10) >> 3  # syslog priority = facility * 8 + level
+            bounded_int(record[2], "kmsg sequence number")
+            microseconds = bounded_int(record[3], "kmsg timestamp")
+            return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg")
+    if first == "<":
         frame = _RFC5424.match(line)
         if frame:
-            framed, fmt, message = True, "rfc5424", line[frame.end():]
             kernel = (int(frame[1]) >> 3) == 0 and frame[3] == "kernel"
-            wall = iso_seconds(frame[2])
-    if not framed and line[:1] in _SYSLOG_FIRST:
+            return _after_frame(line[frame.end():], kernel, "rfc5424", iso_seconds(frame[2]), True)
+    if first in _SYSLOG_FIRST:
         frame = _SYSLOG.match(line)
         if frame:
-            framed, fmt, message = True, "syslog", line[frame.end():]
             kernel = frame[3] == "kernel" and (frame[1] is None or int(frame[1]) >> 3 == 0)
-            wall = syslog_seconds(frame[2])
+            message = line[frame.end():]
             message = message.replace("#012", "\n") if "#012" in message else message
-    if not framed and ": [" in line[:300]:
+            return _after_frame(message, kernel, "syslog", syslog_seconds(frame[2]), True)
+    if ": [" in line[:300]:
         frame = _TALOS.match(line)
         if frame and frame[3] in _LEVEL_WORDS:
-            framed, fmt, message = True, "talosctl", line[frame.end():]
-            kernel, wall = frame[2] == "kern", iso_seconds(frame[4])
-    level = _DMESG_LEVEL.match(message)
-    if level and level[2] in _LEVEL_WORDS:
-        message, kernel, fmt = message[level.end():], kernel and level[1] == "kern", fmt or "dmesg-x"
-    elif message[:1] == "<":
+            return _after_frame(line[frame.end():], frame[2] == "kern", "talosctl", iso_seconds(frame[4]), True)
+    message, kernel, fmt = line, True, None
+    if first.islower():
+        level = _DMESG_LEVEL.match(message)
+        if level and level[2] in _LEVEL_WORDS:
+            message, kernel, fmt = message[level.end():], level[1] == "kern", "dmesg-x"
+        elif message.startswith("kernel: ["):
+            tag = _BARE_KERNEL_TAG.match(message)
+            if tag:
+                message, fmt = message[tag.end():], "kernel-tag"
+    elif first == "<":
         raw = _DMESG_RAW_PRIO.match(message)
         if raw:
             priority = bounded_int(raw[1], "dmesg -r priority", 4)
             # dmesg -r prints the level alone for kernel records; a facility shows only when one was stored.
-            message, kernel, fmt = message[raw.end():], kernel and priority >> 3 == 0, fmt or "dmesg-raw"
+            message, kernel, fmt = message[raw.end():], priority >> 3 == 0, "dmesg-raw"
+    return _after_frame(message, kernel, fmt, None, False)
+
+
+def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: Optional[float], framed: bool) -> LogLine:
+    """Up to three stamps, a caller id and short-monotonic's `host kernel: ` tag, after any frame or level."""
     seconds, stamped = None, False
-    if not framed and message.startswith("kernel: ["):
-        tag = _BARE_KERNEL_TAG.match(message)
-        if tag:
-            message, fmt = message[tag.end():], "kernel-tag"
     for _ in range(3):
-        if message[:1] == "[":
+        first = message[:1]
+        if first == "[":
             stamp = _MONOTONIC.match(message)
             if stamp:
                 seconds, message, stamped = float(stamp[1]), message[stamp.end():], True
@@ -156,7 +165,7 @@ def split_line(line: str) -> Optional[LogLine]:
             if stamp:
                 message, fmt = message[stamp.end():], fmt or ("dmesg-delta" if stamp.re is _DELTA else "dmesg-reltime")
                 continue
-        elif message[:1].isdigit() and len(message) > 19 and message[4:5] == "-":
+        elif first.isdigit() and message[4:5] == "-":
             stamp = _ISO_STAMP.match(message)
             if stamp:
                 wall = wall if wall is not None else iso_seconds(stamp[1])
@@ -167,7 +176,7 @@ def split_line(line: str) -> Optional[LogLine]:
         caller = _CALLER.match(message)
         if caller:
             message = message[caller.end():]
-    if stamped and not framed:
+    if stamped and not framed and "kernel: " in message[:264]:
         tag = _HOST_KERNEL_TAG.match(message)
         if tag:
             message, fmt = message[tag.end():], "journal-monotonic"
