@@ -175,7 +175,7 @@ class Repeats:
         self._earlier: dict[tuple, set[str]] = defaultdict(set)
         for fault in history.faults if history else []:
             if fault.boot != self.current:
-                self._earlier[(fault.pci_bus_id, fault_key(fault.kind, fault.code))].add(fault.boot)
+                self._earlier[(fault.pci_bus_id, fault_key(fault.kind, fault.code, fault.detail))].add(fault.boot)
 
     def escalate(self, bus_id: Optional[str], judged: list[tuple[list[KernelEvent], Finding]]) -> list[Finding]:
         boots: dict[tuple, set[str]] = defaultdict(set)

@@ -136,6 +136,7 @@ class BootFault:
     pci_bus_id: Optional[str] = None
     code: Optional[int] = None
     source: str = ""  # "gpudiag journal" | "journalctl"
+    detail: Optional[str] = None  # as KernelEvent.detail
 
 
 @dataclass
