@@ -10,8 +10,9 @@ that is gone is no longer on the bus) it warns node-level, on a GPU node only, a
 One fault can print several lines: a misaligned load on the lab H200 printed two Xid 13 lines 2.5 ms apart, a
 misaligned store three (tests/fixtures/h200/faults/); an SXid record is followed by its `Severity …` and `Data {…}`
 dump. Counts are of events: Xid lines of one code on one GPU, each within SAME_EVENT_SECONDS of the one before and
-of one process (or none named), are one event; with no time on the lines, only lines next to each other in that
-GPU's events are. An SXid's dump lines belong to the record before them.
+of one process (or none named), are one event, and so are an Xid 79 and the "GPU has fallen off the bus." line
+beside it; with no time on the lines, only lines next to each other in that GPU's events are. NVLink5 Xids
+(144-150) name a link each: every line counts. An SXid's dump lines belong to the record before them.
 
 A fault that resets, reboots or drains, seen on the same GPU in `kernel_log_repeat_boots` boots, escalates to rma
 (the boots: the log's own where it spans boots, and snapshot.boot_history).
@@ -49,7 +50,7 @@ from gpudiag.model import (
 # The kinds gpudiag/probe/kernel_log_events.py gives PCIe hot-plug events (the checks import no probe module; a test
 # keeps the two in step).
 PCIE_SLOT_EVENT_KINDS = ("slot_link_down", "slot_card_not_present")
-SAME_EVENT_SECONDS = 1.0
+SAME_EVENT_SECONDS = 0.1
 SXID_DUMP_DETAILS = ("data", "data-fatal", "data-nonfatal")
 _HARDWARE_ACTIONS = ("drain", "reset", "reboot")
 
@@ -123,6 +124,17 @@ def _close(a: KernelEvent, b: KernelEvent) -> Optional[bool]:
     return False
 
 
+def _same_fault(a: KernelEvent, b: KernelEvent) -> bool:
+    """Lines that report one fault in two ways: Xid 79 and "GPU has fallen off the bus." (nv.c prints both, GPUd's
+    sxid README shows them 4 µs apart), or two Xid lines of one code."""
+    off = ("fallen_off_bus",)
+    key_a = off if a.kind == "fallen_off_bus" or (a.kind == "xid" and a.code == 79) else (a.kind, a.code)
+    key_b = off if b.kind == "fallen_off_bus" or (b.kind == "xid" and b.code == 79) else (b.kind, b.code)
+    # An NVLink5 Xid (144-150) names its link: each line is an event of its own.
+    nvlink5 = a.kind == "xid" and a.code is not None and 144 <= a.code <= 150
+    return key_a == key_b and not nvlink5
+
+
 def distinct_events(events: list[KernelEvent]) -> list[list[KernelEvent]]:
     """The events of one GPU's (or switch's) lines, in log order, each a list of the lines it printed."""
     groups: list[list[KernelEvent]] = []
@@ -134,11 +146,14 @@ def distinct_events(events: list[KernelEvent]) -> list[list[KernelEvent]]:
             if owner is not None and _close(owner[-1], event) is not False:
                 owner.append(event)
                 continue
-        elif (event.kind == "xid" and previous is not None and previous[-1].kind == "xid"
-              and previous[-1].code == event.code and previous[-1].boot == event.boot):
+        elif (event.kind in ("xid", "fallen_off_bus") and event.detail != "probe" and previous is not None
+              and _same_fault(previous[-1], event) and previous[-1].boot == event.boot):
             close = _close(previous[-1], event)
             pids = {e.pid for e in previous if e.pid is not None}
-            if close is not False and (event.pid is None or not pids or pids == {event.pid}):
+            # Without a clock, two lines that both name the process are two events (a job's channels torn down one by
+            # one, open-gpu-kernel-modules#1150); the lab's multi-line faults name it on one line at most.
+            untimed_pair = close is None and event.pid is not None and previous[-1].pid is not None
+            if close is not False and not untimed_pair and (event.pid is None or not pids or pids == {event.pid}):
                 previous.append(event)
                 continue
         groups.append([event])
@@ -261,7 +276,8 @@ def per_gpu(snapshot: NodeSnapshot, check_id: str, vendor: Vendor, events: list[
         where = f"GPU at {bus_id} (not in the inventory)" if bus_id else "a GPU the log line does not name"
         if all(e.kind in PCIE_SLOT_EVENT_KINDS for e in orphaned):
             where = f"PCIe slot below port {bus_id} (no GPU on the bus is known below it)"
-        results.append(judge_events(check_id, None, where, orphaned, finding, log, repeats, bus_id))
+        results.append(judge_events(check_id, None, where, orphaned, finding, log, repeats, bus_id,
+                                    observed_extra={"pci_bus_id": bus_id}))
     return results
 
 

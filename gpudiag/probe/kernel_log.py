@@ -259,7 +259,10 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
         with open(path, "rb") as handle:
             info.readable = True
             size = os.fstat(handle.fileno()).st_size if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0
-            binary = _binary_kind(handle.read(4096))
+            head = handle.read(4096)
+            # `dmesg --kmsg-file` dumps (util-linux tests/ts/dmesg/*kmsg-input): /dev/kmsg records, each ended by NUL.
+            nul_separated = b"\x00" in head and _KMSG_DUMP.match(head.lstrip(b"\x00")) is not None
+            binary = None if nul_separated else _binary_kind(head)
             if binary:
                 info.unreadable_lines = 1
                 info.first_unreadable = f"line 1: {binary}"
@@ -270,12 +273,14 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
                 handle.readline(MAX_RECORD_CHARS)  # the rest of a line cut in two; a longer rest reads as one line
                 info.incomplete = (f"the log is {size / 2**20:.0f} MiB: only its last {MAX_LOG_BYTES // 2**20} MiB "
                                    f"were scanned")
-            return scan(bounded_lines(handle, info), info, until)
+            lines = bounded_lines(handle, info)
+            return scan((line.replace("\x00", "") for line in lines) if nul_separated else lines, info, until)
     except OSError as exc:
         info.readable = False
         return _unreadable(info, exc)
 
 
+_KMSG_DUMP = re.compile(rb"[0-9]{1,4},[0-9]{1,20},[0-9]{1,20},")
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"),
           (b"LPKSHHRH", "a binary systemd journal file"))
 

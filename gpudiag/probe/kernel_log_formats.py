@@ -76,14 +76,16 @@ _SYSLOG = re.compile(rf"(?:<([0-9]{{1,3}})>)?({_SYSLOG_STAMP}) (?:[^ ]{{0,254}}[
 
 _DMESG_LEVEL = re.compile(r"([a-z0-9]{1,8}) {0,8}:([a-z]{1,8}) {0,8}: ", _A)
 _DMESG_RAW_PRIO = re.compile(r"<([0-9]{1,4})>", _A)
-_MONOTONIC = re.compile(r"\[ {0,16}([0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
+_MONOTONIC = re.compile(r"\[ {0,16}([0-9]{1,12}(?:\.[0-9]{1,9})?)\] ?", _A)  # "[123]" too: NVSentinel's test lines
 _CTIME = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ 0-9][0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})\] ?", _A)
 _ISO_STAMP = re.compile(rf"({_ISO}) ", _A)
 _RELTIME = re.compile(r"\[(?:[A-Z][a-z]{2} ?[ 0-9]?[0-9] [0-9]{2}:[0-9]{2}| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
 _DELTA = re.compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
 _CALLER = re.compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
 _HOST_KERNEL_TAG = re.compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
-_BARE_KERNEL_TAG = re.compile(r"kernel: (?=\[ {0,16}[0-9])", _A)  # "kernel: [16450076.435595] NVRM: ..."
+# "kernel: [16450076.435595] NVRM: ..." and "kernel: NVRM: Xid ...": journal or syslog lines whose date and host were
+# cut when they were pasted (open-gpu-kernel-modules#1150). Only at the very start: "evil kernel: " is text.
+_BARE_KERNEL_TAG = re.compile(r"kernel: ", _A)
 
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                         "Dec"), start=1)}
@@ -132,7 +134,7 @@ def split_line(line: str) -> Optional[LogLine]:
         level = _DMESG_LEVEL.match(message)
         if level and level[2] in _LEVEL_WORDS:
             message, kernel, fmt = message[level.end():], level[1] == "kern", "dmesg-x"
-        elif message.startswith("kernel: ["):
+        elif message.startswith("kernel: "):
             tag = _BARE_KERNEL_TAG.match(message)
             if tag:
                 message, fmt = message[tag.end():], "kernel-tag"

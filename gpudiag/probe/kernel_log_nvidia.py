@@ -6,7 +6,9 @@ message, every pattern anchored and bounded).
 Sources (NVIDIA/open-gpu-kernel-modules, tag 595.45.04):
 - Xid: src/nvidia/src/kernel/gpu/rc/kernel_rc.c krcReportXid / _krcLogUuidOnce: `NVRM: Xid (PCI:%04x:%02x:%02x[
   GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s`. The PCI tag has no function digit; an unknown process
-  prints pid='<unknown>', name=<unknown>; older drivers print pid=… without name=, some paths neither (Xid 79, 154).
+  prints pid='<unknown>', name=<unknown>; older drivers print pid=… without name=, some paths neither (Xid 79, 154),
+  and the oldest no `PCI:` (`NVRM: Xid (0000:03:00): 14, Channel 00000001`, in GPUd's tests; `NVRM: GPU 18:00.0: …`
+  without the domain likewise).
 - Xid 144-150 (NVLink5): `<UNIT> Fatal|Nonfatal XC0 i0 Link 00 (…)` (the lines GPUd's tests quote, e.g.
   `149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 …)`).
 - Xid 154: src/nvidia/src/kernel/gpu/gpu.c _gpuRefreshRecoveryActionInLock: `GPU recovery action changed from 0x%x
@@ -39,10 +41,10 @@ from gpudiag.probe.kernel_log_text import BUS_ID, DOMAIN, FLAGS, bounded_int
 NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus", "sxid", "nvlink_training_failed", "rm_init_failed")
 
 _XID = re.compile(
-    rf"NVRM: Xid \(PCI:({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})(?: GPU-I:[0-9]{{1,3}}(?: GPU-CI:[0-9]{{1,3}})?)?\): "
-    r"([0-9]+), {0,4}", FLAGS)
+    rf"NVRM: Xid \((?:PCI:)?({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})(?: GPU-I:[0-9]{{1,3}}(?: GPU-CI:[0-9]{{1,3}})?)?\): "
+    r"([0-9]+)(?:, {0,4}|(?=[ (]|$))", FLAGS)  # "…): 46" alone at the end: NVSentinel's minimal line
 _XID_PROCESS = re.compile(r"(?:pid=('?<unknown>'?|[0-9]+), {0,4})?(?:name=([^,]{0,256}), {0,4})?", FLAGS)
-_NVLINK5_SEVERITY = re.compile(r"[A-Z0-9_/]{1,48} (Fatal|Nonfatal|Non-fatal) ", re.ASCII)
+_NVLINK5_SEVERITY = re.compile(r"[A-Z0-9_/]{1,48} {1,4}(Fatal|Nonfatal|Non-fatal) ", re.ASCII)
 _RECOVERY_CHANGE = re.compile(r"GPU recovery action changed from 0x[0-9a-f]{1,8} \([^)]{0,40}\) to "
                               r"0x([0-9a-f]{1,8}) \(([^)]{0,40})\)", FLAGS)
 # NV2080_CTRL_GPU_RECOVERY_ACTION_* → what it asks of the operator. IMEX domain recovery is fabric work: drain.
@@ -53,7 +55,8 @@ _NVIDIA_UUID = re.compile(rf"NVRM: GPU at PCI:({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{
 # Matched whole from the start: other NVRM lines carry text a user chooses (the client version in "NVRM: API
 # mismatch: the client has the version %s, …" comes from an ioctl any user can make), so "fallen off the bus"
 # anywhere in an NVRM line proves nothing.
-_FALLEN_OFF = re.compile(rf"NVRM: GPU ({BUS_ID}): GPU has fallen off the bus", FLAGS)
+_FALLEN_OFF = re.compile(rf"NVRM: GPU ((?:{DOMAIN}:)?[0-9a-f]{{2}}:[0-9a-f]{{2}}\.[0-7]): GPU has fallen off the bus",
+                         FLAGS)
 _PROBE_GPU = re.compile(rf"NVRM: The NVIDIA GPU ({BUS_ID})(?: \(PCI ID: [0-9a-f]{{4}}:[0-9a-f]{{4}}\) installed in "
                         r"this system has)?$", FLAGS)
 _PROBE_PCI_ID = re.compile(r"NVRM: (?:\(PCI ID: [0-9a-f]{4}:[0-9a-f]{4}\) )?installed in this system has$", FLAGS)
@@ -155,4 +158,6 @@ class NvrmReader:
         if probe:
             self._pending, self._lines = probe[1], 0
             return None
+        if message == _PROBE_FALLEN:  # its first line was lost (cut from a saved log): a GPU fell off, which one is unknown
+            return _event("fallen_off_bus", message, None, seconds, detail="probe")
         return nvrm_event(message, seconds)
