@@ -92,3 +92,13 @@ def test_the_corpus_covers_both_vendors_formats_and_benign_lines():
     benign = [r for r in RECORDS if all(e["status"] == "pass" for e in r.data["expect"])]
     assert len(benign) >= 10
     assert {p.name for p in FIELD.iterdir() if p.is_dir()} >= {"nvidia"}
+
+
+def test_the_corpus_page_is_what_the_corpus_says():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parent.parent / "tools" / "gen_field_corpus_doc.py"
+    done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, "docs/field-corpus.md is out of date: run python3 tools/gen_field_corpus_doc.py"

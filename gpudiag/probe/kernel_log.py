@@ -103,7 +103,8 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
         if boot:
             split = split._replace(boot=f"log-boot-{boot}")
         context = split
-        if split.fmt is None and not split.message.startswith(_DRIVER_PREFIXES) and _SIGNATURE.search(split.message):
+        if not split.message.startswith(_DRIVER_PREFIXES) and (
+                (split.fmt is None and _SIGNATURE.search(split.message)) or _WRAPPED.search(split.message)):
             _unreadable_line(info, number, line)
             continue
         _read(split, info, reader)
@@ -123,6 +124,9 @@ _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")
 # A driver's record somewhere in a line no format explains: the line is unreadable, not clean.
 _SIGNATURE = re.compile(r"NVRM: (?:Xid \(|GPU )|nvidia-nvswitch[0-9]{1,3}: SXid|amdgpu [0-9a-f]{4,8}:[0-9a-f]{2}:"
                         r"|pcieport [0-9a-f]{4,8}:", re.ASCII)
+# A stamped driver record inside a line of a known format: a wrapper gpudiag does not read (a container log's
+# "<time> stdout F ", say). A driver's text quoted in another message ("segfault at 0 in NVRM: …") has no stamp.
+_WRAPPED = re.compile(r"\[ {0,16}[0-9]{1,12}\.[0-9]{1,9}\] (?:NVRM: |nvidia-nvswitch|amdgpu |pcieport )", re.ASCII)
 _BOOT_STEP_SECONDS = 10.0  # a since-boot stamp this much lower than the one before starts a new boot
 
 

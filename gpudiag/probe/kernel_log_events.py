@@ -25,7 +25,7 @@ from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
 from gpudiag.probe.kernel_log_amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
-from gpudiag.probe.kernel_log_formats import LogLine, split_line
+from gpudiag.probe.kernel_log_formats import LogLine, split_line, wall_seconds
 from gpudiag.probe.kernel_log_nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
 from gpudiag.probe.kernel_log_text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 
@@ -80,7 +80,7 @@ class EventReader:
             if event is None:
                 return []
             if line.wall_time is not None or line.boot is not None:
-                event.wall_time, event.boot = line.wall_time, line.boot
+                event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
             return [event]
         pieces = message.split("\n")
         events = []
@@ -93,6 +93,6 @@ class EventReader:
                 event = parse_event(piece, line.seconds)
             if event is not None:
                 if line.wall_time is not None or line.boot is not None:
-                    event.wall_time, event.boot = line.wall_time, line.boot
+                    event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
                 events.append(event)
         return events

@@ -44,7 +44,9 @@ class LogLine(NamedTuple):
     message: str  # may hold "\n" where one record spans lines (kmsg \x0a, rsyslog #012, journal MESSAGE)
     kernel: bool = True  # False: a record the log says came from user space
     fmt: Optional[str] = None  # the format the line was read in; None: a bare message (dmesg -t, journalctl -o cat)
-    wall_time: Optional[float] = None  # the line's wall clock in seconds (see KernelEvent.wall_time)
+    # The line's wall clock (see KernelEvent.wall_time): seconds, or (converter, stamp) to be worked out only for a
+    # line that turns out to hold an event (wall_seconds); a calendar conversion per line costs more than the rest.
+    wall_time: object = None
     boot: Optional[str] = None  # the boot the record belongs to, where the format says (journal _BOOT_ID)
 
 
@@ -117,18 +119,18 @@ def split_line(line: str) -> Optional[LogLine]:
         frame = _RFC5424.match(line)
         if frame:
             kernel = (int(frame[1]) >> 3) == 0 and frame[3] == "kernel"
-            return _after_frame(line[frame.end():], kernel, "rfc5424", iso_seconds(frame[2]), True)
+            return _after_frame(line[frame.end():], kernel, "rfc5424", (iso_seconds, frame[2]), True)
     if first in _SYSLOG_FIRST:
         frame = _SYSLOG.match(line)
         if frame:
             kernel = frame[3] == "kernel" and (frame[1] is None or int(frame[1]) >> 3 == 0)
             message = line[frame.end():]
             message = message.replace("#012", "\n") if "#012" in message else message
-            return _after_frame(message, kernel, "syslog", syslog_seconds(frame[2]), True)
+            return _after_frame(message, kernel, "syslog", (syslog_seconds, frame[2]), True)
     if ": [" in line[:300]:
         frame = _TALOS.match(line)
         if frame and frame[3] in _LEVEL_WORDS:
-            return _after_frame(line[frame.end():], frame[2] == "kern", "talosctl", iso_seconds(frame[4]), True)
+            return _after_frame(line[frame.end():], frame[2] == "kern", "talosctl", (iso_seconds, frame[4]), True)
     message, kernel, fmt = line, True, None
     if first.islower():
         level = _DMESG_LEVEL.match(message)
@@ -147,7 +149,7 @@ def split_line(line: str) -> Optional[LogLine]:
     return _after_frame(message, kernel, fmt, None, False)
 
 
-def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: Optional[float], framed: bool) -> LogLine:
+def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, framed: bool) -> LogLine:
     """Up to three stamps, a caller id and short-monotonic's `host kernel: ` tag, after any frame or level."""
     seconds, stamped = None, False
     for _ in range(3):
@@ -160,7 +162,7 @@ def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: Optional[
                 continue
             stamp = _CTIME.match(message)
             if stamp:
-                wall = wall if wall is not None else _ctime_seconds(stamp)
+                wall = wall if wall is not None else (_ctime_seconds, stamp)
                 message, fmt = message[stamp.end():], fmt or "dmesg-ctime"
                 continue
             stamp = _DELTA.match(message) or _RELTIME.match(message)
@@ -170,7 +172,7 @@ def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: Optional[
         elif first.isdigit() and message[4:5] == "-":
             stamp = _ISO_STAMP.match(message)
             if stamp:
-                wall = wall if wall is not None else iso_seconds(stamp[1])
+                wall = wall if wall is not None else (iso_seconds, stamp[1])
                 message, fmt = message[stamp.end():], fmt or "dmesg-iso"
                 continue
         break
@@ -193,6 +195,13 @@ def _unescape_kmsg(message: str) -> str:
 
 
 # -- wall clocks -------------------------------------------------------------------------------------------------
+
+
+def wall_seconds(wall: object) -> Optional[float]:
+    """A LogLine's wall_time in seconds (converted now if it was left as (converter, stamp))."""
+    if isinstance(wall, tuple):
+        return wall[0](wall[1])
+    return wall if isinstance(wall, float) else None
 
 
 def iso_seconds(text: str) -> Optional[float]:

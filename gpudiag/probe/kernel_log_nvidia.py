@@ -96,9 +96,13 @@ def _xid_detail(code: int, text: str) -> Optional[str]:
 
 
 def nvrm_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
-    """The event one `NVRM: ` line reports on its own (the probe-time triple needs NvrmReader)."""
-    xid = _XID.match(message)
-    if xid:
+    """The event one `NVRM: ` line reports on its own (the probe-time triple needs NvrmReader). The word after the
+    prefix picks the one pattern worth trying: most NVRM lines are chatter (bench/kernel_log_scan.py)."""
+    head = message[6:10]
+    if head == "Xid ":
+        xid = _XID.match(message)
+        if xid is None:
+            return None
         process = _XID_PROCESS.match(message, xid.end())
         pid, name = process[1], process[2]
         code = bounded_int(xid[2], "Xid", 6)
@@ -108,15 +112,16 @@ def nvrm_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
             pid=int(pid) if pid and pid.isdigit() and len(pid) <= 10 else None,
             process=name.strip() if name and name.strip() not in ("", "<unknown>") else None,
             detail=_xid_detail(code, message[process.end():]))
-    fallen = _FALLEN_OFF.match(message)
-    if fallen:
-        return _event("fallen_off_bus", message, fallen[1], seconds)
-    if _POST_RX_DET.match(message):
-        return _event("nvlink_training_failed", message, None, seconds)
+    if head == "GPU ":
+        fallen = _FALLEN_OFF.match(message)
+        if fallen:
+            return _event("fallen_off_bus", message, fallen[1], seconds)
+    elif head == "knvl":
+        return _event("nvlink_training_failed", message, None, seconds) if _POST_RX_DET.match(message) else None
+    elif head != "RmIn":
+        return None
     init = _RM_INIT.match(message)
-    if init:
-        return _event("rm_init_failed", message, init[1], seconds)
-    return None
+    return _event("rm_init_failed", message, init[1], seconds) if init else None
 
 
 def sxid_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
@@ -154,7 +159,7 @@ class NvrmReader:
             if _PROBE_PCI_ID.match(message) and self._lines < 2:
                 return None
             self._pending = None
-        probe = _PROBE_GPU.match(message)
+        probe = _PROBE_GPU.match(message) if message.startswith("NVRM: The NVIDIA GPU ") else None
         if probe:
             self._pending, self._lines = probe[1], 0
             return None
