@@ -28,9 +28,14 @@ XID_79 = "[ 9.0] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen o
 def inputs(mib: int) -> dict[str, Callable[[], str]]:
     boot = "[ 1.000000] pci 0000:3b:00.0: [10de:2335] type 00 class 0x030200\n"
     amd = "[ 2.000000] amdgpu 0000:c1:00.0: amdgpu: SMU is initialized successfully!\n"
+    # Issue 21: the saved formats the scanner now reads, with a driver line on every line (each one parsed).
+    iso = "kern  :info  : 2026-12-01T22:49:29,238898+00:00 NVRM: loading NVIDIA UNIX Open Kernel Module 580.159.04\n"
+    journal = "Dec 01 22:49:29 gpu-node-07 kernel: NVRM: loading NVIDIA UNIX Open Kernel Module 580.159.04\n"
     return {
         f"plain boot log, {mib} MiB": lambda: boot * (mib * 2**20 // len(boot)),
         f"amdgpu chatter, {mib} MiB (every line parsed)": lambda: amd * (mib * 2**20 // len(amd)),
+        f"dmesg -x --time-format iso NVRM chatter, {mib} MiB": lambda: iso * (mib * 2**20 // len(iso)),
+        f"journalctl -k short NVRM chatter, {mib} MiB": lambda: journal * (mib * 2**20 // len(journal)),
         "one 200 KB NVRM line": lambda: "[ 1.0] NVRM: " + "NVRM: x " * 25_000 + "\n",
         "one 11 MB NVRM line": lambda: "[ 1.0] NVRM: " + "NVRM: x " * (11 * 2**20 // 8) + "\n",
         "100,000 lines of 8 KiB of NVRM text": lambda: ("[ 1.0] NVRM: " + "NVRM: x " * 1000 + "\n") * 100_000,

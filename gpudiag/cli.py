@@ -210,8 +210,9 @@ def serve(
     from gpudiag.service import socket_path, state_dir as journal_dir
 
     expectations = read_expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2
-    raise typer.Exit(run_exporter(listen, web_config, collect_options(root, kernel_log, timeout), interval,
-                                  expectations, socket_path(root, socket), journal_dir(root, state_dir), socket is not None))
+    options = collect_options(root, kernel_log, timeout, state_dir=state_dir)
+    raise typer.Exit(run_exporter(listen, web_config, options, interval, expectations, socket_path(root, socket),
+                                  journal_dir(root, state_dir), socket is not None))
 
 
 @app.command()

@@ -98,6 +98,12 @@ class Expectations:
     # Judge only events logged in the last this-many seconds before the snapshot (by the kernel's since-boot
     # stamps); None ("boot" in a profile): everything since boot. Events without a stamp always count.
     kernel_log_window_seconds: Optional[float] = None
+    # A hardware fault (a kernel-log finding that resets, reboots or drains) seen on the same GPU or NVSwitch in this
+    # many boots escalates to rma: it came back after the reboots that were to clear it. 3 = two reboots, GPUd's
+    # DefaultRebootThreshold (github.com/leptonai/gpud components/accelerator/nvidia/xid/threshold.go). The boots
+    # come from the log itself where it spans boots, the journal of `gpudiag serve` and the systemd journal
+    # (snapshot.boot_history). None: never escalate.
+    kernel_log_repeat_boots: Optional[int] = 3
 
     # --- power -----------------------------------------------------------------------------------------------
     # Warn when the enforced power limit is below this fraction of the default limit: someone capped the GPU
@@ -199,6 +205,9 @@ class Expectations:
         for name in ("expected_gpu_count", "kernel_log_window_seconds", "expected_power_limit_watts"):
             if getattr(self, name) == 0:
                 raise ExpectationError(name, "must be above 0")
+        if self.kernel_log_repeat_boots is not None and self.kernel_log_repeat_boots < 2:
+            raise ExpectationError("kernel_log_repeat_boots", f"a repeat needs two boots at least, got "
+                                                              f"{self.kernel_log_repeat_boots}")
         self._check_choices()
         self._check_overlaps()
         self._check_driver_versions()

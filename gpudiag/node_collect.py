@@ -56,9 +56,12 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float], parts=None):
-    """What to collect; `parts` (default: all) names the optional probe parts the selected checks judge."""
+def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float], parts=None,
+                    state_dir: Optional[Path] = None):
+    """What to collect; `parts` (default: all) names the optional probe parts the selected checks judge; `state_dir`
+    is where the service keeps its journal (default /var/lib/gpudiag under the root), read for earlier boots."""
     from gpudiag.probe import PROBE_PARTS, CollectOptions
+    from gpudiag.service import state_dir as journal_dir
 
     timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
     if not (root / "sys").is_dir() and root != Path("/"):
@@ -66,7 +69,7 @@ def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[fl
     if kernel_log is not None and not kernel_log.is_file():
         raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
     return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout,
-                          parts=PROBE_PARTS if parts is None else parts)
+                          parts=PROBE_PARTS if parts is None else parts, state_dir=journal_dir(root, state_dir))
 
 
 def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None,

@@ -84,7 +84,13 @@ def test_nvrm_fallen_off_the_bus_line_fails_its_gpu():
 def test_every_kernel_event_kind_the_scanner_emits_is_judged():
     judged_amd = set(kernel_log._AMDGPU_EVENTS)
     assert set(AMDGPU_EVENT_KINDS) <= judged_amd
-    assert set(NVIDIA_EVENT_KINDS) == {"xid", "fallen_off_bus"}
+    codes = {"xid": 79, "sxid": 24007}
+    for kind in NVIDIA_EVENT_KINDS:  # each fails where it lands: its GPU, its NVSwitch, or node-level
+        snap = nvidia_h200_node()
+        snap.kernel_log.events = [KernelEvent(Vendor.NVIDIA, kind, "NVRM: x", pci_bus_id="0000:19:00.0",
+                                              code=codes.get(kind), detail="fatal" if kind == "sxid" else None)]
+        results = run(snap, "kernel_log.xid") + run(snap, "kernel_log.sxid")
+        assert Status.FAIL in {r.status for r in results}, kind
 
 
 def test_xid_on_a_gpu_outside_the_inventory_is_node_level():

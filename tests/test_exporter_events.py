@@ -244,3 +244,36 @@ def test_stopping_a_watcher_whose_thread_is_not_started_yet_does_not_raise():
     watcher._thread = threading.Thread(target=lambda: None, daemon=True)  # the moment between the two
     watcher.stop(timeout_seconds=0.1)
     assert watcher._stop.is_set()
+
+
+def test_sxids_are_counted_per_switch_and_code_once_per_record_and_bounded():
+    # Issue 21: an SXid record and its Severity/Data dump lines (GPUd's sxid README, verbatim) count once; switches
+    # beyond MAX_SWITCHES fold into pci_bus_id="other", so a log cannot make series without end.
+    from gpudiag.exporter.events import MAX_SWITCHES, OTHER_BUS_ID
+    from gpudiag.exporter.poller import COMPLETE, Collection, Cycle
+    from gpudiag.exporter.state import ExporterState
+    from gpudiag.model import CollectorRun
+    from gpudiag.probe.kernel_log_events import parse_event
+    from tests.snapshots import nvidia_h200_node
+
+    state = ExporterState(stale_after_seconds=60, watcher_factory=None)
+
+    def cycle(messages):
+        snapshot = nvidia_h200_node()
+        snapshot.kernel_log.events = [parse_event(m, 6781753.0 + i) for i, m in enumerate(messages)]
+        state.on_cycle(Cycle(COMPLETE, 0.1, Collection(snapshot, [], CollectorRun("checks", True, 0.0), time.time())))
+
+    cycle([])
+    record = ["nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up",
+              "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 60 Sub-engine instance 00",
+              "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {0x10000000, 0x10000000, 0x00000000, "
+              "0x10000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}"]
+    many = [f"nvidia-nvswitch0: SXid (PCI:0001:{i:02x}:00.0): 20009, Non-fatal, Link 04 RX Short Error Rate"
+            for i in range(MAX_SWITCHES + 10)]
+    cycle(record + many)
+    text = state.render().decode()
+    assert series(text, "gpudiag_nvswitch_sxid_events_total", pci_bus_id="0000:06:00.0", code="20034")[0][1] == 1
+    assert series(text, "gpudiag_nvswitch_sxid_events_total", pci_bus_id="0000:07:00.0") == []
+    sxids = series(text, "gpudiag_nvswitch_sxid_events_total")
+    assert len(sxids) == MAX_SWITCHES + 1
+    assert series(text, "gpudiag_nvswitch_sxid_events_total", pci_bus_id=OTHER_BUS_ID)[0][1] == 11

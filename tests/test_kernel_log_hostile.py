@@ -197,13 +197,13 @@ def test_non_ascii_digits_are_not_numbers():
 def test_a_scan_that_misses_the_deadline_is_unknown_and_the_gpus_are_unaffected(tmp_path, monkeypatch):
     from gpudiag.probe import kernel_log
 
-    real = kernel_log.parse_event
+    real = kernel_log.split_line
 
-    def slow(message, seconds=None):  # a log whose scan outlasts the deadline: 20,000 records at 1 ms each
+    def slow(line):  # a log whose scan outlasts the deadline: 20,000 records at 1 ms each
         time.sleep(0.001)
-        return real(message, seconds)
+        return real(line)
 
-    monkeypatch.setattr(kernel_log, "parse_event", slow)
+    monkeypatch.setattr(kernel_log, "split_line", slow)
     snapshot, elapsed = collect_node(tmp_path, [f"6,{i},{i},-;NVRM: loading" for i in range(20_000)], 1.5)
     assert elapsed < 2.5
     assert [d.reachable for d in snapshot.devices] == [True, True]

@@ -203,6 +203,9 @@ PINNED_TABLE = {
     'kernel_log.xid': {F: ('drain', 'GPUDIAG-XID'),
                        W: ('watch', 'GPUDIAG-XID'),
                        U: ('watch', 'GPUDIAG-KERNEL-LOG-UNREADABLE')},
+    'kernel_log.sxid': {F: ('reboot', 'GPUDIAG-SXID'),
+                        W: ('watch', 'GPUDIAG-SXID'),
+                        U: ('watch', 'GPUDIAG-KERNEL-LOG-UNREADABLE')},
     'kernel_log.amdgpu_errors': {F: ('drain', 'GPUDIAG-AMDGPU-EVENT'),
                                  W: ('watch', 'GPUDIAG-AMDGPU-EVENT'),
                                  U: ('watch', 'GPUDIAG-KERNEL-LOG-UNREADABLE')},
@@ -286,3 +289,31 @@ def test_the_fixed_verdicts_and_the_action_order():
     assert strongest(["watch", None, "rma", "drain"]) == "rma"
     assert strongest(["reset", "reboot", "watch"]) == "reboot"
     assert strongest(["drain", "watch"]) == "drain"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NVSwitch SXids (kernel_log.sxid): the line's own word first (`Fatal` → fail, reboot: NVIDIA's Fabric Manager user
+# guide, "NVSwitch SXid Errors", fatal SXids need the NVSwitches and GPUs reset, GPUd reboots; `Non-fatal` → warn;
+# `Correctable` → counted, not judged); the guide's table where the line says neither; its Always Fatal codes fail.
+SWITCH = "0000:c3:00.0"
+SXID = {
+    "24007, Fatal, Link 28 sourcetrack timeout error (First)": (F, "reboot"),
+    "20009, Non-fatal, Link 04 RX Short Error Rate": (W, "watch"),
+    "11012, Correctable, Link 04 single bit ECC error": (P, "none"),
+    "20034, Severity 1 Engine instance 60 Sub-engine instance 00": (F, "reboot"),
+    "20034, Data {0x10000000, 0x10000000, 0x00000000, 0x10000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, "
+    "0x00000000}": (F, "reboot"),  # no word: the guide lists 20034 as Fatal
+    "26008, SOE Watchdog error": (W, "watch"),  # not in the guide's tables
+    "23001, Fatal, Link 12 Always Fatal": (F, "reboot"),
+    "23001, Non-fatal, Link 12 x": (W, "watch"),  # the line's word is honoured over the table
+}
+
+
+@pytest.mark.parametrize("text", sorted(SXID))
+def test_sxid_verdicts(text):
+    snap = nvidia_h200_node()
+    snap.kernel_log.events = [parse_event(f"nvidia-nvswitch0: SXid (PCI:{SWITCH}): {text}")]
+    (result,) = run(snap, "kernel_log.sxid")
+    assert (result.status, result.action) == SXID[text]
+    if result.status != P:
+        assert result.observed["nvswitch_pci_bus_id"] == SWITCH and result.device is None

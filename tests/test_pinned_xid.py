@@ -175,3 +175,31 @@ def test_the_xid_48_details_say_reset_in_words_and_in_the_action(code):
     assert "reset" in remediation and "nvidia-smi -r -i <gpu>" in remediation
     assert automation_action(code, F) == "reset" and automation_action(code, W) == "reset"
     assert ("SRAM Threshold Exceeded" in remediation) == (code == 172)
+
+
+# -- what the line says (issue 21) ---------------------------------------------------------------------------------
+# Xid 144-150: the NVLink5 line's own Fatal/Nonfatal word (GPUd's catalog_generated.go gives every fatal NVLink5
+# unit RESET_GPU). Xid 154: the action it moved to (open-gpu-kernel-modules gpu.c _gpuRecoveryActionName): None is
+# the driver clearing (watch), GPU Reset reset, Node Reboot reboot, Drain P2P / IMEX drain.
+TEXT = {
+    "149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)":
+        (F, "reset"),
+    "145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00000004 0x00000001 0x00000000 0x00000000)": (W, "watch"),
+    "154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)": (W, "watch"),
+    "154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)": (F, "reset"),
+    "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)": (F, "reboot"),
+    "154, GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)": (F, "reboot"),
+    "154, GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)": (F, "drain"),
+    "154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)": (F, "reset"),
+}
+
+
+@pytest.mark.parametrize("text", sorted(TEXT))
+def test_the_line_decides_nvlink5_and_xid_154(text):
+    from gpudiag.probe.kernel_log_events import parse_event
+
+    event = parse_event(f"NVRM: Xid (PCI:0000:19:00): {text}")
+    snap = nvidia_h200_node()
+    snap.kernel_log.events = [event]
+    result = for_gpu(run(snap, "kernel_log.xid"), 0)
+    assert (result.status, result.action) == TEXT[text]

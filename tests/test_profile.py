@@ -29,6 +29,7 @@ SPECIAL = {
     "large_bar_required": ("false", False),
     "expected_ecc_enabled": ("false", False),
     "pcie_recovery_fail_count_per_day": ("5", 5),
+    "kernel_log_repeat_boots": ("2", 2),
 }
 BY_TYPE = {"int": ("3", 3), "float": ("0.5", 0.5), "bool": ("true", True), "tuple": ("[48, 79]", (48, 79))}
 WRONG = {"int": ('"3"', "expected an integer"), "float": ('"fast"', "expected a number"),

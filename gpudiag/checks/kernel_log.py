@@ -1,15 +1,12 @@
-"""kernel_log.*: what the GPU drivers logged since boot: NVIDIA Xids and amdgpu error events, per GPU.
+"""kernel_log.*: what the GPU drivers logged since boot: NVIDIA Xids, NVSwitch SXids and driver records
+(kernel_log_nvidia.py), amdgpu error events (here), per GPU; the shared rules (which GPU, the window, one event's
+lines counted once, repeats across boots, a log read only in part) are in kernel_log_common.py.
 
-Events are matched to GPUs by PCI bus ID (an Xid line omits the function; the scanner assumes ".0"). An event on a
-bus ID the inventory does not know (a GPU that fell off the bus and was never enumerated) is reported node-level.
-A PCIe hot-plug event (`pcieport <port>: pciehp: Slot(N): Link Down` / `Card not present`, AMD's "fell off the bus")
-names the port: it fails the GPU whose upstream port that is; when no GPU on the bus is known below the port (a GPU
-that is gone is no longer on the bus) it warns node-level, on a GPU node only, and inventory.* judges what is missing.
-
-Only the drivers' own records reach this module (gpudiag/probe/kernel_log_events.py: driver prefix, kmsg facility
+Only the drivers' own records reach these modules (gpudiag/probe/kernel_log_events.py: driver prefix, kmsg facility
 kernel). Records the scanner could not parse are skipped and counted, and a scan cut short (deadline, size cap) is
-said in the message; with no finding in the part that was scanned, a cut-short scan is unknown, not a pass.
-Events are judged per GPU even when the GPU no longer answers its library: that is when the log matters most.
+said in the message; with no finding in the part that was scanned, a cut-short scan is unknown, and lines in a
+format the scanner cannot read warn: neither is a pass. Events are judged per GPU even when the GPU no longer
+answers its library: that is when the log matters most.
 
 A profile narrows the log to a window (Expectations.kernel_log_window_seconds: events stamped earlier than that
 many seconds before the snapshot are ignored) and overrides verdicts per Xid code or amdgpu event kind. Each
@@ -19,208 +16,27 @@ of its findings and the code of its worst one.
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter, defaultdict
-from datetime import datetime
-from typing import Callable, NamedTuple, Optional
+from typing import Optional
 
-from gpudiag.checks import xid_catalog
-from gpudiag.checks.common import (
-    Check,
-    device_for_bus_id,
-    passed,
-    physical_devices,
-    skipped,
-    unknown,
-    vendors_present,
-    verdict,
+from gpudiag.checks.common import Check, skipped
+from gpudiag.checks.kernel_log_common import (
+    PCIE_SLOT_EVENT_KINDS,
+    Finding,
+    Repeats,
+    applies,
+    in_window,
+    per_gpu,
+    slot_events,
+    slot_finding,
+    unreadable_log,
+    window_start,
 )
-from gpudiag.checks.verdicts import ACTION_RANK, strongest, with_verdict
+from gpudiag.checks.kernel_log_nvidia import sxid, xid
+from gpudiag.checks.verdicts import strongest
 from gpudiag.expect import Expectations
-from gpudiag.model import (
-    STATUS_SEVERITY,
-    CheckResult,
-    DeviceSnapshot,
-    KernelEvent,
-    KernelLogInfo,
-    NodeSnapshot,
-    Status,
-    Vendor,
-)
+from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status, Vendor
 
-# The kinds gpudiag/probe/kernel_log_events.py gives PCIe hot-plug events (the checks import no probe module; a test
-# keeps the two in step).
-PCIE_SLOT_EVENT_KINDS = ("slot_link_down", "slot_card_not_present")
-
-
-class Finding(NamedTuple):
-    severity: Status
-    description: str
-    action: str  # what the operator does, in words
-    verdict: str = "watch"  # what automation does (verdicts.ACTIONS)
-    fault_code: str = "GPUDIAG-KERNEL-LOG-EVENT"
-
-
-def _window_start(snapshot: NodeSnapshot, expect: Expectations) -> Optional[float]:
-    """The since-boot second before which events are ignored, or None to judge them all (no window configured, or
-    the boot time or collection time unknown: then nothing is left out rather than guessed)."""
-    window = expect.kernel_log_window_seconds
-    if window is None or snapshot.host.boot_time is None or not snapshot.collected_at:
-        return None
-    try:
-        collected = datetime.fromisoformat(snapshot.collected_at.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-    return collected - snapshot.host.boot_time - window
-
-
-def _in_window(event: KernelEvent, start: Optional[float]) -> bool:
-    return start is None or event.timestamp_seconds is None or event.timestamp_seconds >= start
-
-
-def _unreadable(check_id: str, snapshot: NodeSnapshot) -> CheckResult:
-    log = snapshot.kernel_log
-    reason = f"{log.error.kind}: {log.error.message}" if log.error else "no reason recorded"
-    return unknown(check_id, None, f"the kernel log ({log.source or 'not found'}) could not be read: {reason}",
-                   observed={"source": log.source, "error": reason}, expected="kernel log readable",
-                   remediation=("Run gpudiag as root (reading /dev/kmsg needs CAP_SYSLOG when "
-                                "kernel.dmesg_restrict=1), or pass a saved log with --kernel-log FILE (e.g. "
-                                "`journalctl -k -b > kern.log`)."))
-
-
-def _scan_notes(log: KernelLogInfo) -> tuple[str, dict]:
-    """What the reader could not do, for the message and `observed`: skipped records, a scan cut short."""
-    notes, observed = [], {}
-    if log.records_skipped:
-        notes.append(f"{log.records_skipped} record(s) could not be parsed and were skipped")
-        observed["records_skipped"] = log.records_skipped
-    if log.incomplete:
-        notes.append(f"scan incomplete: {log.incomplete}")
-        observed["incomplete"] = log.incomplete
-    return ("; ".join(notes), observed)
-
-
-def _judge_events(check_id: str, device: Optional[DeviceSnapshot], where: str, events: list[KernelEvent],
-                  finding: Callable[[KernelEvent], Optional[Finding]], log: KernelLogInfo) -> CheckResult:
-    findings = [(e, f) for e in events if (f := finding(e)) is not None]
-    counts = Counter(f.description for _, f in findings)
-    notes, scan_observed = _scan_notes(log)
-    observed = {"events": dict(counts), "last": findings[-1][0].message if findings else None, **scan_observed}
-    if not findings:
-        if log.incomplete:
-            return unknown(check_id, device, f"{where}: no driver error events in the part of the log scanned, but "
-                                             f"the {notes}", observed=observed, expected="no driver error events",
-                           remediation="Run the check again with a longer --timeout, or pass a saved log with "
-                                       "--kernel-log FILE (e.g. `journalctl -k -b > kern.log`).")
-        note = f" ({len(events)} ignored by the profile)" if events else ""
-        note += f" ({notes})" if notes else ""
-        return passed(check_id, device, f"{where}: no driver error events since boot{note}",
-                      observed=observed, expected="no driver error events")
-    worst = max((f.severity for _, f in findings), key=STATUS_SEVERITY.__getitem__)
-    # Actions for the worst findings first, each once; otherwise in log order (stable for golden outputs).
-    ordered = sorted(dict.fromkeys(f for _, f in findings), key=lambda f: -STATUS_SEVERITY[f.severity])
-    actions = list(dict.fromkeys(f.action for f in ordered))
-    if device is not None:
-        actions = [a.replace("<gpu>", str(device.index)) for a in actions]
-    listing = ", ".join(f"{description} ×{n}" for description, n in counts.items())
-    listing += f" ({notes})" if notes else ""
-    result = verdict(check_id, worst, device, f"{where}: {len(findings)} driver error event(s) since boot: {listing}",
-                     observed=observed, expected="no driver error events", remediation=" ".join(actions))
-    decisive = max((f for _, f in findings), key=lambda f: (STATUS_SEVERITY[f.severity], ACTION_RANK[f.verdict]))
-    return with_verdict(result, strongest([f.verdict for _, f in findings]), decisive.fault_code)
-
-
-def _per_gpu(snapshot: NodeSnapshot, check_id: str, vendor: Vendor, events: list[KernelEvent],
-             finding: Callable[[KernelEvent], Optional[Finding]]) -> list[CheckResult]:
-    devices = [d for d in physical_devices(snapshot) if d.vendor == vendor]
-    by_device: dict[int, list[KernelEvent]] = defaultdict(list)
-    elsewhere: dict[Optional[str], list[KernelEvent]] = defaultdict(list)
-    for event in events:
-        device = device_for_bus_id(snapshot, event.pci_bus_id)
-        if device is not None and device.vendor == vendor:
-            by_device[device.index].append(event)
-        else:
-            elsewhere[event.pci_bus_id].append(event)
-    log = snapshot.kernel_log
-    results = [_judge_events(check_id, d, d.label, by_device.get(d.index, []), finding, log) for d in devices]
-    for bus_id, orphaned in elsewhere.items():
-        where = f"GPU at {bus_id} (not in the inventory)" if bus_id else "a GPU the log line does not name"
-        if all(e.kind in PCIE_SLOT_EVENT_KINDS for e in orphaned):
-            where = f"PCIe slot below port {bus_id} (no GPU on the bus is known below it)"
-        results.append(_judge_events(check_id, None, where, orphaned, finding, log))
-    return results
-
-
-def _slot_events(snapshot: NodeSnapshot, vendor: Vendor) -> list[KernelEvent]:
-    """The PCIe hot-plug events `vendor`'s check judges: those on the upstream port of one of its GPUs (given that
-    GPU's bus ID and vendor), and — in the check of the node's first GPU vendor only, so that they are reported
-    once — those on a port no GPU on the bus is known to sit below (vendor left None: node-level)."""
-    node_vendor = next((v for v in (Vendor.AMD, Vendor.NVIDIA) if v in vendors_present(snapshot)), None)
-    picked = []
-    for event in snapshot.kernel_log.events:
-        if event.kind not in PCIE_SLOT_EVENT_KINDS:
-            continue
-        gpu = next((p for p in snapshot.pci_gpus if p.upstream_pci_bus_id == event.pci_bus_id), None)
-        if gpu is not None and gpu.vendor == vendor:
-            picked.append(dataclasses.replace(event, vendor=vendor, pci_bus_id=gpu.pci_bus_id))
-        elif gpu is None and vendor == node_vendor:
-            picked.append(event)
-    return picked
-
-
-# pciehp: the slot's link went down or its card is gone. Below a GPU's own port, the GPU fell off the bus.
-_SLOT_LOST = {
-    "slot_link_down": "PCIe slot link down (the GPU fell off the bus)",
-    "slot_card_not_present": "PCIe card no longer present (the GPU fell off the bus)",
-}
-_SLOT_ACTION = ("The GPU is gone from the PCIe bus: drain the node and power-cycle it (cold boot). Check pcie.aer, the "
-                "riser/cable and the GPU's power; a GPU that falls off again is an RMA candidate.")
-
-
-def _slot_finding(event: KernelEvent) -> Finding:
-    if event.vendor is None:  # no GPU known below the port
-        return Finding(Status.WARN, f"PCIe hot-plug slot lost its {'link' if event.kind == 'slot_link_down' else 'card'}",
-                       "A hot-plug slot lost its link or card. If it held a GPU, that GPU has fallen off the bus: "
-                       "see inventory.* for the GPU that is missing, drain the node and power-cycle it.",
-                       "watch", "GPUDIAG-PCIE-SLOT-LOST")
-    return Finding(Status.FAIL, _SLOT_LOST[event.kind], _SLOT_ACTION, "reboot", "GPUDIAG-PCIE-SLOT-LOST")
-
-
-def _applies(snapshot: NodeSnapshot, vendor: Vendor, events: list[KernelEvent]) -> bool:
-    return vendor in vendors_present(snapshot) or bool(events)
-
-
-# "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus." comes with (or, on some paths, instead of) Xid 79.
-_FALLEN_OFF_BUS = Finding(Status.FAIL, "GPU has fallen off the bus (NVRM)", xid_catalog.action(79), "reboot",
-                          "GPUDIAG-XID-79")
-
-
-def xid(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    check_id = "kernel_log.xid"
-    events = [e for e in snapshot.kernel_log.events if e.vendor == Vendor.NVIDIA
-              and (e.kind == "fallen_off_bus" or (e.kind == "xid" and e.code is not None))]
-    events += _slot_events(snapshot, Vendor.NVIDIA)
-    if not _applies(snapshot, Vendor.NVIDIA, events):
-        return [skipped(check_id, None, "no NVIDIA GPU on this node")]
-    if not snapshot.kernel_log.readable:
-        return [_unreadable(check_id, snapshot)]
-
-    start = _window_start(snapshot, expect)
-
-    def finding(event: KernelEvent) -> Optional[Finding]:
-        if not _in_window(event, start):
-            return None
-        if event.kind == "fallen_off_bus":
-            return _FALLEN_OFF_BUS
-        if event.kind in PCIE_SLOT_EVENT_KINDS:
-            return _slot_finding(event)
-        severity = xid_catalog.xid_severity(event.code, expect)
-        if severity is None:
-            return None
-        return Finding(severity, xid_catalog.describe(event.code), xid_catalog.action(event.code),
-                       xid_catalog.automation_action(event.code, severity), f"GPUDIAG-XID-{event.code}")
-
-    return _per_gpu(snapshot, check_id, Vendor.NVIDIA, events, finding)
+__all__ = ["CHECKS", "PCIE_SLOT_EVENT_KINDS", "amdgpu_errors", "sxid", "xid"]
 
 
 # amdgpu events, by the kinds gpudiag/probe/kernel_log_events.py gives them (line formats: docs/vendor-api.md §11).
@@ -299,7 +115,7 @@ def _amdgpu_finding(event: KernelEvent, expect: Expectations) -> Optional[Findin
     if event.kind in expect.amdgpu_ignore_kinds:
         return None
     if event.kind in PCIE_SLOT_EVENT_KINDS:
-        return _slot_finding(event)
+        return slot_finding(event)
     finding = _AMDGPU_EVENTS.get(event.kind) or Finding(
         Status.WARN, f"amdgpu {event.kind}", f"Unrecognised amdgpu event {event.kind!r}: read it with "
                                             f"`dmesg -T | grep -i amdgpu`.")
@@ -313,19 +129,23 @@ def _amdgpu_finding(event: KernelEvent, expect: Expectations) -> Optional[Findin
 
 def amdgpu_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
     check_id = "kernel_log.amdgpu_errors"
-    events = [e for e in snapshot.kernel_log.events if e.vendor == Vendor.AMD] + _slot_events(snapshot, Vendor.AMD)
-    if not _applies(snapshot, Vendor.AMD, events):
+    events = [e for e in snapshot.kernel_log.events if e.vendor == Vendor.AMD] + slot_events(snapshot, Vendor.AMD)
+    if not applies(snapshot, Vendor.AMD, events):
         return [skipped(check_id, None, "no AMD GPU on this node")]
     if not snapshot.kernel_log.readable:
-        return [_unreadable(check_id, snapshot)]
-    start = _window_start(snapshot, expect)
-    return _per_gpu(snapshot, check_id, Vendor.AMD, events,
-                    lambda event: _amdgpu_finding(event, expect) if _in_window(event, start) else None)
+        return [unreadable_log(check_id, snapshot)]
+    start = window_start(snapshot, expect)
+    return per_gpu(snapshot, check_id, Vendor.AMD, events,
+                   lambda event: _amdgpu_finding(event, expect) if in_window(event, start) else None,
+                   Repeats(snapshot, expect))
 
 
 CHECKS = (
     Check("kernel_log.xid", xid,
-          "no critical NVIDIA Xid or fallen-off-the-bus since boot (application and unknown Xids warn)"),
+          "no critical NVIDIA Xid or driver failure (fallen off the bus, NVLink training, RmInitAdapter) since boot "
+          "(application and unknown Xids warn)"),
+    Check("kernel_log.sxid", sxid,
+          "no fatal NVSwitch SXid since boot (non-fatal SXids warn)"),
     Check("kernel_log.amdgpu_errors", amdgpu_errors,
           "no amdgpu reset failures or uncorrectable RAS errors since boot (ring timeouts, resets, faults warn)"),
 )

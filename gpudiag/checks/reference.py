@@ -148,9 +148,16 @@ REFERENCE: dict[str, tuple[str, str]] = {
         "Bring the firmware components to one version with the OEM's firmware update."),
     # -- kernel log ------------------------------------------------------------------------------------------------
     "kernel_log.xid": (
-        "NVIDIA Xid lines in the kernel log (/dev/kmsg or --kernel-log), judged by the Xid catalog",
+        "NVIDIA Xid lines in the kernel log (/dev/kmsg or --kernel-log; every saved format, docs/kernel-log-formats.md), "
+        "judged by the Xid catalog and what the line says (Xid 144-150 Fatal/Nonfatal, Xid 154's new action); the "
+        "driver's fallen-off-the-bus, NVLink training and RmInitAdapter records; earlier boots' faults",
         "Follow the Xid's resolution bucket (the result names it): restart the application, reset the GPU, reboot, "
         "or RMA; confirm with `dmesg -T | grep -i xid`."),
+    "kernel_log.sxid": (
+        "NVSwitch SXid lines in the kernel log (`nvidia-nvswitchN: SXid (PCI:…): NNNNN, Fatal|Non-fatal, …`), judged by "
+        "the line's own word and NVIDIA's Fabric Manager SXid tables",
+        "A fatal SXid: drain the node and reboot it (the NVSwitches and GPUs must be reset together); an always-fatal "
+        "one or one that recurs after reboots: hardware inspection of the baseboard. Non-fatal: watch."),
     "kernel_log.amdgpu_errors": (
         "amdgpu lines in the kernel log: ring timeouts, resets, RAS errors, page faults, slot loss",
         "A failed reset or uncorrectable RAS error: drain, reset the GPU or reboot; ring timeouts and faults: "
@@ -245,7 +252,9 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "topology.links_up": ("expected_links_per_gpu",),
     "topology.link_errors": ("link_error_warn_count",),
     "topology.fabric": ("fabric_setup_grace_seconds",),
-    "kernel_log.xid": ("xid_fail_codes", "xid_warn_codes", "xid_ignore_codes", "kernel_log_window_seconds"),
+    "kernel_log.xid": ("xid_fail_codes", "xid_warn_codes", "xid_ignore_codes", "kernel_log_window_seconds",
+                       "kernel_log_repeat_boots"),
+    "kernel_log.sxid": ("kernel_log_window_seconds", "kernel_log_repeat_boots"),
     "kernel_log.amdgpu_errors": ("amdgpu_fail_kinds", "amdgpu_warn_kinds", "amdgpu_ignore_kinds",
                                  "kernel_log_window_seconds"),
     "host.persistence_mode": ("persistence_mode_required",),

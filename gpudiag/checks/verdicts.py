@@ -76,6 +76,8 @@ TABLE: dict[str, dict[Status, tuple[str, str]]] = {
     # Per-finding verdicts come from the Xid catalog / amdgpu event table (kernel_log.py); these are the fallback.
     "kernel_log.xid": {F: ("drain", "GPUDIAG-XID"), W: ("watch", "GPUDIAG-XID"),
                        U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
+    "kernel_log.sxid": {F: ("reboot", "GPUDIAG-SXID"), W: ("watch", "GPUDIAG-SXID"),
+                        U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
     "kernel_log.amdgpu_errors": {F: ("drain", "GPUDIAG-AMDGPU-EVENT"), W: ("watch", "GPUDIAG-AMDGPU-EVENT"),
                                  U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
     "host.persistence_mode": {F: ("drain", "GPUDIAG-HOST-PERSISTENCE-OFF"),

@@ -113,6 +113,14 @@ XID_ERRORS = _gpu(
     "NVIDIA Xid errors seen since the exporter started (NVML events, or the kernel log where events are unavailable).",
     ("code",),
 )
+# Node-level: an NVSwitch is no GPU. Its series are bounded by EventTally (MAX_SWITCHES bus IDs, then "other").
+SXID_EVENTS = _define(
+    "gpudiag_nvswitch_sxid_events_total",
+    "counter",
+    "NVSwitch SXid errors in the kernel log since the exporter started, by switch PCI bus ID and SXid code (each "
+    "record once: its Severity/Data dump lines are not counted).",
+    ("pci_bus_id", "code"),
+)
 KERNEL_LOG_EVENTS = _gpu(
     "gpudiag_gpu_kernel_log_events_total",
     "counter",

@@ -15,6 +15,8 @@ from gpudiag.exporter.families import FamilySet
 from gpudiag.model import KernelEvent, NodeSnapshot
 
 XID = "xid"
+SXID = "sxid"
+MAX_SWITCHES = 32  # NVSwitch bus IDs with series of their own (an HGX baseboard has 4 or 6); the rest: OTHER_BUS_ID
 # The pci_bus_id label of events on a bus ID that is no GPU of the node (a made-up one in a hostile log line, a PCIe
 # port of a hot-plug event): one series per kind/code for all of them, so that no log line can create series.
 OTHER_BUS_ID = "other"
@@ -40,6 +42,10 @@ class EventTally:
     def add(self, pci_bus_id: Optional[str], kind: str, code: Optional[int] = None) -> None:
         key = (pci_bus_id or "", kind, "" if code is None else str(code))
         with self._lock:
+            if kind == SXID and key not in self._counts:
+                switches = {b for b, k, _ in self._counts if k == SXID}
+                if pci_bus_id not in switches and len(switches - {OTHER_BUS_ID}) >= MAX_SWITCHES:
+                    key = (OTHER_BUS_ID, kind, key[2])
             self._counts[key] += 1
             self.version += 1
 
@@ -54,6 +60,8 @@ class EventTally:
             gpu, uuid = identities.get(bus_id, ("", ""))
             if kind == XID:
                 fs.add(m.XID_ERRORS, (gpu, uuid, bus_id, code or "unknown"), count)
+            elif kind == SXID:
+                fs.add(m.SXID_EVENTS, (bus_id, code or "unknown"), count)
             else:
                 fs.add(m.KERNEL_LOG_EVENTS, (gpu, uuid, bus_id, kind), count)
 

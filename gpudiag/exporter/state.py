@@ -15,8 +15,9 @@ from typing import Callable, Optional
 from prometheus_client import generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
+from gpudiag.checks.kernel_log_common import SXID_DUMP_DETAILS
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.events import XID, EventTally, KernelLogFollower, series_bus_id
+from gpudiag.exporter.events import SXID, XID, EventTally, KernelLogFollower, series_bus_id
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.exporter.poller import COMPLETE, OUTCOMES, Collection, Cycle
@@ -73,6 +74,9 @@ class ExporterState:
             if event.kind == XID:
                 if event.pci_bus_id not in from_nvml:  # else NVML's event stream has counted it already
                     self.tally.add(bus_id, XID, event.code)
+            elif event.kind == SXID:
+                if event.detail not in SXID_DUMP_DETAILS:  # a switch is no GPU: its own bus ID, bounded by the tally
+                    self.tally.add(event.pci_bus_id, SXID, event.code)
             else:
                 self.tally.add(bus_id, event.kind)
 

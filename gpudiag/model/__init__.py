@@ -52,6 +52,8 @@ from gpudiag.model.device import (
 )
 from gpudiag.model.node import (
     BackendInfo,
+    BootFault,
+    BootHistory,
     CollectorRun,
     HostInfo,
     KernelEvent,
@@ -69,6 +71,6 @@ __all__ = [
     "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "THROTTLE_TIME_REASONS",
     "ClockInfo", "DeviceSnapshot", "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo",
     "PeerLink", "PowerInfo", "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo",
-    "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo", "NodeSnapshot", "PciGpu", "PcieDpmLevel",
+    "BootFault", "BootHistory", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo", "NodeSnapshot", "PciGpu", "PcieDpmLevel",
     "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
 ]

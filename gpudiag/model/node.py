@@ -84,6 +84,7 @@ class HostInfo:
     memory_available_bytes: Optional[int] = None
     boot_time: Optional[float] = None  # epoch seconds
     numa_nodes: Optional[int] = None
+    boot_id: Optional[str] = None  # /proc/sys/kernel/random/boot_id: names this boot in journals (issue 21)
 
 
 @dataclass
@@ -99,6 +100,12 @@ class KernelEvent:
     process: Optional[str] = None
     timestamp_seconds: Optional[float] = None  # seconds since boot, as the log stamps it
     count: Optional[int] = None  # e.g. the number of uncorrectable errors an amdgpu RAS line reports
+    # What the line itself says about its severity or outcome: "fatal" / "nonfatal" / "correctable" (NVSwitch SXid,
+    # NVLink5 Xid 144-150), the recovery action an Xid 154 moved to ("none", "reset", "reboot", "drain"), or
+    # "detail" for an SXid line that only adds data to the record before it.
+    detail: Optional[str] = None
+    wall_time: Optional[float] = None  # epoch seconds, where the log line carries a wall clock (dmesg -T/iso, syslog)
+    boot: Optional[str] = None  # the boot the line came from, where the log spans boots (journal _BOOT_ID, kern.log)
 
 
 @dataclass
@@ -113,6 +120,34 @@ class KernelLogInfo:
     records_not_kernel: int = 0  # /dev/kmsg records user space wrote (facility not kernel): never driver events
     lines_truncated: int = 0  # lines longer than a kernel record, read up to the cap only
     incomplete: Optional[str] = None  # why not all of the log was scanned (deadline, size cap), or None
+    # Lines in no format the scanner reads that may hold a driver record (a driver prefix after an unknown stamp, a
+    # binary or compressed file): counted, and the first one kept, so that the checks never say "no events" of them.
+    unreadable_lines: int = 0
+    first_unreadable: Optional[str] = None
+    formats: dict[str, int] = field(default_factory=dict)  # driver lines read, by the line format they came in
+    boots: int = 0  # boots the log spans, where it says (0: one boot, or not known)
+
+
+@dataclass
+class BootFault:
+    """A driver event of an earlier boot, as the node's own records keep it (issue 21, item 7)."""
+    boot: str  # the boot ID, or a name for a boot known only by its place ("earlier boot(s)")
+    kind: str  # the KernelEvent kind
+    pci_bus_id: Optional[str] = None
+    code: Optional[int] = None
+    source: str = ""  # "gpudiag journal" | "journalctl"
+    detail: Optional[str] = None  # as KernelEvent.detail
+
+
+@dataclass
+class BootHistory:
+    """The driver events of earlier boots: the journal of `gpudiag serve` and the systemd journal, each read within
+    a deadline. `sources` says what was read, `problems` what could not be (neither is fatal)."""
+    current_boot: Optional[str] = None
+    sources: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    faults: list[BootFault] = field(default_factory=list)
+    boots: int = 0  # earlier boots the records reach back to
 
 
 @dataclass
@@ -141,6 +176,7 @@ class NodeSnapshot:
     kernel_log: KernelLogInfo = field(default_factory=KernelLogInfo)
     errors: list[ProbeError] = field(default_factory=list)  # node-level probe errors
     active: Optional[ActiveResults] = None  # load tests, when they were run (gpudiag check --level 2)
+    boot_history: Optional[BootHistory] = None  # earlier boots' driver events, where the node keeps them
     collectors: list[CollectorRun] = field(default_factory=list)
 
     def backend(self, name: str) -> Optional[BackendInfo]:

@@ -60,6 +60,9 @@ class CollectOptions:
     timeout_seconds: float = 10.0
     read_kernel_log: bool = True
     parts: frozenset = PROBE_PARTS  # which of PROBE_PARTS to collect
+    # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/boot_history.py); None: not read.
+    state_dir: Optional[Path] = None
+    journalctl: Optional[str] = None  # the program to read the systemd journal with; None: journalctl on PATH
 
     def __post_init__(self) -> None:
         unknown = set(self.parts) - PROBE_PARTS
@@ -115,6 +118,9 @@ class Collector:
     def __init__(self, options: Optional[CollectOptions] = None):
         self.options = options or CollectOptions()
         self._slots: dict[Vendor, _BackendSlot] = {}
+        # Earlier boots do not change while this one lasts: read once, complete, per boot (the service collects
+        # every few seconds).
+        self._boot_history = None
 
     # -- public -----------------------------------------------------------------------------------------------
 
@@ -132,7 +138,7 @@ class Collector:
         cpu.start()
 
         self._collect_host(snapshot, until)
-        kernel_log_job = self._start_kernel_log(until)
+        kernel_log_job = self._start_kernel_log(until, snapshot.host.boot_id, snapshot.host.boot_time)
         self._open_backends(snapshot, until)
         self._collect_devices(snapshot, until)
         self._collect_peers(snapshot, until)
@@ -204,7 +210,8 @@ class Collector:
         outcome = deadline.run_one(work, _remaining(until), "host")
         self._record_run(snapshot, "host", outcome)
 
-    def _start_kernel_log(self, until: float) -> Optional[Callable[[float], deadline.Outcome]]:
+    def _start_kernel_log(self, until: float, boot_id: Optional[str] = None,
+                          boot_time: Optional[float] = None) -> Optional[Callable[[float], deadline.Outcome]]:
         """The log scan runs on its own thread beside the vendor probes. It stops itself a little before the
         collection's deadline (then its result says it is incomplete), so that it neither outlives the collection
         nor makes the probes wait: its patterns are linear and its lines capped (kernel_log_events.py), so it holds
@@ -218,9 +225,23 @@ class Collector:
         stop_at = until - min(KERNEL_LOG_MARGIN_SECONDS, self.options.timeout_seconds / 10)
 
         def work(tracker: deadline.CallTracker):
-            return kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file, until=stop_at)
+            info = kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file, until=stop_at)
+            if self.options.kernel_log_file is None:  # a saved log may be another node's: its history is not this one's
+                tracker.enter("boot_history")
+                self._read_boot_history(boot_id, boot_time, stop_at)
+                tracker.leave()
+            return info
 
         return deadline.start(work, "kernel_log")
+
+    def _read_boot_history(self, boot_id: Optional[str], boot_time: Optional[float], until: float) -> None:
+        from gpudiag.probe.boot_history import read_boot_history, was_cut_short
+
+        cached = self._boot_history
+        if cached is not None and cached.current_boot == boot_id and not was_cut_short(cached):
+            return
+        self._boot_history = read_boot_history(self.options.root, self.options.state_dir, boot_id, boot_time, until,
+                                               self.options.journalctl)
 
     def _finish_kernel_log(self, snapshot: NodeSnapshot, job, until: float) -> None:
         if job is None:
@@ -229,6 +250,7 @@ class Collector:
         self._record_run(snapshot, "kernel_log", outcome)
         if outcome.done and outcome.error is None:
             snapshot.kernel_log = outcome.value
+            snapshot.boot_history = self._boot_history
         else:
             snapshot.kernel_log.error = outcome_error("kernel_log", outcome)
 

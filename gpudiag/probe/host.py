@@ -50,6 +50,7 @@ def probe_host(root: Path = Path("/")) -> tuple[HostInfo, list[ProbeError]]:
         iommu_enabled=_iommu_enabled(reader),
         iommu_cmdline=iommu_cmdline(cmdline or ""),
         numa_nodes=_numa_nodes(reader),
+        boot_id=_boot_id(reader),
     )
     if host.hostname is None and Path(root) == Path("/"):
         host.hostname = socket.gethostname()
@@ -91,6 +92,12 @@ def _modules(reader: FileReader) -> dict[str, Optional[str]]:
         if name in listed or module_dir.is_dir():
             loaded[name] = reader.line(module_dir / "version")
     return loaded
+
+
+def _boot_id(reader: FileReader) -> Optional[str]:
+    """/proc/sys/kernel/random/boot_id (a UUID the kernel draws at boot), as journald writes it: 32 hex digits."""
+    text = (reader.line(reader.path("proc/sys/kernel/random/boot_id")) or "").replace("-", "").lower()
+    return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None
 
 
 def _nvidia_proc_version(reader: FileReader) -> Optional[str]:

@@ -126,9 +126,13 @@ class JournalKeeper:
 
     def _events(self, snapshot: NodeSnapshot, now: str) -> list[dict]:
         index_of = {d.pci_bus_id: d.index for d in snapshot.devices if d.pci_bus_id}
+        # boot_id: which boot the event was logged in, so that a fault that comes back after reboots is seen
+        # (gpudiag/probe/boot_history.py reads these back); detail: what the line said of its severity.
         in_log = [{"kind": event.kind, "event": "event", "code": event.code, "pci_bus_id": event.pci_bus_id,
                    "gpu": index_of.get(event.pci_bus_id), "log_timestamp": event.timestamp_seconds,
-                   "message": event.message[:MESSAGE_CHARS]} for event in snapshot.kernel_log.events]
+                   "message": event.message[:MESSAGE_CHARS],
+                   **({"boot_id": snapshot.host.boot_id} if snapshot.host.boot_id else {}),
+                   **({"detail": event.detail} if event.detail else {})} for event in snapshot.kernel_log.events]
         entries, dropped = [], 0
         for entry in in_log:
             key = _event_key(entry)
