@@ -50,6 +50,9 @@ class PciGpu:
     upstream_pci_bus_id: Optional[str] = None
     upstream_max_link_generation: Optional[int] = None
     upstream_max_link_width: Optional[int] = None
+    # Every bridge between the GPU and the root complex, nearest first (switch ports, then the root port): a
+    # firmware-first (APEI/GHES) PCIe error names a root port, and the GPUs below it are the ones it concerns.
+    upstream_ports: list[str] = field(default_factory=list)
     # amdgpu's link DPM levels (pp_dpm_pcie, lowest first) and the index of the one in use (the line marked `*`);
     # empty / None where the file is absent (other drivers, ASICs without link DPM).
     pcie_dpm_levels: list[PcieDpmLevel] = field(default_factory=list)
@@ -99,6 +102,7 @@ class KernelEvent:
     process: Optional[str] = None
     timestamp_seconds: Optional[float] = None  # seconds since boot, as the log stamps it
     count: Optional[int] = None  # e.g. the number of uncorrectable errors an amdgpu RAS line reports
+    detail: Optional[str] = None  # what the line decodes to beyond its kind, e.g. an ACA STATUS's set bits
 
 
 @dataclass

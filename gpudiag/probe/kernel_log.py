@@ -19,6 +19,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
 from gpudiag.probe.kernel_log_events import MAX_RECORD_CHARS, parse_event, split_line
+from gpudiag.probe.kernel_log_ghes import GhesRecords
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ MAX_LOG_BYTES = 64 * 1024 * 1024
 # of its deadline.
 _CLOCK_EVERY = 16
 # Only lines with one of these can be a GPU driver's record: the rest are counted and passed over unparsed.
-_DRIVER_MARKERS = ("NVRM", "amdgpu", "pcieport")
+_DRIVER_MARKERS = ("NVRM", "amdgpu", "pcieport", "[Hardware Error]", "[drm] VRAM is lost")
 
 PERMISSION_HINT = (
     "run gpudiag as root, or grant it CAP_SYSLOG (e.g. AmbientCapabilities=CAP_SYSLOG in its systemd unit), "
@@ -51,7 +52,9 @@ def read_kernel_log(root: Path = Path("/"), file: Optional[Path] = None, until: 
 
 def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = None) -> KernelLogInfo:
     """Parse log lines (any supported format, mixed) into `info.events`. Each record is parsed alone: one that
-    cannot be parsed is counted in `records_skipped` and the scan goes on."""
+    cannot be parsed is counted in `records_skipped` and the scan goes on. APEI/GHES records span lines: they are
+    assembled as they come (kernel_log_ghes.py)."""
+    ghes = GhesRecords()
     for number, line in enumerate(lines):
         if until is not None and number % _CLOCK_EVERY == 0 and time.monotonic() > until:
             info.incomplete = (f"the scan reached its deadline after {info.lines_scanned} lines; the rest of the log "
@@ -70,7 +73,7 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
             if not split.kernel:
                 info.records_not_kernel += 1
                 continue
-            event = parse_event(split.message, split.seconds)
+            event = parse_event(split.message, split.seconds) or ghes.feed(split.message, split.seconds)
         except Exception as exc:  # noqa: BLE001 - hostile input: one bad record must not hide the others
             info.records_skipped += 1
             log.debug("kernel log record skipped: %s", exc)

@@ -71,6 +71,7 @@ def _probe_function(reader: FileReader, device: Path) -> Optional[PciGpu]:
         local_cpulist=reader.line(device / "local_cpulist"),
         bar_sizes_bytes=_bar_sizes(reader, device / "resource"),
     )
+    gpu.upstream_ports = _upstream_ports(device)
     upstream = _upstream_port(device)
     if upstream is not None:
         gpu.upstream_pci_bus_id = upstream.name
@@ -150,6 +151,17 @@ def _upstream_port(device: Path) -> Optional[Path]:
     in VMs) has no upstream port."""
     parent = Path(os.path.realpath(device)).parent
     return parent if _BDF.match(parent.name) else None
+
+
+def _upstream_ports(device: Path) -> list[str]:
+    """Every bridge above the device up to the root complex, nearest first: the BDF-named ancestors of its real
+    sysfs directory (sys/devices/pci0000:00/<root port>/<switch up>/<switch down>/<device>)."""
+    ports = []
+    for parent in Path(os.path.realpath(device)).parents:
+        if not _BDF.match(parent.name):
+            break
+        ports.append(parent.name)
+    return ports
 
 
 def parse_cpulist(text: str) -> list[int]:
