@@ -296,3 +296,16 @@ def test_the_pci_probe_records_every_bridge_between_a_gpu_and_the_root_complex(t
     assert {g.pci_bus_id: (g.upstream_pci_bus_id, g.upstream_ports) for g in gpus} == {
         "0000:58:00.0": ("0000:57:00.0", ["0000:57:00.0", "0000:56:00.0", "0000:54:01.0"]),
         "0000:05:00.0": (None, [])}  # directly on the root complex, as in most VMs
+
+
+def test_the_exporter_counts_a_ghes_error_under_the_gpu_below_its_root_port():
+    from gpudiag.exporter.events import OTHER_BUS_ID, series_bus_id
+
+    snap = _node(["0000:58:00.0"])
+    snap.pci_gpus[0].upstream_pci_bus_id, snap.pci_gpus[0].upstream_ports = "0000:57:00.0", [
+        "0000:57:00.0", "0000:56:00.0", "0000:54:01.0"]
+    gpus = {"0000:58:00.0"}
+    ghes = dataclasses.replace(parse_event("amdgpu 0000:58:00.0: amdgpu: MODE1 reset"), vendor=None,
+                               kind="ghes_pcie_fatal", pci_bus_id="0000:54:01.0")
+    assert series_bus_id(ghes, snap, gpus) == "0000:58:00.0"
+    assert series_bus_id(dataclasses.replace(ghes, pci_bus_id="0000:40:01.1"), snap, gpus) == OTHER_BUS_ID
