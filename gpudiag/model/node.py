@@ -55,6 +55,9 @@ class PciGpu:
     upstream_ports: list[str] = field(default_factory=list)
     # amdgpu's link DPM levels (pp_dpm_pcie, lowest first) and the index of the one in use (the line marked `*`);
     # empty / None where the file is absent (other drivers, ASICs without link DPM).
+    # amdgpu's IP discovery: the MP0 (PSP) IP version, "13.0.6" (ip_discovery/die/0/MP0/0/{major,minor,revision});
+    # amdgpu derives per-part RAS settings from it (the default bad-page threshold among them).
+    mp0_ip_version: Optional[str] = None
     pcie_dpm_levels: list[PcieDpmLevel] = field(default_factory=list)
     pcie_dpm_current: Optional[int] = None
     # AER counters: {"correctable": {"Receiver Error": 0, …, "TOTAL_ERR_COR": 0}, "nonfatal": …, "fatal": …}

@@ -93,6 +93,9 @@ def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
     }
     for name, value in attributes.items():
         tree.write(f"{rel}/{name}", str(value))
+    if gpu.mp0_version is not None:  # amdgpu_discovery.c: ip_discovery/die/<die>/<hw id name>/<instance>/
+        for name, value in zip(("major", "minor", "revision"), gpu.mp0_version):
+            tree.write(f"{rel}/ip_discovery/die/0/MP0/0/{name}", str(value))
     for block, version in gpu.firmware.items():
         tree.write(f"{rel}/fw_version/{_FW_FILES[block]}_fw_version", f"0x{version:08x}")
     _hwmon(tree, rel, gpu, card)
