@@ -125,6 +125,9 @@ class FakeAmdGpu:
     pcie_nak_received: int = 0
     processes: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, name, VRAM bytes)
     in_tree: bool = False  # amdgpu from the kernel itself (no /sys/module/amdgpu/version)
+    # The PCIe port the GPU hangs off (default: bus - 1, device 0) and the bridges above it, root port first.
+    upstream_port: Optional[str] = None
+    bridges: tuple[str, ...] = ()
     hang_in: Optional[str] = None  # a C symbol that blocks on this GPU until FakeAmdNode.unhang is set
 
     @property

@@ -63,7 +63,7 @@ def add_amdgpu_node(tree: SysfsTree, node: FakeAmdNode) -> list[Path]:
 
 def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
     """One MI300-class GPU bound to amdgpu as card<card>; returns its PCI device directory."""
-    upstream_bdf = f"0000:{gpu.bus - 1:02x}:00.0"
+    upstream_bdf = gpu.upstream_port or f"0000:{gpu.bus - 1:02x}:00.0"
     device = tree.add_pci_gpu(
         gpu.bdf,
         vendor="0x1002",
@@ -76,6 +76,7 @@ def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
         local_cpulist="0-47,96-143" if gpu.numa_node == 0 else "48-95,144-191",
         bars=_bars(gpu),
         aer=_AER_CLEAN,
+        bridges=gpu.bridges,
     )
     rel = str(device.relative_to(tree.root))
     for name in (f"card{card}", f"renderD{128 + card}"):
