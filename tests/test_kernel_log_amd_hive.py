@@ -119,8 +119,8 @@ def test_a_poison_only_bank_is_deferred_in_both_dump_formats_and_fails_closed_to
 
 # ---------------------------------------------------------------------------------------------------------------
 # The XGMI hive reset of ROCm/legacy-rocm-build#4021 (MI300X): a fatal error on 0000:dd:00.0 and MODE1 resets on
-# every GPU. The first two lines as tests/test_kernel_log_amd_ras.py records them from the same report; the rest
-# verbatim from the report's first comment (the excerpt ends after the seventh GPU's reset).
+# every GPU. Lines verbatim from the report's description, without its ACA dumps and after the seventh GPU's reset
+# (the whole event is in tests/fixtures/field/amd/legacy-rocm-build-4021.json).
 HIVE_4021 = """\
 [76914.152141] amdgpu 0000:dd:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!
 [76914.152174] amdgpu 0000:3d:00.0: amdgpu: The cp might be in an unrecoverable state due to an unsuccessful queues preemption
@@ -174,6 +174,18 @@ def test_every_gpu_the_hive_reset_took_down_is_judged_and_the_cause_is_told_apar
     assert "queue preemption failed" in results["0000:3d:00.0"].message
     assert results["0000:fd:00.0"].status == Status.PASS  # no line names it
     assert node_level(run(snap, "kernel_log.amdgpu_errors")) == []
+
+
+def test_a_vram_lost_line_that_names_no_gpu_is_not_taken_for_a_bystander():
+    """legacy-rocm-build#4021 ends the hive reset with amdgpu's bare "[drm] VRAM is lost due to GPU reset!": it names
+    no GPU, so it is judged node-level as what it says, not blamed on the hive's fatal error."""
+    snap = _node(["0000:1b:00.0", "0000:dd:00.0"])
+    snap.kernel_log.events = [
+        parse_event("amdgpu 0000:dd:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!", 1.0),
+        parse_event("[drm] VRAM is lost due to GPU reset!", 5.0)]
+    (result,) = node_level(run(snap, "kernel_log.amdgpu_errors"))
+    assert (result.status, result.action, result.fault_code) == (Status.WARN, "watch", "GPUDIAG-AMDGPU-VRAM-LOST")
+    assert "hive" not in result.message
 
 
 def test_a_reset_long_after_a_fatal_error_elsewhere_is_not_blamed_on_it():

@@ -154,10 +154,10 @@ def hive_causes(snapshot: NodeSnapshot, events: list[KernelEvent]) -> dict[int, 
         if event.kind in _HIVE_CAUSES:
             causes.append(event)
             continue
-        if event.kind not in _HIVE_CONSEQUENCES:
-            continue
+        if event.kind not in _HIVE_CONSEQUENCES or not event.pci_bus_id:
+            continue  # a line that names no GPU (a bare "[drm] VRAM is lost") cannot be told a bystander's
         recent = [c for c in causes if _within(c, event)]
-        if any(c.pci_bus_id == event.pci_bus_id for c in recent if event.pci_bus_id):
+        if any(c.pci_bus_id == event.pci_bus_id for c in recent):
             found[id(event)] = _OWN
         elif recent:
             names = dict.fromkeys(_name(snapshot, c.pci_bus_id) for c in recent)
