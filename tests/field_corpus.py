@@ -14,6 +14,8 @@ NVIDIA_CHECKS = ("kernel_log.xid", "kernel_log.sxid")
 AMD_CHECKS = ("kernel_log.amdgpu_errors",)
 GPU_CHECKS = ("kernel_log.xid", "kernel_log.amdgpu_errors")  # their pci_bus_id is a GPU's
 REQUIRED = ("id", "format", "log", "source_verdict", "expect")
+# Kernel-log records, by vendor; field/amdsmi/ holds amd-smi outputs, replayed by tests/test_field_amdsmi.py.
+KERNEL_LOG_DIRS = ("nvidia", "amd")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class Record:
 
 def records() -> list[Record]:
     out = []
-    for path in sorted(FIELD.glob("*/*.json")):
+    for path in sorted(p for vendor in KERNEL_LOG_DIRS for p in (FIELD / vendor).glob("*.json")):
         document = json.loads(path.read_text())
         for data in document["records"]:
             out.append(Record(path, document["source"], document["what"], data))
@@ -49,6 +51,7 @@ def gpus_named(record: Record) -> list[str]:
         bus = expect.get("pci_bus_id")
         if expect["check"] in GPU_CHECKS and bus and expect.get("in_inventory", True) and bus not in named:
             named.append(bus)
+    named += [bus for bus in record.data.get("pci_parents", {}) if bus not in named]  # GPUs below a port a line names
     return named
 
 

@@ -87,11 +87,18 @@ class SysfsTree:
         iommu_type: Optional[str] = None,
         bars: Optional[list[tuple[int, int, int]]] = None,
         driver: Optional[str] = None,
+        bridges: tuple[str, ...] = (),
     ) -> Path:
         """Any PCI function. `aer`: {"correctable": {"RxErr": 2, …}, …} — each kind given gets its file with the
         TOTAL_ERR_* line added (the sum); kinds not given get no file. `bars`: (start, size, flags) per resource
-        line, in index order; (0, 0, 0) is an unassigned BAR. Optional attributes left None are not written."""
+        line, in index order; (0, 0, 0) is an unassigned BAR. Optional attributes left None are not written.
+        `bridges`: the ports above `upstream`, root port first (a root port and a PCIe switch's upstream port)."""
         parent = "sys/devices/pci0000:00"
+        for bridge in bridges:
+            parent = f"{parent}/{bridge}"
+            if not self.path(f"sys/bus/pci/devices/{bridge}").is_symlink():
+                self._attributes(parent, vendor="0x1000", device="0xc030", **{"class": "0x060400"})
+                self.symlink(f"sys/bus/pci/devices/{bridge}", parent)
         if upstream is not None:
             up_bdf, up_speed, up_width = upstream
             parent = f"{parent}/{up_bdf}"

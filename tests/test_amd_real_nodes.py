@@ -182,7 +182,7 @@ def test_150_reserved_bad_pages_fail_as_root_and_as_non_root(tmp_path, root):
     assert not_passing(results) == [("memory.bad_pages", Status.FAIL, 7)]
     failure = on(results, "memory.bad_pages", 7)
     assert failure.action == "rma" and "threshold of 128" in failure.message
-    assert ("documented default" in failure.expected) is (not root)
+    assert ("amdgpu's default for MP0 13.0.6" in failure.expected) is (not root)
 
 
 def test_older_gpu_metrics_without_link_status_is_skipped_with_the_reason_not_failed(tmp_path):
@@ -271,6 +271,7 @@ def test_gpu_metrics_newer_than_amdsmi_decodes_warns_and_says_which_version(tmp_
     metrics = only(results, "driver.gpu_metrics_version")
     assert {r.status for r in metrics} == {Status.WARN} and len(metrics) == 8
     assert "v1.9" in metrics[0].message and "power draw" in metrics[0].message
+    assert "(power draw, PCIe counters) came back N/A" in metrics[0].remediation  # issue 21: what decides
     assert {c for c, _, _ in not_passing(results)} == {"driver.gpu_metrics_version"}
     assert "v1.9" in on(results, "topology.links_up", 0).message  # the skip says why
     healthy = only(check(tmp_path / "ok", amd_node.mi355x_node())[1], "driver.gpu_metrics_version")

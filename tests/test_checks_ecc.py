@@ -279,11 +279,14 @@ def test_bad_pages_expected_states_the_threshold_the_default_and_the_profiles_ma
     assert _bad_pages_expected(Expectations(max_bad_pages=3)).expected == (
         "at most 3 reserved, reserved < 90% of the threshold 128, none pending or unreservable")
     default = _bad_pages_expected(bad_page_threshold_source="default")
-    assert default.expected.endswith("(threshold 128 is the documented default for gfx942: the driver's own value is "
-                                     "readable only by root)")
+    assert default.expected.endswith("(threshold 128 is amdgpu's default for gfx942 (its MP0 version unknown: the "
+                                     "lower of the MI300/MI350-series defaults): the driver's own value is readable "
+                                     "only by root)")
     assert default.observed["threshold_source"] == "default"
+    by_part = _bad_pages_expected(bad_page_threshold_source="default:MP0 13.0.14", bad_page_threshold=256)
+    assert "(threshold 256 is amdgpu's default for MP0 13.0.14: " in by_part.expected
     driver = _bad_pages_expected(bad_page_threshold_source="driver")
-    assert "documented default" not in driver.expected and "threshold_source" not in driver.observed
+    assert "default" not in driver.expected and "threshold_source" not in driver.observed
 
 
 def test_pending_bad_pages_ask_for_a_reset():

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from gpudiag.checks import kernel_log
+from gpudiag.checks import kernel_log, kernel_log_amdgpu
 from gpudiag.checks.xid_catalog import XID_CATALOG, xid_severity
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, KernelEvent, ProbeError, Status, Vendor
@@ -82,7 +82,7 @@ def test_nvrm_fallen_off_the_bus_line_fails_its_gpu():
 
 
 def test_every_kernel_event_kind_the_scanner_emits_is_judged():
-    judged_amd = set(kernel_log._AMDGPU_EVENTS)
+    judged_amd = set(kernel_log_amdgpu.AMDGPU_EVENTS)
     assert set(AMDGPU_EVENT_KINDS) <= judged_amd
     codes = {"xid": 79, "sxid": 24007}
     for kind in NVIDIA_EVENT_KINDS:  # each fails where it lands: its GPU, its NVSwitch, or node-level

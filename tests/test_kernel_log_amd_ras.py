@@ -4,10 +4,11 @@ amdgpu sources: parsed on the right GPU, judged with the right verdict, and the 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
-from gpudiag.checks import kernel_log
+from gpudiag.checks import kernel_log, kernel_log_amdgpu
 from gpudiag.model import Status, Vendor
 from gpudiag.probe.kernel_log import read_kernel_log
 from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, PCIE_SLOT_EVENT_KINDS, parse_event
@@ -71,8 +72,9 @@ RAS_CASES = [
 
 def test_every_new_amdgpu_kind_is_exercised():
     from tests.test_kernel_log import AMDGPU_CASES
+    from tests.test_kernel_log_amd_hive import HIVE_CASES
 
-    exercised = {kind for _, kind, _ in AMDGPU_CASES + RAS_CASES}
+    exercised = {kind for _, kind, _ in AMDGPU_CASES + RAS_CASES + HIVE_CASES}
     assert exercised == set(AMDGPU_EVENT_KINDS)
 
 
@@ -129,7 +131,9 @@ def _hive_node(tmp_path):
 def test_a_fatal_error_on_a_hive_fails_the_right_gpus_with_reset(tmp_path):
     snap = _hive_node(tmp_path)
     assert [(e.kind, e.pci_bus_id) for e in snap.kernel_log.events] == [
-        ("ras_fatal_error", "0000:05:00.0"), ("aca_uncorrectable", "0000:26:00.0"), ("gpu_reset", "0000:05:00.0")]
+        ("ras_fatal_error", "0000:05:00.0"), ("cp_unrecoverable", "0000:3d:00.0"),
+        ("aca_uncorrectable", "0000:26:00.0"), ("gpu_reset", "0000:05:00.0"), ("gpu_mode1_reset", "0000:26:00.0"),
+        ("gpu_reset_succeeded", "0000:05:00.0"), ("vram_lost", None)]
     results = run(snap, "kernel_log.amdgpu_errors")
     fatal, aca = for_gpu(results, 0), for_gpu(results, 1)
     assert_actionable(fatal, Status.FAIL)
@@ -148,11 +152,20 @@ def test_a_fatal_error_on_a_hive_fails_the_right_gpus_with_reset(tmp_path):
     ("aca_deferred", Status.WARN, "reset"),
     ("bad_pages_near_threshold", Status.WARN, "watch"),
     ("ras_table_checksum", Status.WARN, "watch"),
+    # issue 21 (tests/test_kernel_log_amd_hive.py)
+    ("ring_test_failed", Status.FAIL, "reboot"),
+    ("ring_test_failed_multimedia", Status.WARN, "watch"),
+    ("ip_block_hung", Status.WARN, "reset"),
+    ("umc_error_address", Status.WARN, "reset"),
+    ("gpu_mode1_reset", Status.WARN, "watch"),
+    ("vram_lost", Status.WARN, "watch"),
 ])
 def test_each_ras_event_gets_its_verdict(kind, status, action):
-    (message, _, _) = next(case for case in RAS_CASES if case[1] == kind)
+    from tests.test_kernel_log_amd_hive import HIVE_CASES
+
+    (message, _, _) = next(case for case in RAS_CASES + HIVE_CASES if case[1] == kind)
     snap = amd_mi300x_node()
-    event = parse_event(message.replace("0000:68:00.0", "0000:c6:00.0"))
+    event = parse_event(re.sub(r"^amdgpu [0-9a-f:.]+: ", "amdgpu 0000:c6:00.0: ", message))
     snap.kernel_log.events = [event]
     result = for_gpu(run(snap, "kernel_log.amdgpu_errors"), 6)
     assert_actionable(result, status)
@@ -188,4 +201,4 @@ def test_a_lost_slot_on_a_node_without_gpus_is_ignored():
 
 
 def test_every_amdgpu_kind_has_a_finding():
-    assert set(AMDGPU_EVENT_KINDS) <= set(kernel_log._AMDGPU_EVENTS)
+    assert set(AMDGPU_EVENT_KINDS) <= set(kernel_log_amdgpu.AMDGPU_EVENTS)

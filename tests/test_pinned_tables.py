@@ -1,6 +1,6 @@
 """The verdict tables other than the Xid catalog (tests/test_pinned_xid.py), pinned entry by entry through the
 public checks, with expected values written here:
-- amdgpu kernel-log events (kernel_log.amdgpu_errors): the messages are amdgpu's own (drivers/gpu/drm/amd/amdgpu/
+- amdgpu kernel-log events (kernel_log.amdgpu_errors; gpudiag/checks/kernel_log_amdgpu.py): the messages are amdgpu's own (drivers/gpu/drm/amd/amdgpu/
   amdgpu_job.c amdgpu_job_timedout(), amdgpu_device.c amdgpu_device_gpu_recover() / amdgpu_device_init(),
   amdgpu_ras.c; docs/vendor-api.md §11). A failed reset or init needs a cold boot (reboot); uncorrectable RAS errors
   and deferred (poisoned) ones need a reset to retire the pages; a reset that succeeded, ring timeouts, page faults and
@@ -47,6 +47,22 @@ AMDGPU = {
     "ring_timeout_soft_recovered": (W, "watch"),
     "page_fault": (W, "watch"),
     "throttled": (W, "watch"),
+    # issue 21: the hive reset and the hang precursors. A reset (mode 1 or not) and the VRAM it wiped warn; the
+    # queue/scheduler hangs warn with a reset (amdgpu's own recovery); an engine that fails its ring test fails
+    # the GPU's init/resume (reboot), a video engine's does not; a located HBM error retires its page on reset.
+    "gpu_mode1_reset": (W, "watch"),
+    "vram_lost": (W, "watch"),
+    "cp_unrecoverable": (W, "reset"),
+    "qcm_fence_timeout": (W, "reset"),
+    "mes_unresponsive": (W, "reset"),
+    "ip_block_hung": (W, "reset"),
+    "ring_reset_failed": (W, "reset"),
+    "ring_test_failed": (F, "reboot"),
+    "ring_test_failed_multimedia": (W, "watch"),
+    "umc_error_address": (W, "reset"),
+    # ACA banks as the kernel decodes them (amdgpu_aca.h): UC without Poison/Deferred, and Poison or Deferred.
+    "aca_uncorrectable": (F, "reset"),
+    "aca_deferred": (W, "reset"),
 }
 BUS = "0000:05:00.0"  # MI300X GPU 0 in tests/snapshots.py
 

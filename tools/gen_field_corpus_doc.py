@@ -15,6 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIELD = REPO / "tests" / "fixtures" / "field"
+KERNEL_LOG_DIRS = ("nvidia", "amd")  # as tests/field_corpus.py: field/amdsmi/ holds amd-smi outputs, not log records
 PAGE = REPO / "docs" / "field-corpus.md"
 
 INTRO = """# The field corpus
@@ -36,18 +37,24 @@ part of a longer log, never edited), `source_verdict` (what the source says the 
 results that must appear, each `check`, `status`, `pci_bus_id` (a GPU's; an NVSwitch's for kernel_log.sxid; null:
 node-level, the line names no GPU) and optionally `action`, `fault_code`, `events` (the distinct events the result
 counts) and `in_inventory: false` (a GPU the driver never listed: it is not on the fake node, and its result is
-node-level). `absent` lists results that must not appear as anything but a pass (a forged line, say); `note` says
+node-level). `pci_parents` (`{"<GPU bus ID>": ["<root port>", ..., "<port above the GPU>"]}`) places a GPU below the
+bridges a firmware-first (APEI/GHES) record names. `absent` lists results that must not appear as anything but a pass (a forged line, say); `note` says
 what a record shows beyond its verdict.
 """
 
 
 def load() -> list[tuple[str, dict, dict]]:
     out = []
-    for path in sorted(FIELD.glob("*/*.json")):
+    for path in sorted(p for vendor in KERNEL_LOG_DIRS for p in (FIELD / vendor).glob("*.json")):
         document = json.loads(path.read_text())
         for record in document["records"]:
             out.append((f"{path.parent.name}/{path.name}", document, record))
     return out
+
+
+def amdsmi_outputs() -> list[tuple[str, dict]]:
+    """The amd-smi outputs of tests/fixtures/field/amdsmi/ (replayed by tests/test_field_amdsmi.py)."""
+    return [(f"amdsmi/{path.name}", json.loads(path.read_text())) for path in sorted((FIELD / "amdsmi").glob("*.json"))]
 
 
 def _cell(text) -> str:
@@ -80,6 +87,13 @@ def render() -> str:
         model = " / ".join(str(v) for v in (record.get("gpu_model"), record.get("driver")) if v) or "–"
         lines.append(f"| `{record['id']}` | `{record['format']}` | {_cell(model)} | {expected} on {where} | "
                      f"{_cell(record['source_verdict'])} |")
+    lines += ["", "## amd-smi outputs", "",
+              "Outputs of `amd-smi` pasted in public threads, replayed through the real amdsmi package over the fake "
+              "libamd_smi.so by `tests/test_field_amdsmi.py` (each record names the settings its output fixes).", "",
+              "| file | source | what | records |", "| --- | --- | --- | --- |"]
+    for name, document in amdsmi_outputs():
+        lines.append(f"| `{name}` | {_cell(document['source'])} | {_cell(document['what'])} | "
+                     f"{len(document['records'])} |")
     return "\n".join(lines) + "\n"
 
 

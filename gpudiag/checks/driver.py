@@ -16,6 +16,7 @@ from gpudiag.checks.common import (
     vendors_present,
     warned,
 )
+from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations, version_tuple
 from gpudiag.model import BackendInfo, CheckResult, ErrorKind, NodeSnapshot, PciGpu, Vendor
 
@@ -138,6 +139,14 @@ def _library_result(snapshot: NodeSnapshot, backend: BackendInfo) -> CheckResult
     if backend.available:
         versions = {"library_version": backend.library_version, "driver_version": backend.driver_version,
                     "runtime_version": backend.runtime_version, "device_count": backend.device_count}
+        if backend.error is not None:  # initialised, but part of what it reads is missing (amdsmi without libdrm)
+            degraded = warned(check_id, None, f"{backend.name} initialised with {backend.device_count} GPU(s), "
+                                              f"degraded: {backend.error.message}",
+                              observed={**versions, "error": f"{backend.error.kind}: {backend.error.message}"},
+                              expected="library initialised with all its dependencies",
+                              remediation=(f"{backend.error.message}. Then re-run; the checks that read what is "
+                                           f"missing report unknown until then."))
+            return with_verdict(degraded, "watch", "GPUDIAG-DRIVER-LIBRARY-DEGRADED")
         return passed(check_id, None, f"{backend.name} initialised and reports {backend.device_count} GPU(s)",
                       observed=versions, expected="library initialised")
     gpus = [p.pci_bus_id for p in snapshot.pci_gpus if p.vendor == backend.vendor]

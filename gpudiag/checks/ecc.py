@@ -266,11 +266,15 @@ def _bad_pages(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     expected = "none pending or unreservable"
     if threshold:
         expected = f"reserved < {expect.bad_pages_warn_fraction:.0%} of the threshold {threshold}, {expected}"
-    if health.bad_page_threshold_source == "default":
-        # The driver's value is root-only (debugfs); the part's documented default stands in, and says so.
-        observed["threshold_source"] = "default"
-        expected += (f" (threshold {threshold} is the documented default for {device.architecture}: the driver's "
-                     f"own value is readable only by root)")
+    source = health.bad_page_threshold_source or ""
+    if source.startswith("default"):
+        # The driver's value is root-only (debugfs); the part's own default stands in (amdgpu_ras_validate_threshold:
+        # by MP0 version), or the lower of the MI300/MI350 defaults where the MP0 version is unknown, and says so.
+        observed["threshold_source"] = source
+        part = (source.partition(":")[2] or
+                f"{device.architecture} (its MP0 version unknown: the lower of the MI300/MI350-series defaults)")
+        expected += (f" (threshold {threshold} is amdgpu's default for {part}: the driver's own value is readable "
+                     f"only by root)")
     if expect.max_bad_pages is not None:
         expected = f"at most {expect.max_bad_pages} reserved, {expected}"
     confirm = f"Confirm with `amd-smi bad-pages -g {device.index}`."

@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable, Optional
 
-from gpudiag.checks.common import Check, passed, physical_devices, skipped, unreachable, warned
+from gpudiag.checks.common import (
+    Check,
+    errors_about,
+    passed,
+    physical_devices,
+    skipped,
+    unknown,
+    unreachable,
+    warned,
+)
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, Status, Vendor
 
@@ -64,6 +73,12 @@ def vbios_consistent(snapshot: NodeSnapshot, expect: Expectations) -> list[Check
 
     def compare(vendor: Vendor, model: str, devices: list[DeviceSnapshot]) -> list[CheckResult]:
         result = _compare(check_id, "VBIOS version", vendor, model, devices, lambda d: d.vbios_version or None)
+        if result is None:  # none reported: say why when the probe knows (amdsmi without libdrm, for one)
+            errors = [e for d in devices for e in errors_about(d, ("vbios",))]
+            if errors:
+                return [unknown(check_id, None, f"{model}: the VBIOS versions could not be read: {errors[0].message}",
+                                observed={"errors": sorted({f"{e.source}: {e.message}" for e in errors})},
+                                expected="one VBIOS version per model", remediation=errors[0].message)]
         return [result] if result else []
 
     return _per_model(snapshot, check_id, "VBIOS version", compare)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from gpudiag.checks import amd_throttle
 from gpudiag.checks.common import (
     THROTTLE_TOPICS,
     device_check,
@@ -105,6 +106,11 @@ def _throttle(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     if not active:
         return passed(check_id, device, f"{device.label}: no thermal throttling", observed=observed,
                       expected="no thermal throttle reason")
+    evidence = amd_throttle.unbacked(device, active)  # AMD: a violation flag that nothing else bears out
+    if evidence is not None:
+        return passed(check_id, device, amd_throttle.quirk_message(device, evidence),
+                      observed={**observed, **evidence, "quirk": "violation counters without throttling"},
+                      expected="no thermal throttle reason, or one backed by temperature, power or held clocks")
     status = max((THERMAL_REASONS[r] for r in active), key=STATUS_SEVERITY.__getitem__)
     return verdict(check_id, status, device, f"{device.label} is thermally throttled: {', '.join(active)}",
                    observed=observed, expected="no thermal throttle reason",

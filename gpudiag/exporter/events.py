@@ -24,10 +24,12 @@ OTHER_BUS_ID = "other"
 
 def series_bus_id(event: KernelEvent, snapshot: NodeSnapshot, gpus: Iterable[str]) -> Optional[str]:
     """The bus ID an event is counted under: its own when it is a GPU's (or it names none), else OTHER_BUS_ID. A PCIe
-    slot event (vendor None) names a port: it is counted under the GPU whose upstream port that is, if any."""
+    slot event or a firmware-first PCIe error (vendor None) names a port: it is counted under the first GPU below
+    that port, if any."""
     bus_id = event.pci_bus_id
     if event.vendor is None and bus_id is not None:
-        bus_id = next((p.pci_bus_id for p in snapshot.pci_gpus if p.upstream_pci_bus_id == bus_id), bus_id)
+        bus_id = next((p.pci_bus_id for p in snapshot.pci_gpus
+                       if p.upstream_pci_bus_id == bus_id or bus_id in p.upstream_ports), bus_id)
     return bus_id if bus_id is None or bus_id in gpus else OTHER_BUS_ID
 
 

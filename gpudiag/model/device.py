@@ -61,8 +61,9 @@ class MemoryHealth:
     bad_pages_pending: Optional[int] = None
     bad_pages_unreservable: Optional[int] = None
     bad_page_threshold: Optional[int] = None
-    # Where the threshold came from: "driver" (read from amdgpu) or "default" (the documented default for the part,
-    # when the driver's value is readable only by root through debugfs).
+    # Where the threshold came from: "driver" (read from amdgpu), or amdgpu's default when the driver's value is
+    # readable only by root through debugfs: "default:MP0 13.0.6" (the part's own, by its MP0 version) or "default"
+    # (by architecture, the MP0 version unknown).
     bad_page_threshold_source: Optional[str] = None
 
 

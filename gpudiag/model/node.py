@@ -50,8 +50,14 @@ class PciGpu:
     upstream_pci_bus_id: Optional[str] = None
     upstream_max_link_generation: Optional[int] = None
     upstream_max_link_width: Optional[int] = None
+    # Every bridge between the GPU and the root complex, nearest first (switch ports, then the root port): a
+    # firmware-first (APEI/GHES) PCIe error names a root port, and the GPUs below it are the ones it concerns.
+    upstream_ports: list[str] = field(default_factory=list)
     # amdgpu's link DPM levels (pp_dpm_pcie, lowest first) and the index of the one in use (the line marked `*`);
     # empty / None where the file is absent (other drivers, ASICs without link DPM).
+    # amdgpu's IP discovery: the MP0 (PSP) IP version, "13.0.6" (ip_discovery/die/0/MP0/0/{major,minor,revision});
+    # amdgpu derives per-part RAS settings from it (the default bad-page threshold among them).
+    mp0_ip_version: Optional[str] = None
     pcie_dpm_levels: list[PcieDpmLevel] = field(default_factory=list)
     pcie_dpm_current: Optional[int] = None
     # AER counters: {"correctable": {"Receiver Error": 0, …, "TOTAL_ERR_COR": 0}, "nonfatal": …, "fatal": …}
@@ -106,6 +112,7 @@ class KernelEvent:
     detail: Optional[str] = None
     wall_time: Optional[float] = None  # epoch seconds, where the log line carries a wall clock (dmesg -T/iso, syslog)
     boot: Optional[str] = None  # the boot the line came from, where the log spans boots (journal _BOOT_ID, kern.log)
+    decoded: Optional[str] = None  # what the line decodes to beyond its kind: an ACA STATUS's set bits, a GHES port
 
 
 @dataclass

@@ -32,7 +32,7 @@ from gpudiag.model import (
     ProbeError,
     Vendor,
 )
-from gpudiag.probe import deadline
+from gpudiag.probe import amdgpu_ras_threshold, deadline
 from gpudiag.probe.base import Backend, DeviceLost
 from gpudiag.probe.standins import lost_device, outcome_error, unreachable_device
 
@@ -141,6 +141,7 @@ class Collector:
         kernel_log_job = self._start_kernel_log(until, snapshot.host.boot_id, snapshot.host.boot_time)
         self._open_backends(snapshot, until)
         self._collect_devices(snapshot, until)
+        amdgpu_ras_threshold.refine_defaults(snapshot)
         self._collect_peers(snapshot, until)
         self._finish_kernel_log(snapshot, kernel_log_job, until)
 

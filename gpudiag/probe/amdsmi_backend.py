@@ -46,6 +46,7 @@ class Processor:
     physical_pci_bus_id: Optional[str] = None
     primary: Optional["Processor"] = None  # partition 0 of the same physical GPU
     errors: list[ProbeError] = field(default_factory=list)  # met while enumerating; handed to its snapshot
+    libdrm_missing: Optional[str] = None  # why, when amdsmi answered a BDF no PCI device has (LIBDRM_MISSING)
 
 
 def import_amdsmi() -> tuple[Optional[ModuleType], Optional[ProbeError]]:
@@ -66,6 +67,20 @@ def import_amdsmi() -> tuple[Optional[ModuleType], Optional[ProbeError]]:
         if error is not None:
             error.message += ": " + " / ".join(line.strip() for line in noise.splitlines() if line.strip())
     return (None, error) if error is not None else (module, None)
+
+
+# libamd_smi.so reads a GPU's BDF, ASIC, VBIOS and driver info through libdrm_amdgpu, which it dlopens; when that
+# fails (ROCm tarball and TheRock installs ship it under another soname) it prints "Fail to open libdrm_amdgpu.so.1"
+# to stderr, those calls answer NOT_SUPPORTED and the BDF is uninitialised memory: amd-smi showed an MI350 OAM at
+# "BDF: 695f7570672f:31:05.7" (ROCm/rocm-systems PR 2987; fixed by the soname fallback of PR 8427). The KFD
+# location ID (amdsmi_get_gpu_bdf_id, read from sysfs) still carries the real address.
+LIBDRM_MISSING = (
+    "amdsmi could not load libdrm_amdgpu (it reported the PCI address {bdf!r}, which no PCI device has): the BDF, "
+    "ASIC, VBIOS and driver information it reads through libdrm are missing. Install the libdrm_amdgpu that ROCm "
+    "ships (`libdrm-amdgpu1` / `libdrm-amdgpu-amdgpu1`; check `ldconfig -p | grep libdrm_amdgpu`), or a ROCm whose "
+    "amd-smi falls back across libdrm sonames (ROCm/rocm-systems PR 8427)"
+)
+_LIBDRM_CALLS = (("amdsmi_get_gpu_asic_info", "name"), ("amdsmi_get_gpu_vbios_info", "vbios_version"))
 
 
 class AmdsmiBackend:
@@ -92,6 +107,15 @@ class AmdsmiBackend:
         finally:
             tracker.leave()
         self._initialised = True
+        try:
+            return self._open_initialised(smi, tracker, info)
+        except BaseException:
+            # Every successful amdsmi_init is balanced by amdsmi_shut_down: the collector closes only the backends
+            # it uses, and a failed open is not one of them.
+            self.close()
+            raise
+
+    def _open_initialised(self, smi: ModuleType, tracker: CallTracker, info: BackendInfo) -> BackendInfo:
         errors: list[ProbeError] = []
         call = AmdsmiCaller(smi, tracker, errors)
         handles = call("amdsmi_get_processor_handles")
@@ -110,6 +134,9 @@ class AmdsmiBackend:
         if self._processors:
             driver = self._quietly(call, "amdsmi_get_gpu_driver_info", self._processors[0].handle)
             info.driver_version = driver_release(text(get(driver, "driver_version")))
+        degraded = next((p.libdrm_missing for p in self._processors if p.libdrm_missing), None)
+        if degraded is not None:  # usable, but blind to what libdrm gives: driver.library says so
+            info.error = ProbeError("amdsmi.libdrm", ErrorKind.ERROR, degraded)
         return info
 
     def _enumerate(self, call: AmdsmiCaller, handles: list[Any]) -> list[Processor]:
@@ -118,7 +145,7 @@ class AmdsmiBackend:
             processor = Processor(handle=handle)
             own = AmdsmiCaller(call.smi, call.tracker, processor.errors)
             bdf = text(self._quietly(own, "amdsmi_get_gpu_device_bdf", handle))
-            processor.pci_bus_id = normalize_pci_bus_id(bdf) if bdf else None
+            processor.pci_bus_id = self._bus_id(own, handle, bdf, processor)
             kfd = self._quietly(own, "amdsmi_get_gpu_kfd_info", handle)
             processor.partition_id = integer(get(kfd, "current_partition_id"))
             if processor.partition_id is None:
@@ -129,6 +156,20 @@ class AmdsmiBackend:
             processors.append(processor)
         _group_partitions(processors)
         return processors
+
+    def _bus_id(self, call: AmdsmiCaller, handle: Any, bdf: Optional[str], processor: Processor) -> Optional[str]:
+        """The processor's BDF; one no PCI device can have (amdsmi without libdrm) is replaced by the KFD location
+        ID's, and recorded on that processor alone, so that the other GPUs and the other calls are not affected."""
+        if not bdf:
+            return None
+        try:
+            return normalize_pci_bus_id(bdf)
+        except ValueError:
+            pass
+        processor.libdrm_missing = LIBDRM_MISSING.format(bdf=bdf)
+        processor.errors.append(ProbeError("amdsmi.amdsmi_get_gpu_device_bdf", ErrorKind.ERROR,
+                                           processor.libdrm_missing))
+        return _bdf_from_location(integer(self._quietly(call, "amdsmi_get_gpu_bdf_id", handle)))
 
     @staticmethod
     def _quietly(call: AmdsmiCaller, name: str, *args: Any) -> Any:
@@ -157,6 +198,9 @@ class AmdsmiBackend:
         try:
             fill_device(device, call, processor.handle)
             self._inherit_partition_modes(device, call, processor)
+            if processor.libdrm_missing:  # NOT_SUPPORTED from these calls is libdrm's absence, not the GPU's
+                device.errors.extend(ProbeError(f"amdsmi.{name}", ErrorKind.ERROR, processor.libdrm_missing)
+                                     for name, attribute in _LIBDRM_CALLS if getattr(device, attribute) is None)
         except DeviceLost as exc:
             device.reachable = False
             source, _, message = str(exc).partition(": ")
@@ -216,6 +260,14 @@ _PROC_VERSION = re.compile(r"^Linux\s*version\s*([^\s(]+)")
 def driver_release(version: Optional[str]) -> Optional[str]:
     match = _PROC_VERSION.match(version or "")
     return match.group(1) if match else version
+
+
+def _bdf_from_location(location: Optional[int]) -> Optional[str]:
+    """(domain << 32) | (partition << 28) | (bus << 8) | (device << 3) | function (amdsmi.h) → "dddd:bb:dd.f"."""
+    if location is None or location < 0 or location >> 32 > 0xFFFFFFFF:
+        return None
+    return (f"{location >> 32:04x}:{(location >> 8) & 0xFF:02x}:{(location >> 3) & 0x1F:02x}."
+            f"{location & 0x7}")
 
 
 def _library_version(version: Any) -> Optional[str]:

@@ -207,17 +207,33 @@ def _processes(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None:
         ]
 
 
-# The newest gpu_metrics table amdsmi 7.0.2 decodes (v1.8, MI350). A newer driver (v1.9 on 2026 kernels) publishes
-# a table it cannot read: the values it carries (power, PCIe and XGMI metrics, violation accumulators) come back
-# "N/A". Said once here, so that the checks that skip for it can say why.
+# The newest gpu_metrics table amdsmi 7.0.2 decodes (v1.8, MI350). A newer driver (v1.9 on 2026 kernels, MI350 and
+# VFs with ROCm 7.2) publishes a table an older library cannot read: the values it carries (power, PCIe and XGMI
+# metrics, violation accumulators) come back "N/A". A library built for the newer table reads them, so the version
+# alone proves nothing (issue 21): what decides is whether the values gpu_metrics carries arrived. Said once here,
+# so that the checks that skip for it can say why.
 DECODED_METRICS_VERSION = (1, 8)
 
 
+def _metrics_values_missing(device: DeviceSnapshot) -> list[str]:
+    """The gpu_metrics-borne values that did not arrive and that nothing else explains (an SR-IOV VF sees no power:
+    _note_vf_power records that)."""
+    missing = {
+        "power draw": device.power.draw_watts is None and "amdsmi.amdsmi_get_power_info" not in device.unsupported,
+        "PCIe counters": device.pcie.replay_count is None,
+    }
+    return [name for name, absent in missing.items() if absent]
+
+
 def _note_metrics_skew(device: DeviceSnapshot) -> None:
-    if device.metrics_version is None:
+    if device.metrics_version is None or device.is_logical_partition:
         return
     major, _, minor = device.metrics_version.partition(".")
-    if (int(major), int(minor)) > DECODED_METRICS_VERSION:
+    if (int(major), int(minor)) <= DECODED_METRICS_VERSION:
+        return
+    missing = _metrics_values_missing(device)
+    if missing:
         device.unsupported["amdsmi.amdsmi_get_gpu_metrics_info"] = (
             f"the driver's gpu_metrics v{device.metrics_version} is newer than this amdsmi decodes "
-            f"(v{DECODED_METRICS_VERSION[0]}.{DECODED_METRICS_VERSION[1]}): upgrade amd-smi-lib")
+            f"(v{DECODED_METRICS_VERSION[0]}.{DECODED_METRICS_VERSION[1]}), and its values ({', '.join(missing)}) "
+            f"came back N/A: upgrade amd-smi-lib")

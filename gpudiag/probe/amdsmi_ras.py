@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuLink
+from gpudiag.probe.amdgpu_ras_threshold import BY_ARCHITECTURE
 from gpudiag.probe.amdsmi_calls import (
     STATUS_API_FAILED,
     STATUS_INVAL,
@@ -42,11 +43,9 @@ _UNSUPPORTED = (STATUS_NOT_SUPPORTED, STATUS_NOT_YET_IMPLEMENTED)
 _XGMI_LINK_UP = {"U": True, "D": False}  # "X" = disabled by configuration, "N/A" = unknown: not listed
 _XGMI_ERROR_STATUS = {0: "no_errors", 1: "error", 2: "multiple_errors"}
 
-# The bad-page threshold amdgpu applies by default on MI300 and MI350 series (gfx942, gfx950): 128 pages, as the
-# issue that reported the debugfs-only read states (gpudiag issue 15 item 5). The older formula (VRAM / 100 MiB,
-# e.g. 1965 on a 192 GB MI300X) is not what these parts use. UNVERIFIED on hardware: record
-# /sys/kernel/debug/dri/*/ras/bad_page_cnt_threshold as root on an MI300X and an MI355X.
-DEFAULT_BAD_PAGE_THRESHOLD = {"gfx942": 128, "gfx950": 128}
+# The bad-page threshold amdgpu applies by default, by architecture, until the collector refines it per part from the
+# GPU's MP0 version (amdgpu_ras_threshold.py: 128 on MP0 13.0.6 / 13.0.12, 256 on 13.0.14).
+DEFAULT_BAD_PAGE_THRESHOLD = BY_ARCHITECTURE
 
 ECC_ENABLED = "amdsmi.amdsmi_get_gpu_ecc_enabled"
 XGMI_ERROR = "amdsmi.amdsmi_gpu_xgmi_error_status"

@@ -117,7 +117,8 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
 
 # Only lines with one of these can be a GPU driver's record: the rest are counted and passed over unparsed.
 def _has_marker(line: str) -> bool:
-    return "NVRM" in line or "amdgpu" in line or "pcieport" in line or "SXid" in line
+    return ("NVRM" in line or "amdgpu" in line or "pcieport" in line or "SXid" in line
+            or "[Hardware Error]" in line or "[drm] VRAM is lost" in line)
 
 
 _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")

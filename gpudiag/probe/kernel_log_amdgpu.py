@@ -5,9 +5,11 @@ A message is read only when it starts with the driver's own prefix:
   driver's own `amdgpu: ` (amdgpu.h: `#define dev_fmt(fmt) "amdgpu: " fmt`) on most lines; RAS_EVENT_LOG (amdgpu_ras.h)
   adds the RAS event id as `{N}` and the ACA dumps add HW_ERR `[Hardware Error]: ` (include/linux/printk.h);
   drm_err(dev, …) lines carry `[drm] *ERROR* ` after the device;
-- `[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ` — DRM_ERROR ("[drm:%ps] *ERROR* ", the function and its module);
+- `[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ` — DRM_ERROR ("[drm:%ps] *ERROR* ", the function and its module;
+  compiler clones print as `mes_v11_0_submit_pkt_and_poll_completion.constprop.0`);
 - `amdgpu: ` — pr_err/pr_warn in the driver (pr_fmt), no device named.
-A bare `[drm] ` line is not read: every DRM driver prints those.
+A bare `[drm] ` line is not read: every DRM driver prints those. The one exception is amdgpu's own
+`[drm] VRAM is lost due to GPU reset!`, matched whole (no GPU named: judged node-level).
 
 The body after the prefix is matched from its start (re.match), each pattern of bounded length: linear time.
 """
@@ -18,16 +20,24 @@ import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
+from gpudiag.probe.amdgpu_aca import ACA_KINDS, aca_kind
+from gpudiag.probe.amdgpu_aca import describe as describe_status
 from gpudiag.probe.kernel_log_text import BUS_ID, MalformedRecord, bounded_int
 
+_DRM_FUNCTION = r"[a-z0-9_.]{1,96}"  # %ps of a function: compiler clones add ".constprop.0", ".isra.0", ".part.0"
 _PREFIX = re.compile(
-    rf"(?:amdgpu ({BUS_ID}): (?:amdgpu: )?|\[drm:[a-z0-9_]{{1,64}} \[amdgpu\]\] \*ERROR\* |amdgpu: )"
-    r"(?:\[drm\] (?:\*ERROR\* )?)?"
+    rf"(?:amdgpu ({BUS_ID}): (?:amdgpu: )?|\[drm:{_DRM_FUNCTION} \[amdgpu\]\] \*ERROR\* |amdgpu: )"
+    # after the device: drm_err's "[drm] *ERROR* ", DRM_DEV_ERROR's "[drm:<function> [amdgpu]] *ERROR* " (without
+    # " [amdgpu]" when amdgpu is built into the kernel)
+    rf"(?:\[drm(?::{_DRM_FUNCTION}(?: \[amdgpu\])?)?\] (?:\*ERROR\* )?)?"
     r"(?:\{[0-9]{1,20}\} ?)?"  # RAS event id (amdgpu_ras.h RAS_EVENT_LOG: "{%llu}")
     r"(?:\[Hardware [Ee]rror\]:? ?)?"  # HW_ERR; early ACA dumps printed "[Hardware error] "
     r"(?:socket: [0-9]{1,4}, die: [0-9]{1,4},? ?)?",  # amdgpu_ras.c / rascore per-die RAS counts
     re.ASCII,
 )
+# amdgpu_device.c printed this with DRM_INFO (a bare "[drm] " line, no device) before it moved to dev_info: the
+# whole message is matched, so no other DRM driver's line and no user text can pass for it.
+_BARE_VRAM_LOST = re.compile(r"\[drm\] VRAM is lost due to GPU reset!\s*$", re.ASCII)
 
 
 def _p(pattern: str) -> re.Pattern:
@@ -43,9 +53,42 @@ _PATTERNS: list[tuple[str, re.Pattern, Optional[str]]] = [
     # amdgpu_device.c, amdgpu_device_gpu_recover() and the ASIC reset paths. "GPU reset end with ret = %d" is
     # printed only when the recovery returned an error.
     ("gpu_reset_succeeded", _p(r"GPU reset\(([0-9]+)\) succeeded!"), "resets"),
-    ("gpu_reset_failed", _p(r"GPU reset\([0-9]{1,20}\) failed|Mode[12] reset failed|ASIC reset failed"), None),
+    ("gpu_reset_succeeded", _p(r"GPU reset succeeded, trying to resume"), None),
+    ("gpu_reset_failed", _p(r"GPU reset\([0-9]{1,20}\) failed|Mode[12] reset failed|ASIC reset failed"
+                            r"|GPU mode1 reset failed"), None),
     ("gpu_reset_failed", _p(r"GPU reset end with ret = -?[1-9]"), None),
     ("gpu_reset", _p(r"GPU reset begin!"), None),
+    # soc15.c / nv.c / soc21.c *_asic_reset(): "MODE1 reset"; amdgpu_device.c amdgpu_device_mode1_reset(): "GPU mode1
+    # reset" (older), "GPU smu mode1 reset" / "GPU psp mode1 reset". A mode-1 reset resets the whole ASIC: its jobs
+    # are killed and VRAM is lost; after a fatal RAS error amdgpu resets every GPU of the XGMI hive this way
+    # (amdgpu_ras_do_recovery → amdgpu_device_gpu_recover over the hive's device list).
+    ("gpu_mode1_reset", _p(r"(?:MODE1 reset|GPU (?:(?:smu|psp) )?mode1 reset)\s*$"), None),
+    # amdgpu_device.c amdgpu_device_reinit_after_reset() (dev_info; DRM_INFO in older kernels, see _BARE_VRAM_LOST).
+    ("vram_lost", _p(r"VRAM is lost due to GPU reset!"), None),
+    # amdkfd kfd_device_queue_manager.c: unmap_queues_cpsch() after the HWS did not preempt the queues; kfd_hws_hang()
+    # then schedules a GPU reset. amdkfd_fence_wait_timeout(): "qcm fence wait loop timeout expired" (node-scraper:
+    # "QCM fence timeout").
+    ("cp_unrecoverable",
+     _p(r"The cp might be in an unrecoverable state due to an unsuccessful queues preemption"), None),
+    ("qcm_fence_timeout", _p(r"qcm fence wait loop timeout expired"), None),
+    # mes_v11_0.c / mes_v12_0.c mes_*_submit_pkt_and_poll_completion(): "MES failed to response msg=%d" (DRM_ERROR,
+    # behind "[drm:mes_v11_0_submit_pkt_and_poll_completion.constprop.0 [amdgpu]] *ERROR* "), newer "MES failed to
+    # respond to msg=%s" / "MES(%d) failed to respond to msg=%s"; kfd remove_queue_mes(): "MES might be in
+    # unrecoverable state, issue a GPU reset". The scheduler firmware stopped answering: the GPU is hung.
+    ("mes_unresponsive", _p(r"MES(?:\([0-9]{1,3}\))? failed to respon(?:se|d to) msg=[A-Za-z0-9_]{1,32}"
+                            r"|MES might be in unrecoverable state"), None),
+    # amdgpu_device.c amdgpu_device_ip_check_soft_reset(): "IP block:%s is hung!" during recovery.
+    ("ip_block_hung", _p(r"IP block:[A-Za-z0-9_]{1,32} is hung!"), None),
+    # amdgpu_ring.c amdgpu_ring_reset_helper_end() and the per-IP ring resets: "Ring %s reset failed"; the driver
+    # then escalates to a full GPU reset.
+    ("ring_reset_failed", _p(r"[Rr]ing [^ ]{1,64} reset failed"), None),
+    # amdgpu_ring.c amdgpu_ring_test_helper(): DRM_DEV_ERROR "ring %s test failed (%d)": the engine did not execute
+    # a test packet at init or resume; the init/resume fails with it (decided by the ring, see _ring_test_kind).
+    ("ring_test_failed", _p(r"ring ([^ ]{1,64}) test failed \(-?[0-9]{1,6}\)"), None),
+    # umc_v12_0.c / amdgpu_umc.c: "Error Address(PA):0x%-10llx Row:0x%-4x Col:0x%-2x Bank:0x%x Channel:0x%x" for
+    # each HBM page amdgpu retires after an uncorrectable or deferred error (node-scraper: "Error Address").
+    ("umc_error_address", _p(r"Error Address\(PA\): ?0x[0-9a-fA-F]{1,16}\s{1,12}Row:0x[0-9a-fA-F]{1,8}\s{1,12}"
+                             r"Col:0x[0-9a-fA-F]{1,8}\s{1,12}Bank:0x[0-9a-fA-F]{1,8}"), None),
     # amdgpu_ras.c amdgpu_ras_global_ras_isr(): the fatal-error interrupt, after which the driver resets the GPU
     # (the whole hive on XGMI). MI300X: "amdgpu 0000:68:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_
     # INTERRUPT) detected!" (ROCm/legacy-rocm-build#4021); the RAS manager of newer kernels (ras_mgr/
@@ -67,7 +110,7 @@ _PATTERNS: list[tuple[str, re.Pattern, Optional[str]]] = [
     ("ras_poison_created", _p(r"Poison is created"), None),
     # amdgpu_mca.c / amdgpu_aca.c bank dumps: "aca entry[%02d].STATUS=0x%016llx" (MCA) and
     # "ACA[%02d/%02d].STATUS=0x%016llx" (ACA). Banks are dumped for corrected errors too, so the STATUS register
-    # decides (see _aca_kind). node-scraper: "ACA Error".
+    # decides, as the kernel decodes it (amdgpu_aca.py). node-scraper: "ACA Error".
     ("aca", _p(r"(?:aca entry\[[0-9]{1,3}\]|ACA\[[0-9]{1,3}/[0-9]{1,3}\])\.STATUS=0x([0-9a-fA-F]{1,16})\b"), None),
     # amdgpu_ras_eeprom.c amdgpu_ras_eeprom_update_header(): "Saved bad pages %d reaches threshold value %d"
     # (older "Saved bad pages(%d) reaches threshold value(%d)."): the GPU is marked for RMA (tbl_rai.rma_status).
@@ -91,32 +134,34 @@ _PATTERNS: list[tuple[str, re.Pattern, Optional[str]]] = [
 ]
 # How every body above starts: most amdgpu lines are chatter, and one test turns them away before the list is tried.
 _ANY_BODY = _p(r"ring |GPU reset|Mode[12] reset|ASIC reset|[Uu]ncorrectable hardware|[0-9]|poison is|Poison is|aca entry"
-               r"|ACA\[|Saved bad|RAS |\[[a-z0-9]{0,16}hub|WARN: GPU|Fatal error")
+               r"|ACA\[|Saved bad|RAS |\[[a-z0-9]{0,16}hub|WARN: GPU|Fatal error|MODE1 |GPU (?:smu |psp )?mode1 "
+               r"|VRAM is lost|The cp might|qcm fence|MES|IP block:|Ring |Error Address")
 _PAGE_FAULT_PROCESS = re.compile(r"for process ([^ ]{0,64}) pid ([0-9]{1,10})\b", re.ASCII)
 _RAS_COUNT_KINDS = {"uncorrectable": "ras_uncorrectable", "deferred": "ras_deferred"}
 
-# MCA/ACA STATUS register (AMD64 Architecture Programmer's Manual vol. 2, MCA_STATUS; the same layout in
-# amdgpu_aca.h ACA_REG__STATUS__*): bit 61 UC (uncorrected), bit 44 Deferred.
-_MCA_STATUS_UC = 1 << 61
-_MCA_STATUS_DEFERRED = 1 << 44
+# amdgpu_ring_test_helper() names the ring: the video and JPEG engines' (vcn_dec_0, vcn_unified_0, jpeg_dec_0,
+# uvd, vce) do not run compute or graphics work, so a failed test there is not a dead GPU.
+_MULTIMEDIA_RING = re.compile(r"(?:vcn|jpeg|uvd|vce)", re.ASCII)
 
 # Every `KernelEvent.kind` this module produces, for the checks that judge them.
 AMDGPU_EVENT_KINDS = tuple(dict.fromkeys(
     [k for k, _, _ in _PATTERNS if k not in ("ras_counts", "aca")]
-    + list(_RAS_COUNT_KINDS.values()) + ["aca_uncorrectable", "aca_deferred"]))
+    + list(_RAS_COUNT_KINDS.values()) + list(ACA_KINDS) + ["ring_test_failed_multimedia"]))
 
 
-def _aca_kind(status_hex: str) -> Optional[str]:
+def _aca_event(status_hex: str) -> tuple[Optional[str], Optional[str]]:
     status = int(status_hex, 16)
-    if status & _MCA_STATUS_UC:
-        return "aca_uncorrectable"
-    if status & _MCA_STATUS_DEFERRED:
-        return "aca_deferred"
-    return None  # a corrected error: the ECC counters (ecc.*) judge those
+    return aca_kind(status), describe_status(status)
+
+
+def _ring_test_kind(ring: str) -> str:
+    return "ring_test_failed_multimedia" if _MULTIMEDIA_RING.match(ring) else "ring_test_failed"
 
 
 def amdgpu_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
     """The amdgpu event `message` reports, or None. Raises MalformedRecord for a number no driver prints."""
+    if _BARE_VRAM_LOST.match(message):
+        return KernelEvent(vendor=Vendor.AMD, kind="vram_lost", message=message, timestamp_seconds=seconds)
     prefix = _PREFIX.match(message)
     if not prefix:
         return None
@@ -128,6 +173,7 @@ def amdgpu_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent
         if not match:
             continue
         count = bounded_int(match[1], kind) if counted else None
+        decoded = None
         if kind == "ras_counts":
             if match[3] or match[2] not in _RAS_COUNT_KINDS:  # a running total, or corrected errors
                 return None
@@ -135,9 +181,11 @@ def amdgpu_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent
         elif kind == "ras_poison_consumed" and counted and match[2]:
             return None
         elif kind == "aca":
-            kind = _aca_kind(match[1])
+            kind, decoded = _aca_event(match[1])
             if kind is None:
                 return None
+        elif kind == "ring_test_failed":
+            kind, decoded = _ring_test_kind(match[1]), f"ring {match[1]}"
         if counted == "errors" and not count:
             return None
         event = KernelEvent(
@@ -147,6 +195,7 @@ def amdgpu_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent
             pci_bus_id=normalize_pci_bus_id(prefix[1]) if prefix[1] else None,
             timestamp_seconds=seconds,
             count=count,
+            decoded=decoded,
         )
         if kind == "page_fault":
             process = _PAGE_FAULT_PROCESS.search(message, match.end())

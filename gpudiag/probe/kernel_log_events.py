@@ -26,6 +26,7 @@ from typing import Optional
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
 from gpudiag.probe.kernel_log_amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
 from gpudiag.probe.kernel_log_formats import LogLine, split_line, wall_seconds
+from gpudiag.probe.kernel_log_ghes import GhesRecords
 from gpudiag.probe.kernel_log_nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
 from gpudiag.probe.kernel_log_text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 
@@ -72,11 +73,12 @@ class EventReader:
 
     def __init__(self) -> None:
         self._nvrm = NvrmReader()
+        self._ghes = GhesRecords()  # APEI/GHES records span lines too (kernel_log_ghes.py)
 
     def feed(self, line: LogLine) -> list[KernelEvent]:
         message = line.message
         if "\n" not in message and not message.startswith("NVRM: "):  # the common case: one line, not NVRM
-            event = parse_event(message, line.seconds)
+            event = parse_event(message, line.seconds) or self._ghes.feed(message, line.seconds)
             if event is None:
                 return []
             if line.wall_time is not None or line.boot is not None:
@@ -90,7 +92,7 @@ class EventReader:
             if piece.startswith("NVRM: "):
                 event = self._nvrm.feed(piece, line.seconds)
             else:
-                event = parse_event(piece, line.seconds)
+                event = parse_event(piece, line.seconds) or self._ghes.feed(piece, line.seconds)
             if event is not None:
                 if line.wall_time is not None or line.boot is not None:
                     event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot

@@ -71,6 +71,7 @@ def _probe_function(reader: FileReader, device: Path) -> Optional[PciGpu]:
         local_cpulist=reader.line(device / "local_cpulist"),
         bar_sizes_bytes=_bar_sizes(reader, device / "resource"),
     )
+    gpu.upstream_ports = _upstream_ports(device)
     upstream = _upstream_port(device)
     if upstream is not None:
         gpu.upstream_pci_bus_id = upstream.name
@@ -78,6 +79,7 @@ def _probe_function(reader: FileReader, device: Path) -> Optional[PciGpu]:
         gpu.upstream_max_link_width = reader.integer(upstream / "max_link_width")
     if gpu.driver == "amdgpu":
         _pcie_dpm(reader, device, gpu)
+        gpu.mp0_ip_version = _ip_version(reader, device / "ip_discovery/die/0/MP0/0")
     group = reader.link_name(device / "iommu_group")
     if group is not None and group.isdigit():
         gpu.iommu_group = int(group)
@@ -95,6 +97,16 @@ def _pcie_dpm(reader: FileReader, device: Path, gpu: PciGpu) -> None:
     gpu.pcie_dpm_levels = [PcieDpmLevel(level.generation, level.width) for level in levels]
     current = [index for index, level in enumerate(levels) if level.current]
     gpu.pcie_dpm_current = current[0] if len(current) == 1 else None
+
+
+def _ip_version(reader: FileReader, instance: Path) -> Optional[str]:
+    """An IP block's version from amdgpu's IP discovery in sysfs (amdgpu_discovery.c: ip_discovery/die/<die>/
+    <hw_id name>/<instance>/{major,minor,revision}), e.g. "13.0.6"; None where the directory is absent (older
+    kernels, parts without IP discovery). A missing directory is no error, hence the existence test first."""
+    if not instance.is_dir():
+        return None
+    parts = [reader.integer(instance / name) for name in ("major", "minor", "revision")]
+    return ".".join(str(p) for p in parts) if None not in parts else None
 
 
 def _generation(reader: FileReader, path: Path) -> Optional[int]:
@@ -150,6 +162,17 @@ def _upstream_port(device: Path) -> Optional[Path]:
     in VMs) has no upstream port."""
     parent = Path(os.path.realpath(device)).parent
     return parent if _BDF.match(parent.name) else None
+
+
+def _upstream_ports(device: Path) -> list[str]:
+    """Every bridge above the device up to the root complex, nearest first: the BDF-named ancestors of its real
+    sysfs directory (sys/devices/pci0000:00/<root port>/<switch up>/<switch down>/<device>)."""
+    ports = []
+    for parent in Path(os.path.realpath(device)).parents:
+        if not _BDF.match(parent.name):
+            break
+        ports.append(parent.name)
+    return ports
 
 
 def parse_cpulist(text: str) -> list[int]:

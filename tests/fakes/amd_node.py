@@ -77,6 +77,9 @@ class FakeAmdGpu:
     # The MI300/MI350 default (gpudiag issue 15 item 5); 1965 was the older VRAM / 100 MiB formula. Only root
     # reads it (debugfs): see FakeAmdNode.root.
     bad_page_threshold: int = 128
+    # amdgpu's IP discovery MP0 version (sysfs ip_discovery/die/0/MP0/0): MI300X is 13.0.6; the default bad-page
+    # threshold follows it (gpudiag/probe/amdgpu_ras_threshold.py). None: no ip_discovery directory.
+    mp0_version: Optional[tuple[int, int, int]] = (13, 0, 6)
     # MI300X has no edge sensor (amd-smi shows N/A); junction ("hotspot") and HBM ("vram") it has.
     temperatures: dict[str, Temperature] = field(
         default_factory=lambda: {"hotspot": Temperature(48, 100, 105), "vram": Temperature(39, 95, 105)}
@@ -96,6 +99,7 @@ class FakeAmdGpu:
     # amdsmi_get_clock_info (MHz) by AMDSMI_CLK_TYPE_* value: (current, max). GFX (0) idles in deep sleep well below
     # its 2100 MHz peak engine clock; MEM (4) runs HBM3 at 1300 MHz (5.2 Gb/s per pin; AMD MI300X data sheet).
     clocks_mhz: dict[int, tuple[int, int]] = field(default_factory=lambda: {0: (132, 2100), 4: (900, 1300)})
+    gfx_activity_percent: int = 0  # amdsmi_get_gpu_activity gfx_activity (an idle node)
     xgmi_links: list[int] = field(default_factory=lambda: [XGMI_UP] * 7)
     xgmi_error_status: int = 0  # answered only where amdgpu's xgmi_error works (df_fica)
     # DF FICA access, which amdgpu's xgmi_error needs: MI200 (DF 3.6) has it; on MI300/MI350 (DF 4.x) the sysfs read
@@ -121,6 +125,9 @@ class FakeAmdGpu:
     pcie_nak_received: int = 0
     processes: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, name, VRAM bytes)
     in_tree: bool = False  # amdgpu from the kernel itself (no /sys/module/amdgpu/version)
+    # The PCIe port the GPU hangs off (default: bus - 1, device 0) and the bridges above it, root port first.
+    upstream_port: Optional[str] = None
+    bridges: tuple[str, ...] = ()
     hang_in: Optional[str] = None  # a C symbol that blocks on this GPU until FakeAmdNode.unhang is set
 
     @property
@@ -153,6 +160,12 @@ class FakeAmdNode:
     library_present: bool = True  # libamd_smi.so loadable
     rocm_version: Optional[tuple[int, int, int]] = (7, 0, 2)  # librocm-core.so; None: not installed
     lib_version: tuple[int, int, int] = (26, 0, 2)
+    # The newest gpu_metrics table this libamd_smi.so decodes: amd-smi-lib 7.0.2 reads up to v1.8; the ROCm 7.2
+    # library reads the v1.9 tables of MI350 and VFs (issue 21), so their values arrive.
+    metrics_decoded_up_to: tuple[int, int] = (1, 8)
+    # libamd_smi.so could not dlopen libdrm_amdgpu (ROCm tarball / TheRock installs; ROCm/rocm-systems PR 2987 and
+    # PR 8427): garbage BDFs, and no ASIC, VBIOS or driver info.
+    libdrm_missing: bool = False
     init_status: int = 0  # what amdsmi_init returns (AMDSMI_STATUS_*)
     root: bool = True  # gpudiag runs as root: amdsmi reads the bad-page threshold from debugfs
     # Kernels that carry the partition in location_id bits [31:28] report every CPX partition at function .0.
@@ -183,6 +196,7 @@ def mi355x_node(count: int = 8) -> FakeAmdNode:
     for gpu in node.gpus:
         gpu.market_name, gpu.device_id, gpu.gfx_target = "AMD Instinct MI355X", 0x75A3, 0x950
         gpu.compute_units, gpu.board_part_number = 256, "102-G31501-00"
+        gpu.mp0_version = (13, 0, 12)  # smu/psp v13_0_12 (amdgpu_ras_init_reserved_vram_size: 128-page default)
         gpu.vram_total_mib, gpu.power_cap_watts = 294896, 1400
     return node
 
@@ -287,3 +301,15 @@ def in_tree_amdgpu(node: FakeAmdNode, kernel_release: str = "6.8.0-79-generic") 
 def pcie_recoveries(node: FakeAmdNode, gpu: int, count: int, naks: int = 0) -> None:
     node.gpus[gpu].pcie_l0_to_recovery = count
     node.gpus[gpu].pcie_nak_received = naks
+
+
+def violation_counters_without_throttling(node: FakeAmdNode) -> None:
+    """The firmware quirk of issue 21 (idle MI300X, amdgpu DKMS 6.10.5): the thermal residency accumulators advance
+    with the accumulation counter, so amdsmi's per = Δresidency × 100 / Δaccumulation reads 100 % and the active flags
+    are set, on a GPU that is idle and cool (42 °C). PROCHOT and PPT count nothing."""
+    for gpu in node.gpus:
+        gpu.driver_version = "6.10.5"
+        gpu.temperatures["hotspot"].current = 42
+        total = gpu.violation_counters["acc_counter"]
+        gpu.violation_counters.update(acc_socket_thrm=total, acc_vr_thrm=total, acc_hbm_thrm=total)
+        gpu.violations = {"active_socket_thrm", "active_vr_thrm", "active_hbm_thrm"}

@@ -63,7 +63,7 @@ def add_amdgpu_node(tree: SysfsTree, node: FakeAmdNode) -> list[Path]:
 
 def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
     """One MI300-class GPU bound to amdgpu as card<card>; returns its PCI device directory."""
-    upstream_bdf = f"0000:{gpu.bus - 1:02x}:00.0"
+    upstream_bdf = gpu.upstream_port or f"0000:{gpu.bus - 1:02x}:00.0"
     device = tree.add_pci_gpu(
         gpu.bdf,
         vendor="0x1002",
@@ -76,6 +76,7 @@ def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
         local_cpulist="0-47,96-143" if gpu.numa_node == 0 else "48-95,144-191",
         bars=_bars(gpu),
         aer=_AER_CLEAN,
+        bridges=gpu.bridges,
     )
     rel = str(device.relative_to(tree.root))
     for name in (f"card{card}", f"renderD{128 + card}"):
@@ -93,6 +94,9 @@ def add_amdgpu(tree: SysfsTree, gpu: FakeAmdGpu, card: int) -> Path:
     }
     for name, value in attributes.items():
         tree.write(f"{rel}/{name}", str(value))
+    if gpu.mp0_version is not None:  # amdgpu_discovery.c: ip_discovery/die/<die>/<hw id name>/<instance>/
+        for name, value in zip(("major", "minor", "revision"), gpu.mp0_version):
+            tree.write(f"{rel}/ip_discovery/die/0/MP0/0/{name}", str(value))
     for block, version in gpu.firmware.items():
         tree.write(f"{rel}/fw_version/{_FW_FILES[block]}_fw_version", f"0x{version:08x}")
     _hwmon(tree, rel, gpu, card)

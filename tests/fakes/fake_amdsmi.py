@@ -19,7 +19,7 @@ import sys
 from typing import Any, Callable, Iterator
 
 from tests.fakes.amd_node import XGMI_DISABLED, FakeAmdGpu, FakeAmdNode
-from tests.fakes.fake_amdsmi_identity import IdentityCalls
+from tests.fakes.fake_amdsmi_identity import NEEDS_LIBDRM, IdentityCalls
 
 SUCCESS, NOT_SUPPORTED, INVAL, NOT_FOUND, AMDGPU_RESTART_ERR = 0, 2, 1, 31, 54
 API_FAILED, UNEXPECTED_DATA = 7, 43
@@ -95,6 +95,8 @@ class FakeLibAmdSmi(IdentityCalls):
                 return failure.pop(0)
             if isinstance(failure, int):
                 return failure
+            if self.node.libdrm_missing and name in NEEDS_LIBDRM:
+                return NOT_SUPPORTED
             if implementation is None:
                 self.unmodelled.add(name)
                 return NOT_SUPPORTED
@@ -157,6 +159,10 @@ class FakeLibAmdSmi(IdentityCalls):
                 handles[i] = processor.handle
         return SUCCESS
 
+    def _undecodable(self, p: Processor) -> bool:
+        """A gpu_metrics table newer than this library decodes (amdsmi 7.0.2: v1.8): its values read N/A."""
+        return p.gpu.metrics_version > self.node.metrics_decoded_up_to
+
     # -- PCIe, RAS -------------------------------------------------------------------------------------------
 
     def c_amdsmi_get_pcie_info(self, p: Processor, info: Any) -> int:
@@ -170,7 +176,7 @@ class FakeLibAmdSmi(IdentityCalls):
         metric.pcie_l0_to_recovery_count = p.gpu.pcie_l0_to_recovery
         metric.pcie_nak_sent_count, metric.pcie_nak_received_count = p.gpu.pcie_nak_sent, p.gpu.pcie_nak_received
         metric.pcie_lc_perf_other_end_recovery_count = UINT32_NA  # not in this firmware's gpu_metrics
-        if _undecodable(p):  # the counters come from gpu_metrics: N/A from a table amdsmi cannot read
+        if self._undecodable(p):  # the counters come from gpu_metrics: N/A from a table amdsmi cannot read
             metric.pcie_l0_to_recovery_count = metric.pcie_nak_sent_count = metric.pcie_nak_received_count = 2**64 - 1
             metric.pcie_replay_count = 2**64 - 1
         return SUCCESS
@@ -240,7 +246,7 @@ class FakeLibAmdSmi(IdentityCalls):
         power.socket_power = p.gpu.power_watts
         # MI300 reports the current socket power, MI200 and older the average; the other reads 0xFFFF.
         average = p.gpu.reports_average_power
-        power.current_socket_power = UINT16_NA if average or _undecodable(p) else p.gpu.power_watts
+        power.current_socket_power = UINT16_NA if average or self._undecodable(p) else p.gpu.power_watts
         power.average_socket_power = p.gpu.power_watts if average else UINT16_NA
         power.gfx_voltage, power.soc_voltage, power.mem_voltage = UINT16_NA, UINT16_NA, UINT16_NA
         power.power_limit = p.gpu.power_cap_watts
@@ -292,7 +298,7 @@ class FakeLibAmdSmi(IdentityCalls):
 
     def c_amdsmi_get_gpu_activity(self, p: Processor, usage: Any) -> int:
         activity = _target(usage)
-        activity.gfx_activity, activity.umc_activity, activity.mm_activity = 0, 0, UINT16_NA
+        activity.gfx_activity, activity.umc_activity, activity.mm_activity = p.gpu.gfx_activity_percent, 0, UINT16_NA
         return SUCCESS
 
     def c_amdsmi_get_gpu_xgmi_link_status(self, p: Processor, info: Any) -> int:
@@ -301,7 +307,7 @@ class FakeLibAmdSmi(IdentityCalls):
         status = _target(info)
         status.total_links = len(p.gpu.xgmi_links)
         # xgmi_link_status is in gpu_metrics from v1.7; without it amdsmi 7.0 reports every link disabled ("X").
-        readable = (1, 7) <= p.gpu.metrics_version and not _undecodable(p)
+        readable = (1, 7) <= p.gpu.metrics_version and not self._undecodable(p)
         for i, state in enumerate(p.gpu.xgmi_links):
             status.status[i] = state if readable else XGMI_DISABLED
         return SUCCESS
@@ -353,11 +359,6 @@ class FakeLibAmdSmi(IdentityCalls):
         cap.is_iolink_coherent = cap.is_iolink_atomics_32bit = cap.is_iolink_atomics_64bit = 1
         cap.is_iolink_dma = cap.is_iolink_bi_directional = 1
         return SUCCESS
-
-
-def _undecodable(p: Processor) -> bool:
-    """A gpu_metrics table newer than amdsmi 7.0.2 decodes (v1.8): its values read N/A."""
-    return p.gpu.metrics_version > (1, 8)
 
 
 class FakeLibRocmCore:

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tests.fakes.fake_amdsmi import Processor
 
-SUCCESS = 0
+SUCCESS, NOT_SUPPORTED = 0, 2
+# What amd-smi without libdrm_amdgpu printed as an MI350 OAM's BDF (ROCm/rocm-systems PR 2987: "BDF:
+# 695f7570672f:31:05.7"): the DRM query never ran and the BDF is uninitialised memory. The same bytes on every GPU
+# is this fake's worst case (one group of "partitions").
+GARBAGE_BDF = (0x695F7570672F, 0x31, 0x05, 7)
+# The calls PR 2987 / PR 8427 list as answering NOT_SUPPORTED without libdrm: asic, vbios and driver info.
+NEEDS_LIBDRM = ("amdsmi_get_gpu_asic_info", "amdsmi_get_gpu_vbios_info", "amdsmi_get_gpu_driver_info")
 VIRTUALIZATION_BAREMETAL, VIRTUALIZATION_GUEST = 1, 3  # amdsmi_virtualization_mode_t
 # amdsmi_fw_block_t values of the C header.
 FW_ID = {"SMU": 1, "CP_MEC1": 7, "PSP_SOSDRV": 30, "PM": 77}
@@ -28,6 +34,9 @@ class IdentityCalls:
 
     def c_amdsmi_get_gpu_device_bdf(self, p: Processor, bdf: Any) -> int:
         fields = _target(bdf).struct_amdsmi_bdf_t
+        if self.node.libdrm_missing:
+            fields.domain_number, fields.bus_number, fields.device_number, fields.function_number = GARBAGE_BDF
+            return SUCCESS
         fields.domain_number, fields.bus_number, fields.device_number = 0, p.gpu.bus, 0
         # The partition number, in CPX; kernels that moved it to location_id bits [31:28] report function 0 for all.
         fields.function_number = 0 if self.node.partitions_at_function_zero else p.partition
