@@ -107,7 +107,9 @@ def stress(session: Session, ordinal: int, device: DeviceSnapshot) -> StressResu
                     report_at += options.progress_interval_seconds
                     session.progress.say(f"GPU {device.index}: stress {time.monotonic() - began:.0f}/{seconds:g} s"
                                          f"{_latest(result)}")
-                pending.append((result.launches, *issue(iterations, result.launches)))
+                slot = issue(iterations, result.launches)
+                if load is not None:
+                    pending.append((result.launches, *slot))
                 runtime.event_record(ring[result.launches % 2], stream)
                 if result.launches:
                     runtime.event_synchronize(ring[(result.launches - 1) % 2])  # the previous launch is done
@@ -134,10 +136,10 @@ def stress(session: Session, ordinal: int, device: DeviceSnapshot) -> StressResu
             moved = load.moved_bytes()
             result.stream_gb_per_second = round(moved / gpu_seconds / 1e9, 1) if moved and gpu_seconds > 0 else None
             load.result.stream_words_read = moved // 8  # half of the bytes moved were read, 4 bytes a word
-            session.check()
-            hot = load.issue(CALIBRATION_ITERATIONS)  # the reference again, now that the GPU is hot
-            runtime.stream_synchronize(stream)
-            load.verify(*hot, reference=(CALIBRATION_ITERATIONS, True))
+            if session.control.stopping() is None:  # the reference again, now that the GPU is hot (not past a stop)
+                hot = load.issue(CALIBRATION_ITERATIONS)
+                runtime.stream_synchronize(stream)
+                load.verify(*hot, reference=(CALIBRATION_ITERATIONS, True))
     if sampler is not None:
         sampler.finish()
     result.ecc_corrected_after, result.ecc_uncorrected_after = ecc_counts(session, device, fresh=True)

@@ -80,8 +80,11 @@ def _judge(snapshot: NodeSnapshot) -> Callable[[DeviceSnapshot, StressResult], C
         if v is None:
             if not stress.launches:
                 return _not_judged(COMPUTE, device, "verified stress", stress.error)
-            return skipped(COMPUTE, device, f"{device.label}: the {stress.kernel} kernel ({stress.precision}) leaves "
-                                            f"no results to verify; only the tensor-core kernels are verified")
+            if stress.precision == "fp32":
+                why = f"the {stress.kernel} kernel (fp32) leaves no results to verify; only the tensor-core kernels are"
+            else:  # a snapshot recorded before the stress verified its results
+                why = f"the {stress.kernel} run carries no verification record (recorded by an older gpudiag)"
+            return skipped(COMPUTE, device, f"{device.label}: {why}")
         if v.launches_verified == 0:
             if stress.error is not None:
                 return _not_judged(COMPUTE, device, "verified stress", stress.error)
@@ -123,8 +126,10 @@ def _judge(snapshot: NodeSnapshot) -> Callable[[DeviceSnapshot, StressResult], C
                                        "on this GPU until that is understood (report it to gpudiag's maintainers).")
         compared = (f", the same as its {siblings['gpus_compared'] - 1} identical GPU(s)"
                     if siblings.get("gpus_compared", 0) > 1 else "")
+        reference = ("the reference launch the same cold and hot" if v.hot_reference_matches
+                     else "the reference launch run cold only (the run was stopped before the hot one)")
         message = (f"{device.label}: every result verified: {v.launches_verified} launches x {v.blocks_per_launch} "
-                   f"blocks bit-identical, the reference launch the same cold and hot{compared}; "
+                   f"blocks bit-identical, {reference}{compared}; "
                    f"{v.stream_words_read:,} streamed HBM words read back as written{validation}")
         if stress.error is not None:
             return warned(COMPUTE, device, f"{message}, but the stress ended early: {stress.error.message}",
