@@ -6,9 +6,10 @@
    on-device copy (`b.copy_(a)`, 2 GiB) timed by CUDA events, counted once.
 
 Both steady windows use gpudiag.checks.stress_figures (the ramp left out). Printed per GPU: steady mean power, its
-ratio to torch's (goal ≥ 0.95), tensor TFLOPS beside torch's, SM clocks, peak temperature, throttle reasons, HBM
-GB/s beside torch's copy (goal ≥ 0.9). Then the active.* checks' verdicts. With --copy-warps 0,2,4 the stress runs
-once per setting (tuning).
+ratio to torch's (goal ≥ 0.95), tensor TFLOPS beside torch's (goal ≥ 0.9), SM clocks, peak temperature, throttle
+reasons, HBM GB/s beside torch's copy (goal ≥ 0.9), and what the verification of every result found and cost on the
+host (bench/verified_stress.py measures its GPU cost). With --copy-warps 0,2,4 the stress runs once per setting,
+the ratios then use the last one (tuning).
 
 Usage: PYTHONPATH=. python3 bench/power_stress_vs_torch.py [--seconds 30] [--copy-warps 2] [--json OUT.json]
 Needs libcuda.so.1, nvidia-ml-py and torch (AMD: libamdhip64.so, libhiprtc.so, amdsmi and a ROCm torch).
@@ -125,6 +126,7 @@ def main() -> int:
     print(f"GPUs: {[(d.index, d.name, d.pci_bus_id) for d in snapshot.devices]}; reader {info}")
     record: dict = {"gpus": [d.name for d in snapshot.devices], "gpudiag": [], "torch": {}}
     ours: dict[int, StressFigures] = {}
+    sweep: list[tuple[int, int, StressFigures]] = []
     hbm: dict[int, Any] = {}
     for number, copy_warps in enumerate(int(w) for w in args.copy_warps.split(",")):
         tests = ("hbm", "stress") if number == 0 else ("stress",)
@@ -132,7 +134,8 @@ def main() -> int:
                                 deadline_seconds=args.seconds + 120, reader=reader)
         results = run_active(snapshot, options)
         record["gpudiag"].append({"copy_warps": copy_warps, "active": to_dict(results)})
-        print(f"gpudiag stress, {copy_warps} streaming warps per block of 8:")
+        print(f"gpudiag stress, stress_copy_warps={copy_warps} (mma.sync: warps of 8 a block; wgmma: 2x that of its "
+              f"4 streaming warps):")
         for entry in results.devices:
             if entry.skipped or entry.stress is None:
                 print(f"  GPU {entry.index}: not loaded: {entry.skipped or results.errors}")
@@ -141,9 +144,17 @@ def main() -> int:
                 hbm[entry.index] = entry.hbm
             figures = figures_of(entry.stress)
             ours[entry.index] = figures
+            sweep.append((copy_warps, entry.index, figures))
             error = f" ERROR {entry.stress.error.message}" if entry.stress.error else ""
             print(f"  GPU {entry.index}: {line('gpudiag', figures)}; kernel {entry.stress.kernel}, HBM streamed "
                   f"{entry.stress.stream_gb_per_second} GB/s{error}")
+            check = entry.stress.verification
+            if check is not None:
+                print(f"  GPU {entry.index}: verified {check.launches_verified} launches x {check.blocks_per_launch} "
+                      f"blocks: {check.mismatched_blocks} mismatching blocks, reference cold == hot: "
+                      f"{check.hot_reference_matches}, {check.stream_words_read} streamed words read, "
+                      f"{check.stream_mismatches} mismatching; host compare {check.host_seconds:.3f} s of "
+                      f"{entry.stress.seconds} s ({check.host_seconds / (entry.stress.seconds or 1):.3%})")
     if args.no_torch:
         return 0
     import torch
@@ -157,6 +168,10 @@ def main() -> int:
         figures = figures_of(stress)
         record["torch"][device.index] = {"stress": to_dict(stress), "copy_gb_per_second": copy}
         print(f"  GPU {device.index}: {line('torch', figures)}")
+        for copy_warps, index, mine in sweep[:-1] if len(sweep) > len(ours) else []:
+            if index == device.index:
+                print(f"  GPU {index}, {copy_warps} streaming warps: power {mine.mean_power_watts / (figures.mean_power_watts or 1):.3f}"
+                      f" of torch's, TFLOPS {(mine.tflops or 0) / (figures.tflops or 1):.3f} of torch's")
         mine = ours.get(device.index)
         if mine is None:
             continue
@@ -164,10 +179,10 @@ def main() -> int:
         flops = (mine.tflops or 0) / (figures.tflops or 1)
         ours_hbm = hbm[device.index].gb_per_second if device.index in hbm else None
         copy_ratio = (ours_hbm or 0) / copy if copy else 0
-        print(f"  GPU {device.index}: power {mine.mean_power_watts} / {figures.mean_power_watts} W = {power:.3f} "
+        print(f"  GPU {device.index}, {sweep[-1][0]} streaming warps: power {mine.mean_power_watts} / {figures.mean_power_watts} W = {power:.3f} "
               f"(goal >= 0.95: {'met' if power >= 0.95 else 'MISSED'}); TFLOPS {mine.tflops} / {figures.tflops} = "
-              f"{flops:.2f}; HBM copy {ours_hbm} / {copy} GB/s = {copy_ratio:.3f} (goal >= 0.9: "
-              f"{'met' if copy_ratio >= 0.9 else 'MISSED'})")
+              f"{flops:.3f} (goal >= 0.9: {'met' if flops >= 0.9 else 'MISSED'}); HBM copy {ours_hbm} / {copy} GB/s = "
+              f"{copy_ratio:.3f} (goal >= 0.9: {'met' if copy_ratio >= 0.9 else 'MISSED'})")
     collector.close()
     if args.json:
         args.json.write_text(json.dumps(record, indent=1) + "\n")

@@ -73,7 +73,7 @@ def _load_test(snapshot, path: Path, timeout: Optional[float], level: int, stres
     opens no vendor library."""
     from gpudiag.active import ActiveOptions, run_active
     from gpudiag.active.options import default_deadline
-    from gpudiag.node_collect import stdout_to_stderr
+    from gpudiag.node_collect import UsageProblem, stdout_to_stderr
     from gpudiag.service.client import ask
 
     def fresh():
@@ -93,10 +93,13 @@ def _load_test(snapshot, path: Path, timeout: Optional[float], level: int, stres
         return log_info.events if log_info is not None and log_info.readable else None
 
     deadline = default_deadline(level, stress_seconds) if timeout is None else timeout
+    try:
+        options = ActiveOptions.for_level(level, stress_seconds, deadline_seconds=deadline, progress=sys.stderr,
+                                          reader=reader, kernel_events=kernel_events)
+    except ValueError as exc:  # a GPUDIAG_VALIDATION_ONLY_* variable that does not parse
+        raise UsageProblem(str(exc)) from None
     with stdout_to_stderr():
-        snapshot.active = run_active(snapshot, ActiveOptions.for_level(
-            level, stress_seconds, deadline_seconds=deadline, progress=sys.stderr, reader=reader,
-            kernel_events=kernel_events))
+        snapshot.active = run_active(snapshot, options)
 
 
 # -- gpudiag history ---------------------------------------------------------------------------------------------

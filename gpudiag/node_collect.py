@@ -95,10 +95,12 @@ def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], le
             from gpudiag.active import ActiveOptions, run_active
 
             left = max(1.0, timeout - (time.monotonic() - started))
-            snapshot.active = run_active(
-                snapshot, ActiveOptions.for_level(level, stress_seconds, deadline_seconds=left, progress=sys.stderr,
+            try:
+                options = ActiveOptions.for_level(level, stress_seconds, deadline_seconds=left, progress=sys.stderr,
                                                   reader=collector.reprobe, kernel_events=collector.kernel_events)
-            )
+            except ValueError as exc:  # a GPUDIAG_VALIDATION_ONLY_* variable that does not parse
+                raise UsageProblem(str(exc)) from None
+            snapshot.active = run_active(snapshot, options)
         return snapshot
 
 

@@ -147,8 +147,9 @@ def test_a_ptx_refused_by_the_jit_carries_the_jit_log(monkeypatch):
     error = results.devices[0].stress.error
     assert error.source == "cuda.cuModuleLoadDataEx" and "CUDA_ERROR_INVALID_PTX" in error.message
     assert "line 7; error   : Unknown symbol" in error.message
-    # the stress on an sm_90 GPU loads the tensor-core program
-    assert b".entry gpudiag_mma_bf16(" in fake.loaded_ptx[0] and b".target sm_80" in fake.loaded_ptx[0]
+    # the stress on an sm_90 GPU loads the wgmma program, then (refused too) the mma.sync one
+    assert b".entry gpudiag_wgmma_bf16(" in fake.loaded_ptx[0] and b".target sm_90a" in fake.loaded_ptx[0]
+    assert b".entry gpudiag_mma_bf16(" in fake.loaded_ptx[1] and b".target sm_80" in fake.loaded_ptx[1]
 
 
 def test_stress_runs_for_the_time_asked_and_samples_the_sensors(monkeypatch):

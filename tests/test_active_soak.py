@@ -21,8 +21,11 @@ RECORDED = Path(__file__).parent / "fixtures" / "h200" / "snapshot.json"
 def test_level_3_is_the_soak_and_level_2_stays_short():
     soak, short = ActiveOptions.for_level(3), ActiveOptions.for_level(2)
     assert (soak.stress_seconds, soak.memtest_passes, soak.memtest_inversions, soak.memtest_fraction) == (
-        600.0, 8, True, 0.95)
-    assert (short.stress_seconds, short.memtest_passes, short.memtest_inversions) == (30.0, 4, False)
+        600.0, 12, True, 0.95)
+    assert soak.memtest_patterns == kernels.LEVEL3_PATTERNS
+    # level 2: the four fixed patterns, address-in-address and two random ones
+    assert (short.stress_seconds, short.memtest_passes, short.memtest_inversions) == (30.0, 7, False)
+    assert [mode for mode, _ in short.memtest_patterns] == [kernels.FIXED] * 4 + [kernels.ADDRESS] + [kernels.RANDOM] * 2
     assert ActiveOptions.for_level(3, 120.0).stress_seconds == 120.0
     assert default_deadline(2, None) == 600.0 and default_deadline(3, None) == 900.0
     assert default_deadline(3, 1800.0) == 2100.0  # a longer soak gets a deadline it fits in
@@ -33,7 +36,8 @@ def test_moving_inversions_find_a_stuck_bit_and_cover_every_seed(monkeypatch):
     fake = install_cuda(monkeypatch, devices)
     cell = SimNode.base(0) + 1024**2 + 128
     devices[0].stuck_bits[cell] = 0x00000001
-    options = fast_options(tests=("memtest",), memtest_passes=len(kernels.SEEDS), memtest_inversions=True)
+    options = fast_options(tests=("memtest",), memtest_passes=len(kernels.SEEDS), memtest_inversions=True,
+                           memtest_patterns=kernels.LEVEL3_PATTERNS[:len(kernels.SEEDS)])
     memtest = run_active(snapshot_of(idle_device(0)), options).devices[0].memtest
     assert memtest.passes_completed == 8 and memtest.error is None
     # each pass verifies the cell three times (two inversions and the final check); a bit stuck by the writes
@@ -42,7 +46,7 @@ def test_moving_inversions_find_a_stuck_bit_and_cover_every_seed(monkeypatch):
     assert memtest.flipped_bits_mask == 0x00000001
     chunks = -(-memtest.bytes_tested // options.memtest_chunk_bytes)
     assert fake.count("cuLaunchKernel") == 8 * 4 * chunks  # fill, invert, invert back, check: every chunk
-    assert "8 passes of moving inversions" in options.progress.getvalue()
+    assert "8 passes with moving inversions" in options.progress.getvalue()
     assert fake.leaks() == {}
 
 

@@ -243,6 +243,8 @@ PINNED_TABLE = {
                              W: ('watch', 'GPUDIAG-ACTIVE-HBM-BANDWIDTH')},
     'active.memtest': {F: ('drain', 'GPUDIAG-ACTIVE-MEMTEST'), W: ('watch', 'GPUDIAG-ACTIVE-MEMTEST')},
     'active.stress': {F: ('drain', 'GPUDIAG-ACTIVE-STRESS'), W: ('watch', 'GPUDIAG-ACTIVE-STRESS')},
+    'active.compute': {F: ('drain', 'GPUDIAG-ACTIVE-COMPUTE-MISMATCH'), W: ('watch', 'GPUDIAG-ACTIVE-COMPUTE'),
+                       U: ('watch', 'GPUDIAG-ACTIVE-COMPUTE-UNVERIFIED')},
     'baseline.inventory': {F: ('drain', 'GPUDIAG-BASELINE-INVENTORY-DRIFT')},
     'baseline.pcie': {F: ('drain', 'GPUDIAG-BASELINE-PCIE-DRIFT')},
     'baseline.numa': {F: ('drain', 'GPUDIAG-BASELINE-NUMA-DRIFT')},

@@ -1,12 +1,14 @@
 """The four diagnostic kernels, as PTX for the CUDA driver's JIT and as HIP C++ for hiprtc, with one contract.
 
-- `gpudiag_fill(u32* buf, u64 words, u32 seed)`: buf[i] = pattern_word(i, seed), grid-stride.
-- `gpudiag_check(const u32* buf, u64 words, u32 seed, u64* result)`: for every word that differs from
-  pattern_word(i, seed): result[0] += 1, result[1] = min(result[1], i), ((u32*)result)[4] |= read ^ expected.
+- `gpudiag_fill(u32* buf, u64 words, u32 seed, u32 mode)`: buf[i] = pattern_value(mode, i, seed, &buf[i]),
+  grid-stride (mode FIXED: pattern_word(i, seed)).
+- `gpudiag_check(const u32* buf, u64 words, u32 seed, u64* result, u32 mode)`: for every word that differs from its
+  pattern: result[0] += 1, result[1] = min(result[1], i), ((u32*)result)[4] |= read ^ expected.
   The caller initialises the result slot to {0, UINT64_MAX, 0} (RESULT_SLOT_INIT).
-- `gpudiag_invert(u32* buf, u64 words, u32 seed, u64* result)`: as gpudiag_check, and every word is then overwritten
-  with the complement of its expected value (a moving-inversions sweep: read, verify, write the inverse, in one pass;
-  the next sweep verifies seed ^ 0xFFFFFFFF).
+- `gpudiag_invert(u32* buf, u64 words, u32 seed, u64* result, u32 mode)`: as gpudiag_check, and every word is then
+  overwritten with the complement of its expected value (a moving-inversions sweep: read, verify, write the
+  inverse, in one pass; the next sweep verifies seed ^ 0xFFFFFFFF, which is that complement in the FIXED and
+  ADDRESS modes).
 - `gpudiag_fma(f32* out, u32 iterations)`: eight independent FMA chains per thread (enough instruction-level
   parallelism to keep the FP32 pipes full at full occupancy), stored so that the compiler cannot drop the loop.
 
@@ -45,6 +47,19 @@ MORE_SEEDS = (0x33333333, 0xCCCCCCCC, 0x0F0F0F0F, 0xF0F0F0F0)
 SEEDS = PASS_SEEDS + MORE_SEEDS
 INVERTED = 0xFFFFFFFF  # pattern_word(i, seed ^ INVERTED) == ~pattern_word(i, seed)
 
+# The `mode` of gpudiag_fill/check/invert (pattern_value). FIXED: the index pattern above. ADDRESS: each word holds
+# its own device address (the 64-bit address folded to 32 bits, low ^ high, then ^ seed): a write that lands at the
+# wrong address (an address-line or decoder fault) leaves a word holding another word's address, which the index
+# pattern can miss when the two words happen to hold equal values. RANDOM: murmur3's fmix32 of the FIXED value, so
+# that neighbouring words and bits take unrelated values (data-dependent faults: coupling between cells).
+FIXED, ADDRESS, RANDOM = 0, 1, 2
+# (mode, seed) of each memory-test pass. Level 2: the four fixed patterns, the address pass, two random patterns.
+LEVEL2_PATTERNS = tuple((FIXED, seed) for seed in PASS_SEEDS) + ((ADDRESS, 0), (RANDOM, 0x2545F491),
+                                                                 (RANDOM, 0x9E3779B9))
+# Level 3 (with moving inversions on the fixed and address passes: their complement is the pattern of seed ^ ~0).
+LEVEL3_PATTERNS = tuple((FIXED, seed) for seed in SEEDS) + ((ADDRESS, 0), (ADDRESS, INVERTED), (RANDOM, 0x2545F491),
+                                                            (RANDOM, 0x9E3779B9))
+
 # One result slot per checked chunk: u64 mismatches at +0, u64 first mismatching index at +8, u32 flipped-bit mask
 # at +16 (the offsets gpudiag_check writes to), padded to 32 bytes.
 RESULT_SLOT_FORMAT = "<QQI12x"
@@ -57,13 +72,31 @@ def pattern_word(index: int, seed: int) -> int:
     return ((index * PATTERN_MULTIPLIER) & 0xFFFFFFFF) ^ seed
 
 
+def pattern_value(mode: int, index: int, seed: int, address: int) -> int:
+    """What gpudiag_fill writes at word `index` whose device address is `address`, in `mode`."""
+    value = pattern_word(index, seed)
+    if mode == ADDRESS:
+        return (address & 0xFFFFFFFF) ^ (address >> 32 & 0xFFFFFFFF) ^ seed
+    if mode == RANDOM:
+        value ^= value >> 16
+        value = value * 0x85EBCA6B & 0xFFFFFFFF
+        value ^= value >> 13
+        value = value * 0xC2B2AE35 & 0xFFFFFFFF
+        value ^= value >> 16
+    return value
+
+
+def pattern_name(mode: int, seed: int) -> str:
+    return {FIXED: "fixed", ADDRESS: "address-in-address", RANDOM: "random"}[mode] + f" {seed:#010x}"
+
+
 def parse_result_slot(raw: bytes) -> tuple[int, int, int]:
     """(mismatched words, first mismatching word index or -1, OR of flipped bits)."""
     mismatches, first, mask = struct.unpack(RESULT_SLOT_FORMAT, raw[:RESULT_SLOT_BYTES])
     return mismatches, (-1 if mismatches == 0 else first), mask
 
 
-PTX = r"""
+_PTX_TEMPLATE = r"""
 .version 7.0
 .target sm_52
 .address_size 64
@@ -71,9 +104,11 @@ PTX = r"""
 .visible .entry gpudiag_fill(
 	.param .u64 gpudiag_fill_buf,
 	.param .u64 gpudiag_fill_words,
-	.param .u32 gpudiag_fill_seed
+	.param .u32 gpudiag_fill_seed,
+	.param .u32 gpudiag_fill_mode
 )
 {
+//@PATTERN_REGISTERS
 	.reg .pred 	%p<3>;
 	.reg .b32 	%r<9>;
 	.reg .b64 	%rd<10>;
@@ -81,6 +116,7 @@ PTX = r"""
 	ld.param.u64 	%rd1, [gpudiag_fill_buf];
 	ld.param.u64 	%rd2, [gpudiag_fill_words];
 	ld.param.u32 	%r1, [gpudiag_fill_seed];
+//@PATTERN_MODE gpudiag_fill
 	cvta.to.global.u64 	%rd1, %rd1;
 	mov.u32 	%r2, %ctaid.x;
 	mov.u32 	%r3, %ntid.x;
@@ -97,6 +133,7 @@ FILL_LOOP:
 	cvt.u32.u64 	%r6, %rd3;
 	mul.lo.s32 	%r7, %r6, -1640531535;
 	xor.b32 	%r8, %r7, %r1;
+//@PATTERN
 	shl.b64 	%rd6, %rd3, 2;
 	add.s64 	%rd7, %rd1, %rd6;
 	st.global.u32 	[%rd7], %r8;
@@ -112,9 +149,11 @@ FILL_DONE:
 	.param .u64 gpudiag_check_buf,
 	.param .u64 gpudiag_check_words,
 	.param .u32 gpudiag_check_seed,
-	.param .u64 gpudiag_check_result
+	.param .u64 gpudiag_check_result,
+	.param .u32 gpudiag_check_mode
 )
 {
+//@PATTERN_REGISTERS
 	.reg .pred 	%p<4>;
 	.reg .b32 	%r<11>;
 	.reg .b64 	%rd<12>;
@@ -123,6 +162,7 @@ FILL_DONE:
 	ld.param.u64 	%rd2, [gpudiag_check_words];
 	ld.param.u32 	%r1, [gpudiag_check_seed];
 	ld.param.u64 	%rd8, [gpudiag_check_result];
+//@PATTERN_MODE gpudiag_check
 	cvta.to.global.u64 	%rd1, %rd1;
 	cvta.to.global.u64 	%rd8, %rd8;
 	mov.u32 	%r2, %ctaid.x;
@@ -140,6 +180,7 @@ CHECK_LOOP:
 	cvt.u32.u64 	%r6, %rd3;
 	mul.lo.s32 	%r7, %r6, -1640531535;
 	xor.b32 	%r8, %r7, %r1;
+//@PATTERN
 	shl.b64 	%rd6, %rd3, 2;
 	add.s64 	%rd7, %rd1, %rd6;
 	ld.global.u32 	%r9, [%rd7];
@@ -164,9 +205,11 @@ CHECK_DONE:
 	.param .u64 gpudiag_invert_buf,
 	.param .u64 gpudiag_invert_words,
 	.param .u32 gpudiag_invert_seed,
-	.param .u64 gpudiag_invert_result
+	.param .u64 gpudiag_invert_result,
+	.param .u32 gpudiag_invert_mode
 )
 {
+//@PATTERN_REGISTERS
 	.reg .pred 	%p<4>;
 	.reg .b32 	%r<12>;
 	.reg .b64 	%rd<12>;
@@ -175,6 +218,7 @@ CHECK_DONE:
 	ld.param.u64 	%rd2, [gpudiag_invert_words];
 	ld.param.u32 	%r1, [gpudiag_invert_seed];
 	ld.param.u64 	%rd8, [gpudiag_invert_result];
+//@PATTERN_MODE gpudiag_invert
 	cvta.to.global.u64 	%rd1, %rd1;
 	cvta.to.global.u64 	%rd8, %rd8;
 	mov.u32 	%r2, %ctaid.x;
@@ -192,6 +236,7 @@ INVERT_LOOP:
 	cvt.u32.u64 	%r6, %rd3;
 	mul.lo.s32 	%r7, %r6, -1640531535;
 	xor.b32 	%r8, %r7, %r1;
+//@PATTERN
 	shl.b64 	%rd6, %rd3, 2;
 	add.s64 	%rd7, %rd1, %rd6;
 	ld.global.u32 	%r9, [%rd7];
@@ -275,57 +320,51 @@ FMA_STORE:
 }
 """
 
-# The same contract for hiprtc. Without --offload-arch, hiprtc compiles for the current device's ISA (it asks the
-# HIP runtime: RTCProgram::findIsa in ROCm's hiprtc), so the caller makes the device current first.
-HIP_SOURCE = r"""
-extern "C" __global__ void gpudiag_fill(unsigned int* buf, unsigned long long words, unsigned int seed) {
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
-    buf[i] = ((unsigned int)i * 0x9E3779B1u) ^ seed;
-}
-
-extern "C" __global__ void gpudiag_check(const unsigned int* buf, unsigned long long words, unsigned int seed,
-                                         unsigned long long* result) {
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
-    const unsigned int want = ((unsigned int)i * 0x9E3779B1u) ^ seed;
-    const unsigned int got = buf[i];
-    if (got != want) {
-      atomicAdd(&result[0], 1ull);
-      atomicMin(&result[1], i);
-      atomicOr((unsigned int*)&result[2], got ^ want);
-    }
-  }
-}
-
-extern "C" __global__ void gpudiag_invert(unsigned int* buf, unsigned long long words, unsigned int seed,
-                                          unsigned long long* result) {
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
-    const unsigned int want = ((unsigned int)i * 0x9E3779B1u) ^ seed;
-    const unsigned int got = buf[i];
-    buf[i] = ~want;
-    if (got != want) {
-      atomicAdd(&result[0], 1ull);
-      atomicMin(&result[1], i);
-      atomicOr((unsigned int*)&result[2], got ^ want);
-    }
-  }
-}
-
-extern "C" __global__ void gpudiag_fma(float* out, unsigned int iterations) {
-  const unsigned int id = blockIdx.x * blockDim.x + threadIdx.x;
-  const float base = (float)id * 5.9604645e-8f;
-  float a0 = base + 1.0f, a1 = base + 2.0f, a2 = base + 3.0f, a3 = base + 4.0f;
-  float a4 = base + 5.0f, a5 = base + 6.0f, a6 = base + 7.0f, a7 = base + 8.0f;
-  const float m = 0.999999f, c = 1.0e-6f;
-  for (unsigned int k = 0; k < iterations; ++k) {
-    a0 = fmaf(a0, m, c); a1 = fmaf(a1, m, c); a2 = fmaf(a2, m, c); a3 = fmaf(a3, m, c);
-    a4 = fmaf(a4, m, c); a5 = fmaf(a5, m, c); a6 = fmaf(a6, m, c); a7 = fmaf(a7, m, c);
-  }
-  out[id] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
-}
+# The pattern word of the three memory kernels (pattern_value), written once: %r8 holds the FIXED value of index %rd3
+# (seed %r1) on entry and the word of the kernel's mode on exit; %pd2 is the buffer's generic address. Constants as
+# nvcc spells them: 0x85EBCA6B = -2048144789, 0xC2B2AE35 = -1028477387 (murmur3's fmix32).
+_PATTERN_REGISTERS = """\t.reg .pred \t%pm<3>;
+\t.reg .b32 \t%pa<4>;
+\t.reg .b64 \t%pd<3>;
 """
+_PATTERN_MODE = """\tld.param.u32 \t%pa3, [{name}_mode];
+\tsetp.eq.u32 \t%pm1, %pa3, 1;
+\tsetp.eq.u32 \t%pm2, %pa3, 2;
+\tld.param.u64 \t%pd2, [{name}_buf];
+"""
+_PATTERN = """	mov.b64 	%pd0, %rd3;
+	shl.b64 	%pd0, %pd0, 2;
+	add.s64 	%pd0, %pd0, %pd2;
+	cvt.u32.u64 	%pa0, %pd0;
+	shr.u64 	%pd1, %pd0, 32;
+	cvt.u32.u64 	%pa1, %pd1;
+	xor.b32 	%pa0, %pa0, %pa1;
+	xor.b32 	%pa0, %pa0, %r1;
+	shr.u32 	%pa1, %r8, 16;
+	xor.b32 	%pa2, %r8, %pa1;
+	mul.lo.u32 	%pa2, %pa2, -2048144789;
+	shr.u32 	%pa1, %pa2, 13;
+	xor.b32 	%pa2, %pa2, %pa1;
+	mul.lo.u32 	%pa2, %pa2, -1028477387;
+	shr.u32 	%pa1, %pa2, 16;
+	xor.b32 	%pa2, %pa2, %pa1;
+	selp.b32 	%r8, %pa0, %r8, %pm1;
+	selp.b32 	%r8, %pa2, %r8, %pm2;
+"""
+
+
+def _ptx() -> str:
+    text = _PTX_TEMPLATE.replace("//@PATTERN_REGISTERS\n", _PATTERN_REGISTERS).replace("//@PATTERN\n", _PATTERN)
+    for name in (FILL, CHECK, INVERT):
+        text = text.replace(f"//@PATTERN_MODE {name}\n", _PATTERN_MODE.format(name=name))
+    return text
+
+
+PTX = _ptx()
+
+
+# The same contract for hiprtc: kernels_hip.py.
+from gpudiag.active.kernels_hip import HIP_SOURCE  # noqa: E402  (after the constants it documents)
 
 
 def grid_for(multiprocessors: int | None) -> int:

@@ -1,6 +1,6 @@
-"""A pattern test over most of a GPU's free memory: every pass fills all of it with an address-dependent pattern,
-then reads all of it back on the GPU and counts the words that differ (kernels.py has the kernels and why they are
-kernels). All chunks are filled before any is checked, so that the data is read back from DRAM, not from the L2
+"""A pattern test over most of a GPU's free memory: every pass fills all of it with a pattern (the index pattern of
+four seeds, address-in-address, random: kernels.LEVEL2_PATTERNS), then reads all of it back on the GPU and counts
+the words that differ (kernels.py has the kernels and why they are kernels). All chunks are filled before any is checked, so that the data is read back from DRAM, not from the L2
 cache it was just written through (the L2 holds tens of MB; the tested memory is a hundred GB or more).
 
 Single-bit faults on a GPU with ECC are corrected before the kernel sees them: they show as a rise of the volatile
@@ -46,16 +46,18 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
             return result
         session.progress.say(f"GPU {device.index}: memory test over {result.bytes_tested / 1e9:.1f} GB "
                              f"({len(chunks)} chunks), {options.memtest_passes} passes"
-                             f"{' of moving inversions' if options.memtest_inversions else ''}")
+                             f"{' with moving inversions' if options.memtest_inversions else ''}")
         started = time.monotonic()
+        patterns = options.memtest_patterns
         for number in range(options.memtest_passes):
-            seed = kernels.SEEDS[number % len(kernels.SEEDS)]
+            mode, seed = patterns[number % len(patterns)]
             ctypes.memmove(slots_host, kernels.RESULT_SLOT_INIT * len(chunks), kernels.RESULT_SLOT_BYTES * len(chunks))
             runtime.copy_h2d_async(slots_device, slots_host, kernels.RESULT_SLOT_BYTES * len(chunks), stream)
             # Fill, then (moving inversions) verify-and-invert twice, then verify: every cell is read back and
-            # rewritten with its complement, all chunks before the next sweep, so that reads come from DRAM.
+            # rewritten with its complement, all chunks before the next sweep, so that reads come from DRAM. A random
+            # pattern has no complement pattern to verify: it is filled and verified only.
             sweeps = [(fill, seed)]
-            if invert is not None:
+            if invert is not None and mode != kernels.RANDOM:
                 sweeps += [(invert, seed), (invert, seed ^ kernels.INVERTED)]
             for kernel, sweep_seed in sweeps + [(check, seed)]:
                 for slot, (pointer, size) in enumerate(chunks):
@@ -63,14 +65,16 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
                     args = [c_uint64(pointer), c_uint64(size // WORD_BYTES), c_uint32(sweep_seed)]
                     if kernel != fill:
                         args.append(c_uint64(slots_device + slot * kernels.RESULT_SLOT_BYTES))
+                    args.append(c_uint32(mode))
                     runtime.launch(kernel, grid, kernels.BLOCK_THREADS, args, stream)
             runtime.copy_d2h_async(slots_host, slots_device, kernels.RESULT_SLOT_BYTES * len(chunks), stream)
             runtime.stream_synchronize(stream)
             _tally(result, chunks, ctypes.string_at(slots_host, kernels.RESULT_SLOT_BYTES * len(chunks)))
             result.passes_completed += 1
+            result.patterns.append(kernels.pattern_name(mode, seed))
             result.seconds = round(time.monotonic() - started, 3)
             session.progress.say(f"GPU {device.index}: memory test pass {number + 1}/{options.memtest_passes} "
-                                 f"(seed {seed:#010x}): {result.mismatched_words} mismatching words so far")
+                                 f"({result.patterns[-1]}): {result.mismatched_words} mismatching words so far")
     result.ecc_corrected_after, result.ecc_uncorrected_after = ecc_counts(session, device, fresh=True)
     return result
 

@@ -6,7 +6,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Optional, TextIO
 
-from gpudiag.active.kernels import PASS_SEEDS, SEEDS
+import os
+
+from gpudiag.active.kernels import LEVEL2_PATTERNS, LEVEL3_PATTERNS
 from gpudiag.model import DeviceSnapshot
 
 MIB = 1024**2
@@ -50,9 +52,11 @@ class ActiveOptions:
     copy_repeats: int = 8
     copy_batches: int = 3
 
-    # Memory test: this fraction of the free memory, allocated in chunks, each pass a different pattern.
+    # Memory test: this fraction of the free memory, allocated in chunks, each pass a different pattern: pass n is
+    # memtest_patterns[n % len(memtest_patterns)], a (kernels mode, seed).
     memtest_fraction: float = 0.9
-    memtest_passes: int = len(PASS_SEEDS)
+    memtest_passes: int = len(LEVEL2_PATTERNS)
+    memtest_patterns: tuple[tuple[int, int], ...] = LEVEL2_PATTERNS
     memtest_chunk_bytes: int = 2 * GIB
     memtest_inversions: bool = False  # moving inversions: each pass also verifies and inverts every word twice
 
@@ -81,6 +85,9 @@ class ActiveOptions:
 
     # Test seam: builds the runtime for a vendor (default: CudaRuntime / HipRuntime over the real libraries).
     runtime_factory: Optional[Callable[..., object]] = None
+    # VALIDATION ONLY: a fault the stress injects on purpose (ValidationFault), to show that the verification
+    # catches it. Never set in production; `for_level` reads it from the GPUDIAG_VALIDATION_ONLY_* variables.
+    validation_fault: Optional["ValidationFault"] = None
 
     @classmethod
     def for_level(cls, level: int, stress_seconds: Optional[float] = None, **changes: object) -> "ActiveOptions":
@@ -88,10 +95,12 @@ class ActiveOptions:
         `stress_seconds` (default SOAK_STRESS_SECONDS), the memory test over nearly all free memory in every seed,
         with moving inversions."""
         if level >= 3:
-            changes = {"memtest_fraction": SOAK_MEMTEST_FRACTION, "memtest_passes": len(SEEDS),
-                       "memtest_inversions": True, "stress_seconds": SOAK_STRESS_SECONDS, **changes}
+            changes = {"memtest_fraction": SOAK_MEMTEST_FRACTION, "memtest_passes": len(LEVEL3_PATTERNS),
+                       "memtest_patterns": LEVEL3_PATTERNS, "memtest_inversions": True,
+                       "stress_seconds": SOAK_STRESS_SECONDS, **changes}
         if stress_seconds is not None:
             changes["stress_seconds"] = stress_seconds
+        changes.setdefault("validation_fault", validation_fault_from(os.environ))
         return cls(**changes)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
@@ -105,5 +114,50 @@ class ActiveOptions:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if not 0 <= self.stress_copy_warps <= 7:
             raise ValueError(f"stress_copy_warps must be 0-7 (8 warps a block), got {self.stress_copy_warps!r}")
+        if not self.memtest_patterns:
+            raise ValueError("memtest_patterns must name at least one pattern")
         if self.memtest_passes < 1 or self.stress_seconds < 0 or self.sample_interval_seconds <= 0:
             raise ValueError("memtest_passes must be ≥ 1, stress_seconds ≥ 0 and sample_interval_seconds > 0")
+
+
+# --- validation only ------------------------------------------------------------------------------------------------
+
+VALIDATION_FLIP_SM = "GPUDIAG_VALIDATION_ONLY_FLIP_SM"
+VALIDATION_FLIP_STREAM = "GPUDIAG_VALIDATION_ONLY_FLIP_STREAM"
+
+
+@dataclass(frozen=True)
+class ValidationFault:
+    """VALIDATION ONLY — a fault injected on purpose into one stress run, so that the verification can be shown to
+    catch it on real hardware (docs/acceptance.md). kind "sm": the block on the multiprocessor whose location word
+    is `sm` (%smid on NVIDIA; (XCC << 16) | HW_ID bits 14:8 on AMD) flips one bit of one accumulator, once, in the
+    second launch of the steady load. kind "stream": one word of the HBM buffer the streaming warps read in that
+    launch has one bit flipped before it."""
+
+    kind: str  # "sm" | "stream"
+    sm: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sm", "stream") or (self.kind == "sm") != (self.sm is not None):
+            raise ValueError(f"validation fault: kind 'sm' with an SM number, or 'stream'; got {self!r}")
+
+
+def validation_fault_from(environ: "os._Environ[str] | dict[str, str]") -> Optional[ValidationFault]:
+    """GPUDIAG_VALIDATION_ONLY_FLIP_SM=<location word> or GPUDIAG_VALIDATION_ONLY_FLIP_STREAM=1; ValueError (one
+    line) for anything else."""
+    sm, stream = environ.get(VALIDATION_FLIP_SM), environ.get(VALIDATION_FLIP_STREAM)
+    if sm is not None and stream is not None:
+        raise ValueError(f"set {VALIDATION_FLIP_SM} or {VALIDATION_FLIP_STREAM}, not both (validation only)")
+    if sm is not None:
+        try:
+            number = int(sm, 0)
+        except ValueError:
+            number = -1
+        if not 0 <= number < 0xFFFFFFFF:
+            raise ValueError(f"{VALIDATION_FLIP_SM}={sm!r}: expected an SM number, e.g. 17 (validation only)")
+        return ValidationFault("sm", number)
+    if stream is not None:
+        if stream != "1":
+            raise ValueError(f"{VALIDATION_FLIP_STREAM}={stream!r}: expected 1 (validation only)")
+        return ValidationFault("stream")
+    return None

@@ -1,239 +1,86 @@
-"""PTX of the tensor-core stress kernel (sm_80+) and the HBM copy kernel (sm_52+): the contracts, the operand choice
-and the ISA notes are in tensor_kernels.py, which loads these through the CUDA driver's JIT."""
+"""PTX of the mma.sync stress kernel (sm_80+; its contract is ptx_parts.py's, the Hopper kernel is wgmma_ptx.py's)
+and the HBM copy kernel (sm_52+): the operand choice and the ISA notes are in tensor_kernels.py, which loads these
+through the CUDA driver's JIT.
 
-MMA_PTX = r"""
+mma.sync has no negation modifier: −A is A with the sign bit of both BF16 halves of each register flipped. Each
+iteration adds A·B to the eight chains, then (−A)·B, so the accumulators stay near zero, with a sample of A·B
+folded in between the SEGMENTS parts of a launch (ptx_parts.py says why)."""
+
+from __future__ import annotations
+
+from gpudiag.active import ptx_parts
+
+MMA_PER_ITERATION = 16  # eight accumulator chains, each +A·B then −A·B
+EXTRA_MMA = 16 * ptx_parts.SEGMENTS  # each sample adds an iteration (+A·B, read out, then −A·B)
+STREAM_UNROLL = 4
+_CHAINS = ((0, 0), (1, 1), (0, 1), (1, 0)) * 2  # (A set, B set) of each accumulator chain
+
+
+def _mma_pass(negated: bool) -> str:
+    lines = []
+    for chain, (a, b) in enumerate(_CHAINS):
+        f = ", ".join(f"%f{4 * chain + k}" for k in range(4))
+        regs = "%rn" if negated else "%ra"
+        a_regs = ", ".join(f"{regs}{4 * a + k}" for k in range(4))
+        b_regs = f"%rb{2 * b}, %rb{2 * b + 1}"
+        lines.append(f"\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \t{{{f}}}, {{{a_regs}}}, {{{b_regs}}}, "
+                     f"{{{f}}};")
+    return "\n".join(lines) + "\n"
+
+
+def _mma_loop(label: str, count: str) -> str:
+    return (f"\tmov.u32 \t%m4, 0;\n\tsetp.eq.u32 \t%q1, {count}, 0;\n\t@%q1 bra \t{label}_DONE;\n{label}:\n"
+            f"{_mma_pass(False)}{_mma_pass(True)}\tadd.u32 \t%m4, %m4, 1;\n\tsetp.lt.u32 \t%q1, %m4, {count};\n"
+            f"\t@%q1 bra \t{label};\n{label}_DONE:\n")
+
+
+def mma_ptx() -> str:
+    """gpudiag_mma_bf16: 8 warps a block, the first 8 - copy_warps run mma.sync, the others stream."""
+    accumulators = [f"%f{i}" for i in range(32)]
+    stream_declarations, stream_code = ptx_parts.stream(STREAM_UNROLL, "%m1", "%m1")
+    operands = "".join(ptx_parts.random_bf16x2("%m2", f"%ra{i}") for i in range(8))
+    operands += "".join(ptx_parts.random_bf16x2("%m2", f"%rb{i}") for i in range(4))
+    operands += "".join(f"\txor.b32 \t%rn{i}, %ra{i}, 0x80008000;\n" for i in range(8))  # −A: both signs flipped
+    zero = "".join(f"\tmov.f32 \t{r}, 0f00000000;\n" for r in accumulators)
+    return f"""
 .version 7.0
 .target sm_80
 .address_size 64
 
-.visible .entry gpudiag_mma_bf16(
-	.param .u64 p_out,
-	.param .u32 p_iterations,
-	.param .u64 p_buf,
-	.param .u64 p_vectors,
-	.param .u32 p_copy_warps,
-	.param .u64 p_bytes
-)
-{
-	.reg .pred 	%p<6>;
-	.reg .b32 	%r<24>;
-	.reg .b32 	%ra<8>;
-	.reg .b32 	%rb<4>;
-	.reg .b32 	%v<16>;
-	.reg .b64 	%rd<24>;
-	.reg .f32 	%f<34>;
-	.shared .align 4 .u32 done_warps;
-
-	ld.param.u64 	%rd1, [p_out];
-	ld.param.u32 	%r1, [p_iterations];
-	ld.param.u64 	%rd2, [p_buf];
-	ld.param.u64 	%rd3, [p_vectors];
-	ld.param.u32 	%r2, [p_copy_warps];
-	ld.param.u64 	%rd4, [p_bytes];
-	cvta.to.global.u64 	%rd1, %rd1;
-	cvta.to.global.u64 	%rd2, %rd2;
-	cvta.to.global.u64 	%rd4, %rd4;
-	mov.u32 	%r3, %tid.x;
-	shr.u32 	%r4, %r3, 5;
-	and.b32 	%r5, %r3, 31;
-	mov.u32 	%r6, %ntid.x;
-	shr.u32 	%r7, %r6, 5;
-	sub.u32 	%r8, %r7, %r2;
-	mov.u32 	%r9, %ctaid.x;
-	mad.lo.s32 	%r10, %r9, %r6, %r3;
-	setp.ne.u32 	%p1, %r3, 0;
-	@%p1 bra 	INIT_DONE;
-	mov.u32 	%r11, 0;
-	st.shared.u32 	[done_warps], %r11;
+.visible .entry {MMA}{ptx_parts.PARAMS}
+.maxntid 256, 1, 1
+.minnctapersm 4
+{{
+{ptx_parts.COMMON_DECLARATIONS}
+    .reg .b32   %m<10>;
+    .reg .b32   %ra<8>;
+    .reg .b32   %rn<8>;
+    .reg .b32   %rb<4>;
+    .reg .f32   %f<32>;
+{stream_declarations}
+    .shared .align 4 .u32 done_warps;
+{ptx_parts.load_params()}
+    mov.u32     %m0, %ntid.x;
+    shr.u32     %m0, %m0, 5;
+    sub.u32     %m1, %m0, %c2;
+    setp.ne.u32     %q1, %c7, 0;
+    @%q1 bra    INIT_DONE;
+    st.shared.u32   [done_warps], 0;
 INIT_DONE:
-	bar.sync 	0;
-	setp.ge.u32 	%p2, %r4, %r8;
-	@%p2 bra 	STREAM;
+    bar.sync    0;
+    setp.ge.u32     %q1, %c8, %m1;
+    @%q1 bra    STREAM;
 
-	mad.lo.s32 	%r12, %r10, -1640531535, 12345;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra0, %r12, 0x807F807F;
-	or.b32 	%ra0, %ra0, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra1, %r12, 0x807F807F;
-	or.b32 	%ra1, %ra1, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra2, %r12, 0x807F807F;
-	or.b32 	%ra2, %ra2, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra3, %r12, 0x807F807F;
-	or.b32 	%ra3, %ra3, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra4, %r12, 0x807F807F;
-	or.b32 	%ra4, %ra4, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra5, %r12, 0x807F807F;
-	or.b32 	%ra5, %ra5, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra6, %r12, 0x807F807F;
-	or.b32 	%ra6, %ra6, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%ra7, %r12, 0x807F807F;
-	or.b32 	%ra7, %ra7, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%rb0, %r12, 0x807F807F;
-	or.b32 	%rb0, %rb0, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%rb1, %r12, 0x807F807F;
-	or.b32 	%rb1, %rb1, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%rb2, %r12, 0x807F807F;
-	or.b32 	%rb2, %rb2, 0x3F003F00;
-	mad.lo.s32 	%r12, %r12, 1664525, 1013904223;
-	and.b32 	%rb3, %r12, 0x807F807F;
-	or.b32 	%rb3, %rb3, 0x3F003F00;
-	mov.f32 	%f0, 0f00000000;
-	mov.f32 	%f1, 0f00000000;
-	mov.f32 	%f2, 0f00000000;
-	mov.f32 	%f3, 0f00000000;
-	mov.f32 	%f4, 0f00000000;
-	mov.f32 	%f5, 0f00000000;
-	mov.f32 	%f6, 0f00000000;
-	mov.f32 	%f7, 0f00000000;
-	mov.f32 	%f8, 0f00000000;
-	mov.f32 	%f9, 0f00000000;
-	mov.f32 	%f10, 0f00000000;
-	mov.f32 	%f11, 0f00000000;
-	mov.f32 	%f12, 0f00000000;
-	mov.f32 	%f13, 0f00000000;
-	mov.f32 	%f14, 0f00000000;
-	mov.f32 	%f15, 0f00000000;
-	mov.f32 	%f16, 0f00000000;
-	mov.f32 	%f17, 0f00000000;
-	mov.f32 	%f18, 0f00000000;
-	mov.f32 	%f19, 0f00000000;
-	mov.f32 	%f20, 0f00000000;
-	mov.f32 	%f21, 0f00000000;
-	mov.f32 	%f22, 0f00000000;
-	mov.f32 	%f23, 0f00000000;
-	mov.f32 	%f24, 0f00000000;
-	mov.f32 	%f25, 0f00000000;
-	mov.f32 	%f26, 0f00000000;
-	mov.f32 	%f27, 0f00000000;
-	mov.f32 	%f28, 0f00000000;
-	mov.f32 	%f29, 0f00000000;
-	mov.f32 	%f30, 0f00000000;
-	mov.f32 	%f31, 0f00000000;
-	mov.u32 	%r13, 0;
-	setp.eq.u32 	%p3, %r1, 0;
-	@%p3 bra 	MMA_DONE;
-
-MMA_LOOP:
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f0, %f1, %f2, %f3}, {%ra0, %ra1, %ra2, %ra3}, {%rb0, %rb1}, {%f0, %f1, %f2, %f3};
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f4, %f5, %f6, %f7}, {%ra4, %ra5, %ra6, %ra7}, {%rb2, %rb3}, {%f4, %f5, %f6, %f7};
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f8, %f9, %f10, %f11}, {%ra0, %ra1, %ra2, %ra3}, {%rb2, %rb3}, {%f8, %f9, %f10, %f11};
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f12, %f13, %f14, %f15}, {%ra4, %ra5, %ra6, %ra7}, {%rb0, %rb1}, {%f12, %f13, %f14, %f15};
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f16, %f17, %f18, %f19}, {%ra0, %ra1, %ra2, %ra3}, {%rb0, %rb1}, {%f16, %f17, %f18, %f19};
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f20, %f21, %f22, %f23}, {%ra4, %ra5, %ra6, %ra7}, {%rb2, %rb3}, {%f20, %f21, %f22, %f23};
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f24, %f25, %f26, %f27}, {%ra0, %ra1, %ra2, %ra3}, {%rb2, %rb3}, {%f24, %f25, %f26, %f27};
-	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f28, %f29, %f30, %f31}, {%ra4, %ra5, %ra6, %ra7}, {%rb0, %rb1}, {%f28, %f29, %f30, %f31};
-	add.s32 	%r13, %r13, 1;
-	setp.lt.u32 	%p4, %r13, %r1;
-	@%p4 bra 	MMA_LOOP;
-
-MMA_DONE:
-	add.f32 	%f32, %f0, %f1;
-	add.f32 	%f32, %f32, %f2;
-	add.f32 	%f32, %f32, %f3;
-	add.f32 	%f32, %f32, %f4;
-	add.f32 	%f32, %f32, %f5;
-	add.f32 	%f32, %f32, %f6;
-	add.f32 	%f32, %f32, %f7;
-	add.f32 	%f32, %f32, %f8;
-	add.f32 	%f32, %f32, %f9;
-	add.f32 	%f32, %f32, %f10;
-	add.f32 	%f32, %f32, %f11;
-	add.f32 	%f32, %f32, %f12;
-	add.f32 	%f32, %f32, %f13;
-	add.f32 	%f32, %f32, %f14;
-	add.f32 	%f32, %f32, %f15;
-	add.f32 	%f32, %f32, %f16;
-	add.f32 	%f32, %f32, %f17;
-	add.f32 	%f32, %f32, %f18;
-	add.f32 	%f32, %f32, %f19;
-	add.f32 	%f32, %f32, %f20;
-	add.f32 	%f32, %f32, %f21;
-	add.f32 	%f32, %f32, %f22;
-	add.f32 	%f32, %f32, %f23;
-	add.f32 	%f32, %f32, %f24;
-	add.f32 	%f32, %f32, %f25;
-	add.f32 	%f32, %f32, %f26;
-	add.f32 	%f32, %f32, %f27;
-	add.f32 	%f32, %f32, %f28;
-	add.f32 	%f32, %f32, %f29;
-	add.f32 	%f32, %f32, %f30;
-	add.f32 	%f32, %f32, %f31;
-	mul.wide.u32 	%rd5, %r10, 4;
-	add.s64 	%rd5, %rd1, %rd5;
-	st.global.f32 	[%rd5], %f32;
-	setp.ne.u32 	%p5, %r5, 0;
-	@%p5 bra 	MMA_EXIT;
-	atom.shared.add.u32 	%r14, [done_warps], 1;
-MMA_EXIT:
-	ret;
-
-STREAM:
-	// streaming thread t of T = nctaid * copy_warps * 32; vectors is a multiple of 4T (the host rounds it)
-	mov.u32 	%r15, %nctaid.x;
-	mul.lo.s32 	%r16, %r15, %r2;
-	shl.b32 	%r16, %r16, 5;
-	sub.u32 	%r17, %r4, %r8;
-	mad.lo.s32 	%r17, %r9, %r2, %r17;
-	shl.b32 	%r17, %r17, 5;
-	add.u32 	%r17, %r17, %r5;
-	cvt.u64.u32 	%rd6, %r17;
-	cvt.u64.u32 	%rd7, %r16;
-	shl.b64 	%rd8, %rd7, 4;
-	shl.b64 	%rd9, %rd3, 4;
-	add.s64 	%rd10, %rd2, %rd9;
-	mov.u64 	%rd11, 0;
-	mad.lo.s32 	%r18, %r10, -1640531535, 777;
-	setp.lt.u64 	%p1, %rd6, %rd3;
-	@!%p1 bra 	STREAM_DONE;
-
-STREAM_LOOP:
-	shl.b64 	%rd12, %rd6, 4;
-	add.s64 	%rd13, %rd2, %rd12;
-	add.s64 	%rd14, %rd13, %rd8;
-	add.s64 	%rd15, %rd14, %rd8;
-	add.s64 	%rd16, %rd15, %rd8;
-	ld.global.cs.v4.u32 	{%v0, %v1, %v2, %v3}, [%rd13];
-	ld.global.cs.v4.u32 	{%v4, %v5, %v6, %v7}, [%rd14];
-	ld.global.cs.v4.u32 	{%v8, %v9, %v10, %v11}, [%rd15];
-	ld.global.cs.v4.u32 	{%v12, %v13, %v14, %v15}, [%rd16];
-	xor.b32 	%v0, %v0, %r18;
-	xor.b32 	%v5, %v5, %r18;
-	xor.b32 	%v10, %v10, %r18;
-	xor.b32 	%v15, %v15, %r18;
-	add.s64 	%rd17, %rd10, %rd12;
-	add.s64 	%rd18, %rd17, %rd8;
-	add.s64 	%rd19, %rd18, %rd8;
-	add.s64 	%rd20, %rd19, %rd8;
-	st.global.cs.v4.u32 	[%rd17], {%v0, %v1, %v2, %v3};
-	st.global.cs.v4.u32 	[%rd18], {%v4, %v5, %v6, %v7};
-	st.global.cs.v4.u32 	[%rd19], {%v8, %v9, %v10, %v11};
-	st.global.cs.v4.u32 	[%rd20], {%v12, %v13, %v14, %v15};
-	add.s64 	%rd11, %rd11, 128;
-	shl.b64 	%rd21, %rd7, 2;
-	add.s64 	%rd6, %rd6, %rd21;
-	setp.lt.u64 	%p2, %rd6, %rd3;
-	@%p2 bra 	STREAM_WRAPPED;
-	sub.s64 	%rd6, %rd6, %rd3;
-STREAM_WRAPPED:
-	ld.volatile.shared.u32 	%r19, [done_warps];
-	setp.lt.u32 	%p3, %r19, %r8;
-	@%p3 bra 	STREAM_LOOP;
-
-STREAM_DONE:
-	red.global.add.u64 	[%rd4], %rd11;
-	ret;
-}
+    mad.lo.s32  %m2, %c7, {ptx_parts.PATTERN_MULTIPLIER}, 12345;
+{operands}{zero}{ptx_parts.segments("%c1", "%m5", "%m6", "%m3", "%m7", "%m8", "%m9")}{_mma_loop("PART", "%m9")}{_mma_pass(False)}{ptx_parts.injection("%f0", "%m3")}    setp.eq.u32     %q2, %m3, 0;
+    @%q2 mov.b32    %m8, %f0;
+{ptx_parts.fold(accumulators, "%m7")}{_mma_pass(True)}{ptx_parts.next_segment("%m3")}{ptx_parts.signature(accumulators, "TENSOR_DONE", "%m7", "%m8")}
+{stream_code}}}
 """
+
+
+MMA = "gpudiag_mma_bf16"
+MMA_PTX = mma_ptx()
 
 COPY_PTX = r"""
 .version 7.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from gpudiag.checks.active_compute import COMPUTE, compute
 from gpudiag.checks.active_common import _device, _for_each, _kernel_log_hint, _not_judged, _rise
 from gpudiag.checks.active_links import ActiveExpectations, Target, expected_host_copy, expected_peer_copy
 from gpudiag.checks.active_stress import HBM, STRESS, hbm_bandwidth, stress
@@ -183,4 +184,6 @@ CHECKS = (
     Check(MEMTEST, memtest, "most of the free GPU memory reads back every pattern written, ECC counters unchanged"),
     Check(STRESS, stress, "at the power limit (tensor cores + HBM): power held, no hardware slowdown, no straggler, "
                           "ECC unchanged"),
+    Check(COMPUTE, compute, "every result of the stress verified bit for bit: the same on every SM, every launch, "
+                            "cold and hot, and on identical GPUs; the streamed HBM data reads back as written"),
 )

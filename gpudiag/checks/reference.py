@@ -206,6 +206,11 @@ REFERENCE: dict[str, tuple[str, str]] = {
         "driver events under a tensor-core + HBM load, and each GPU's throughput against its siblings'",
         "Short of the power limit or slower than its siblings: check cooling, power delivery (PSU, power stage) and "
         "clocks under load; a clock collapse or a straggler without a reason is hardware."),
+    "active.compute": (
+        "the stress's results bit for bit: every block's signatures and SM against its launch's majority and the "
+        "first launch, the reference launch cold and hot and against identical GPUs, every streamed HBM word read",
+        "Wrong results under load (silent data corruption): drain the GPU, confirm with `dcgmi diag -r 3` / AMD "
+        "AGFHC, test again; a mismatch that repeats on the same SM or address is an RMA case."),
     # -- baseline (--baseline) -------------------------------------------------------------------------------------
     "baseline.inventory": (
         "GPU vendor, count, bus IDs and models against the golden baseline",

@@ -334,6 +334,21 @@ ACTIVE_STRESS_THROTTLE = _gpu(
     "1 for each throttle reason seen during the stress test (sw_power_cap is expected at the power limit).",
     ("reason",)
 )
+ACTIVE_STRESS_VERIFIED = _gpu(
+    "gpudiag_active_stress_verified_launches", "gauge",
+    "Stress launches whose every block result was compared bit for bit (active.compute).",
+)
+ACTIVE_STRESS_MISMATCHES = _gpu(
+    "gpudiag_active_stress_mismatches", "gauge",
+    "Results the stress computed wrong: kind tensor counts block results that differed from their siblings', kind "
+    "stream the streamed HBM reads that returned other data than written. Anything above 0 is silent data corruption.",
+    ("kind",)
+)
+ACTIVE_STRESS_MISMATCH_SM = _gpu(
+    "gpudiag_active_stress_mismatch_sm_launches", "gauge",
+    "Launches in which a block on this SM (AMD: XCC/SE/SH/CU) computed other bits than its siblings (at most 16 SMs).",
+    ("sm",)
+)
 ACTIVE_HBM_BANDWIDTH = _gpu(
     "gpudiag_active_hbm_copy_bandwidth_bytes_per_second", "gauge",
     "Device-memory copy bandwidth the HBM test measured, each copied byte counted once (read + write is twice this).",

@@ -12,7 +12,7 @@ from gpudiag.checks.stress_figures import StressFigures, figures_of
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.device_metrics import add_aer, add_device
 from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
-from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, NodeSnapshot, Status
+from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, ComputeVerification, NodeSnapshot, Status
 
 # gpudiag_check_ok: what an operator can rely on. Unknown is not ok: a check that could not decide has not shown
 # the GPU healthy (docs/architecture.md).
@@ -73,6 +73,8 @@ def add_active(fs: FamilySet, snapshot: NodeSnapshot) -> None:
             fs.add(m.ACTIVE_STRESS_FLOPS, ids, result.stress.fp32_tflops * 1e12)
         if result.stress is not None and result.stress.launches:
             _add_stress(fs, ids, figures_of(result.stress))
+        if result.stress is not None and result.stress.verification is not None:
+            _add_verification(fs, ids, result.stress.verification)
         if result.hbm is not None and result.hbm.gb_per_second is not None:
             fs.add(m.ACTIVE_HBM_BANDWIDTH, ids, result.hbm.gb_per_second * _GB)
     for peer in active.peers:
@@ -93,6 +95,17 @@ def _add_stress(fs: FamilySet, ids: tuple, figures: StressFigures) -> None:
     fs.add(m.ACTIVE_STRESS_TEMPERATURE, ids, figures.max_temperature_celsius)
     for reason in figures.throttle_reasons:
         fs.add(m.ACTIVE_STRESS_THROTTLE, ids + (reason,), 1)
+
+
+def _add_verification(fs: FamilySet, ids: tuple, check: ComputeVerification) -> None:
+    """What active.compute judges (gpudiag/active/stress_verify.py); nothing verified, no series."""
+    if not check.launches_verified:
+        return
+    fs.add(m.ACTIVE_STRESS_VERIFIED, ids, check.launches_verified)
+    fs.add(m.ACTIVE_STRESS_MISMATCHES, ids + ("tensor",), check.mismatched_blocks)
+    fs.add(m.ACTIVE_STRESS_MISMATCHES, ids + ("stream",), check.stream_mismatches)
+    for sm in check.mismatched_sms:
+        fs.add(m.ACTIVE_STRESS_MISMATCH_SM, ids + (sm.location,), sm.launches)
 
 
 def add_collector_runs(fs: FamilySet, runs: Iterable[CollectorRun]) -> None:

@@ -16,9 +16,11 @@ from gpudiag.model.active import (
     ActiveDevice,
     ActiveResults,
     CopyBandwidth,
+    ComputeVerification,
     HbmBandwidth,
     MemtestResult,
     PeerBandwidth,
+    SmMismatch,
     StressResult,
     TelemetrySample,
 )
@@ -67,7 +69,7 @@ from gpudiag.model.serialize import SchemaError, from_dict, to_dict
 
 __all__ = [
     "ActiveDevice", "ActiveResults", "CopyBandwidth", "MemtestResult", "PeerBandwidth", "StressResult",
-    "HbmBandwidth", "TelemetrySample", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
+    "HbmBandwidth", "TelemetrySample", "ComputeVerification", "SmMismatch", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
     "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "THROTTLE_TIME_REASONS",
     "ClockInfo", "DeviceSnapshot", "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo",
     "PeerLink", "PowerInfo", "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo",

@@ -11,14 +11,18 @@ hang, or go missing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import struct
 import threading
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from gpudiag.active import kernels, tensor_kernels
+from gpudiag.active.ptx_parts import INJECT_BIT, RECORD_WORDS, SAMPLE_WORD
+from gpudiag.active.stress_verify import RECORD_BYTES
 
 GB = 1e9
 
@@ -48,6 +52,9 @@ class SimDevice:
     peer_gbps: dict[int, float] = field(default_factory=dict)  # ordinal → rate with peer access
     staged_gbps: float = 10.0  # peer copies without peer access go through host memory
     stuck_bits: dict[int, int] = field(default_factory=dict)  # device address → XOR mask applied on every write
+    # Location words (%smid; AMD: XCC << 16 | CU) of multiprocessors whose tensor results are wrong on every launch.
+    faulty_sms: set[int] = field(default_factory=set)
+    tensor_sample_bits: int = 0x3FA00000  # thread 0's first sample as every block records it (1.25; 0: broken units)
     refuse_once_above: Optional[int] = None  # the first allocation larger than this fails (fragmentation)
     used_bytes: int = 0
     next_offset: int = 0  # bump allocator: addresses are never reused, so a device address names one cell
@@ -70,7 +77,6 @@ class SimNode:
         self.copy_warps: list[int] = []  # the streaming warps of each tensor-kernel launch, in order
         self.peer_access: set[tuple[int, int]] = set()  # (device, peer) pairs enabled
         self._handles = itertools.count(0x1000, 0x10)
-        self._patterns: dict[tuple[int, int], bytes] = {}
 
     # --- memory ---------------------------------------------------------------------------------------------
 
@@ -146,27 +152,31 @@ class SimNode:
 
     # --- kernels ------------------------------------------------------------------------------------------------
 
-    def _pattern(self, words: int, seed: int) -> bytes:
-        key = (words, seed)
-        if key not in self._patterns:
-            self._patterns[key] = array("I", (kernels.pattern_word(i, seed) for i in range(words))).tobytes()
-        return self._patterns[key]
+    @staticmethod
+    def location(vendor_lanes: int, multiprocessors: int, block: int) -> int:
+        """The location word the kernel records for `block`: %smid on NVIDIA (block b on SM b mod SMs), (XCC << 16) |
+        CU on AMD (two XCCs)."""
+        where = block % max(1, multiprocessors)
+        return where if vendor_lanes == 32 else (where % 2) << 16 | where // 2
 
-    def _write(self, device: SimDevice, pointer: int, data: bytearray, offset: int, words: int, seed: int) -> None:
-        data[offset:offset + words * 4] = self._pattern(words, seed)
+    def _write(self, device: SimDevice, pointer: int, data: bytearray, offset: int, words: int, seed: int,
+               mode: int = kernels.FIXED) -> None:
+        data[offset:offset + words * 4] = pattern(words, seed, mode, pointer if mode == kernels.ADDRESS else 0)
         for address, mask in device.stuck_bits.items():
             if pointer <= address < pointer + words * 4:
                 (word,) = struct.unpack_from("<I", data, offset + address - pointer)
                 struct.pack_into("<I", data, offset + address - pointer, word ^ mask)
 
-    def _verify(self, data: bytearray, offset: int, words: int, seed: int, slot_address: int) -> None:
+    def _verify(self, data: bytearray, offset: int, words: int, seed: int, slot_address: int, mode: int = kernels.FIXED,
+                pointer: int = 0) -> None:
         _, slot, slot_offset = self.locate(slot_address, kernels.RESULT_SLOT_BYTES)
         count, first, mask = struct.unpack_from("<QQI", slot, slot_offset)  # offsets 0, 8, 16
         read = bytes(data[offset:offset + words * 4])
-        if read != self._pattern(words, seed):  # word by word only where something differs
-            for i, (got, want) in enumerate(zip(array("I", read), array("I", self._pattern(words, seed)))):
-                if got != want:
-                    count, first, mask = count + 1, min(first, i), mask | (got ^ want)
+        want = pattern(words, seed, mode, pointer if mode == kernels.ADDRESS else 0)
+        if read != want:  # word by word only where something differs
+            for i, (got, expected) in enumerate(zip(array("I", read), array("I", want))):
+                if got != expected:
+                    count, first, mask = count + 1, min(first, i), mask | (got ^ expected)
         struct.pack_into("<QQI", slot, slot_offset, count, first, mask)
 
     def run_kernel(self, name: str, params: Any, grid: int, block: int, stream: int) -> None:
@@ -177,28 +187,19 @@ class SimNode:
         device = self.devices[self.streams[stream].device]
         if name in (kernels.FILL, kernels.CHECK, kernels.INVERT):
             pointer, words, seed = arg(0, ctypes.c_uint64), arg(1, ctypes.c_uint64), arg(2, ctypes.c_uint32)
+            mode = arg(3 if name == kernels.FILL else 4, ctypes.c_uint32)
             _, data, offset = self.locate(pointer, words * 4)
             if name != kernels.FILL:
-                self._verify(data, offset, words, seed, arg(3, ctypes.c_uint64))
+                self._verify(data, offset, words, seed, arg(3, ctypes.c_uint64), mode, pointer)
             if name != kernels.CHECK:  # the inversion writes the complement of what it expected
                 self._write(device, pointer, data, offset, words, seed ^ (kernels.INVERTED if name != kernels.FILL
-                                                                           else 0))
+                                                                           else 0), mode)
             self.advance(stream, words * 4 / (device.memory_gbps * GB))
         elif name == kernels.FMA:
             iterations = arg(1, ctypes.c_uint32)
             self.advance(stream, grid * block * iterations * kernels.FMA_PER_ITERATION / device.fma_per_second)
-        elif name in (tensor_kernels.MMA, tensor_kernels.MFMA):
-            lanes = 32 if name == tensor_kernels.MMA else 64
-            iterations, vectors, copy_warps = arg(1, ctypes.c_uint32), arg(3, ctypes.c_uint64), arg(4, ctypes.c_uint32)
-            per_iteration = (tensor_kernels.MMA_PER_ITERATION * tensor_kernels.MMA_FLOP if lanes == 32
-                             else tensor_kernels.MFMA_PER_ITERATION * tensor_kernels.MFMA_FLOP)
-            seconds = grid * (block // lanes - copy_warps) * iterations * per_iteration / device.tensor_flops
-            self.copy_warps.append(copy_warps if vectors else 0)
-            if vectors and copy_warps:  # the streaming warps move data for as long as the tensor warps run
-                _, counter, at = self.locate(arg(5, ctypes.c_uint64), 8)
-                (moved,) = struct.unpack_from("<Q", counter, at)
-                struct.pack_into("<Q", counter, at, moved + int(seconds * device.memory_gbps * GB * 0.5))
-            self.advance(stream, seconds)
+        elif name in (tensor_kernels.MMA, tensor_kernels.WGMMA, tensor_kernels.MFMA):
+            self._tensor(name, device, arg, grid, block, stream)
         elif name == tensor_kernels.COPY:
             vectors = arg(2, ctypes.c_uint64)
             self.locate(arg(0, ctypes.c_uint64), vectors * 16)  # both buffers must be allocations of that size
@@ -206,6 +207,53 @@ class SimNode:
             self.advance(stream, 2 * vectors * 16 / (device.memory_gbps * GB))  # read + write
         else:
             raise AssertionError(f"unknown kernel {name}")
+
+    def _tensor(self, name: str, device: SimDevice, arg: Callable[[int, Any], int], grid: int, block: int,
+                stream: int) -> None:
+        """The stress kernels' contract (gpudiag/active/ptx_parts.py): a record per block, a verified stream."""
+        spec = {tensor_kernels.MMA: tensor_kernels.MMA_KERNEL, tensor_kernels.WGMMA: tensor_kernels.WGMMA_KERNEL}.get(
+            name) or tensor_kernels.stress_kernel("amd", "gfx942", None, 0)
+        assert block == spec.block_threads, (name, block)
+        iterations, vectors, copy_warps = arg(1, ctypes.c_uint32), arg(3, ctypes.c_uint64), arg(4, ctypes.c_uint32)
+        units = grid * spec.units(copy_warps)
+        seconds = units * (iterations * spec.flop_per_iteration + spec.extra_flop) / device.tensor_flops
+        self.copy_warps.append(copy_warps if vectors else 0)
+        inject = arg(10, ctypes.c_uint32)
+        records = array("I", bytes(grid * RECORD_BYTES))
+        for b in range(grid):
+            where = self.location(spec.lanes, device.multiprocessors, b)
+            records[b * RECORD_WORDS] = where
+            for warp in range(spec.tensor_warps(copy_warps)):
+                signature = zlib.crc32(f"{name}:{iterations}:{warp}".encode())
+                if where in device.faulty_sms:
+                    signature ^= 1
+                if where == inject and warp == 0:  # thread 0's accumulator, folded into warp 0's signature
+                    signature ^= 1 << INJECT_BIT
+                records[b * RECORD_WORDS + 1 + warp] = signature
+            records[b * RECORD_WORDS + SAMPLE_WORD] = device.tensor_sample_bits
+        _, out_data, at = self.locate(arg(0, ctypes.c_uint64), grid * RECORD_BYTES)
+        out_data[at:at + grid * RECORD_BYTES] = records.tobytes()
+        if vectors and copy_warps:  # the streaming warps check the half they read and write the other one
+            buffer, parity = arg(2, ctypes.c_uint64), arg(7, ctypes.c_uint32)
+            half = vectors * 16
+            src, dst = buffer + parity * half, buffer + (1 - parity) * half
+            _, data, offset = self.locate(src, half)
+            self._verify(data, offset, vectors * 4, arg(8, ctypes.c_uint32), arg(6, ctypes.c_uint64))
+            _, data, offset = self.locate(dst, half)
+            self._write(device, dst, data, offset, vectors * 4, arg(9, ctypes.c_uint32))
+            _, counter, at = self.locate(arg(5, ctypes.c_uint64), 8)
+            (moved,) = struct.unpack_from("<Q", counter, at)
+            struct.pack_into("<Q", counter, at, moved + int(seconds * device.memory_gbps * GB * 0.5))
+        self.advance(stream, seconds)
+
+
+@functools.lru_cache(maxsize=256)
+def pattern(words: int, seed: int, mode: int, pointer: int) -> bytes:
+    """What gpudiag_fill writes over `words` words from `pointer` (kept: the fake's allocations recur test after
+    test, and the random pattern costs a second a MiB in Python)."""
+    if mode == kernels.FIXED:
+        return array("I", (kernels.pattern_word(i, seed) for i in range(words))).tobytes()
+    return array("I", (kernels.pattern_value(mode, i, seed, pointer + 4 * i) for i in range(words))).tobytes()
 
 
 class FakeFunction:

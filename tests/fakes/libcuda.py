@@ -46,6 +46,7 @@ class FakeCuda(SimRuntime):
         self.initialised = False
         self.retained: dict[int, int] = {}  # device → primary context refcount
         self.jit_log = b""  # written to the JIT error log when cuModuleLoadDataEx is made to fail
+        self.jit_refuses = b""  # with jit_log: refuse only PTX that contains this (b"": every PTX)
         self.loaded_ptx: list[bytes] = []
         self._context_of: dict[int, int] = {}  # context handle → device
         self._current = threading.local()
@@ -175,7 +176,7 @@ class FakeCuda(SimRuntime):
     def c_cuModuleLoadDataEx(self, module: Any, image: Any, count: Any, options: Any, option_values: Any) -> int:
         ptx = value(image)
         self.loaded_ptx.append(ptx)
-        if self.jit_log:  # a JIT refusal: write the log where CU_JIT_ERROR_LOG_BUFFER (5) points
+        if self.jit_log and self.jit_refuses in ptx:  # a JIT refusal: the log where CU_JIT_ERROR_LOG_BUFFER (5) points
             for i in range(value(count)):
                 if options[i] == 5:
                     ctypes.memmove(option_values[i], self.jit_log + b"\0", len(self.jit_log) + 1)
@@ -198,7 +199,8 @@ class FakeCuda(SimRuntime):
     def c_cuLaunchKernel(self, function: Any, gx: Any, gy: Any, gz: Any, bx: Any, by: Any, bz: Any, shared: Any,
                          stream: Any, params: Any, extra: Any) -> int:
         name = self._functions_by_handle[value(function)]
-        assert (kernels.NAMES + tensor_kernels.CUDA_MMA.kernels + tensor_kernels.CUDA_COPY.kernels).count(name) == 1 and value(gy) == value(gz) == value(by) == value(bz) == 1
+        assert (kernels.NAMES + tensor_kernels.CUDA_MMA.kernels + tensor_kernels.CUDA_WGMMA.kernels
+                + tensor_kernels.CUDA_COPY.kernels).count(name) == 1 and value(gy) == value(gz) == value(by) == value(bz) == 1
         self.node.run_kernel(name, params, value(gx), value(bx), value(stream))
         return CUDA_SUCCESS
 
