@@ -323,6 +323,21 @@ def amdgpu_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckRes
                     lambda event: _amdgpu_finding(event, expect) if _in_window(event, start) else None)
 
 
+def event_severity(event: KernelEvent, expect: Expectations) -> Optional[Status]:
+    """The status one kernel-log event earns on its own, as the checks above judge it (None: the profile ignores
+    it). The service's journal keeps fail-level events apart from rotation and counts the others."""
+    if event.kind == "fallen_off_bus":
+        return _FALLEN_OFF_BUS.severity
+    if event.kind in PCIE_SLOT_EVENT_KINDS:
+        return _slot_finding(event).severity
+    if event.kind == "xid":
+        return Status.WARN if event.code is None else xid_catalog.xid_severity(event.code, expect)
+    if event.vendor == Vendor.AMD:
+        finding = _amdgpu_finding(event, expect)
+        return finding.severity if finding is not None else None
+    return Status.FAIL  # an event no check above names: kept, not counted away
+
+
 CHECKS = (
     Check("kernel_log.xid", xid,
           "no critical NVIDIA Xid or fallen-off-the-bus since boot (application and unknown Xids warn)"),

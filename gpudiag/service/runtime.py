@@ -30,11 +30,12 @@ MAX_HISTORY_ENTRIES = 5000
 class Service:
     def __init__(self, collections: FreshCollections, socket_path: Path, state_dir: Optional[Path],
                  collect_wait_seconds: float, max_clients: int = 8, read_timeout: float = 2.0,
-                 journal_max_bytes: Optional[int] = None):
+                 journal_max_bytes: Optional[int] = None, expect=None):
         self.collections = collections
         self.collect_wait = collect_wait_seconds
         journal = Journal(state_dir, **({"max_bytes": journal_max_bytes} if journal_max_bytes else {}))
-        self.keeper = JournalKeeper(journal.load())
+        # `expect`: the profile serve judges by, so that the journal's fail-level events are the checks' own
+        self.keeper = JournalKeeper(journal.load(), expect)
         collections.subscribe(self.keeper.observe)
         self.started = time.monotonic()
         self._cache_lock = threading.Lock()
