@@ -23,10 +23,27 @@ GPUDIAG, NODE_EXPORTER, MEMBER, STRANGER = 64101, 64102, 64103, 64104
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 
 
-def as_user(uid: int, fn: Callable[[], Any], gid: int | None = None, groups: tuple[int, ...] = (),
-            umask: int = 0o022) -> Any:
-    """fn()'s result, computed in a forked child running as `uid` (group `gid`, default the same number); an
-    exception in the child is raised here as RuntimeError with its traceback text (OSError keeps its errno)."""
+class Child:
+    """A forked child running fn() as another user; result() waits for it."""
+
+    def __init__(self, pid: int, pipe: int):
+        self.pid, self._pipe = pid, pipe
+
+    def result(self) -> Any:
+        with os.fdopen(self._pipe, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(self.pid, 0)
+        kind, value = pickle.loads(data)
+        if kind == "oserror":
+            raise OSError(value[0], value[1])
+        if kind == "error":
+            raise RuntimeError(value)
+        return value
+
+
+def start_as_user(uid: int, fn: Callable[[], Any], gid: int | None = None, groups: tuple[int, ...] = (),
+                  umask: int = 0o022) -> Child:
+    """fn() in a forked child running as `uid` (group `gid`, default the same number; supplementary `groups`)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
@@ -45,15 +62,14 @@ def as_user(uid: int, fn: Callable[[], Any], gid: int | None = None, groups: tup
             pickle.dump(outcome, pipe)
         os._exit(0)
     os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    kind, value = pickle.loads(data)
-    if kind == "oserror":
-        raise OSError(value[0], value[1])
-    if kind == "error":
-        raise RuntimeError(value)
-    return value
+    return Child(pid, read)
+
+
+def as_user(uid: int, fn: Callable[[], Any], gid: int | None = None, groups: tuple[int, ...] = (),
+            umask: int = 0o022) -> Any:
+    """fn()'s result, computed in a forked child running as `uid`; an exception in the child is raised here as
+    RuntimeError with its traceback text (OSError keeps its errno)."""
+    return start_as_user(uid, fn, gid, groups, umask).result()
 
 
 def shared_tmp() -> Path:

@@ -83,7 +83,7 @@ class Journal:
             self._load_problem = "no state directory: the journal is kept in memory only"
             return self
         try:
-            self.directory.mkdir(mode=0o750, parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)  # as the units' StateDirectoryMode
             probe = self.directory / ".gpudiag-writable"
             write_atomically(probe, "", JOURNAL_MODE)
             probe.unlink()
