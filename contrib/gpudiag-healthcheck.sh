@@ -13,7 +13,9 @@
 #     call failed) -> 2 unknown, never OK: reported and logged, the node is not drained and not resumed (one
 #     undecided check is no evidence of a sick GPU, and no evidence of a healthy one). GPUDIAG_UNKNOWN=drain makes it
 #     1 not OK for sites that drain whatever cannot be shown healthy.
-#   1 a check failed               -> 1 not OK: drain, reason "gpudiag <action>: <fault codes and bus IDs>"
+#   1 a check failed               -> 1 not OK: drain, reason "gpudiag <action>: <fault codes and bus IDs>"; only
+#                                     on a readable report whose status is fail: without one (gpudiag could not write
+#                                     it, a full TMPDIR) 2 unknown, never a drain
 #   2 usage / configuration error  -> 2 unknown: logged, never drains (a broken profile must not drain the fleet)
 #   3 nothing could be probed      -> 1 not OK on a GPU node (no GPU visible at all); GPUDIAG_NOTHING_PROBED=unknown
 #                                     makes it 2 for fleets that run this on CPU-only nodes too (with a profile that
@@ -110,7 +112,7 @@ else:
 
 # The verdict of one gpudiag run: sets `verdict` and `reason`.
 judge() {
-  local args rc first_error status="" line="" probe_deadline
+  local args rc errors first_error status="" line="" probe_deadline
   case $GPUDIAG_TIMEOUT in
     [1-9] | [1-4][0-9] | 5[0-5]) ;;
     *) verdict=$UNKNOWN
@@ -126,9 +128,11 @@ judge() {
   # shellcheck disable=SC2206  # GPUDIAG_ARGS is a list of words on purpose
   args+=($GPUDIAG_ARGS)
 
-  timeout --kill-after=2 "$GPUDIAG_TIMEOUT" "$GPUDIAG" "${args[@]}" >"$report" 2>"$errors"
+  # stderr through a pipe, not a file: on a full TMPDIR its first line is still there to say why
+  errors=$(set -o pipefail; timeout --kill-after=2 "$GPUDIAG_TIMEOUT" "$GPUDIAG" "${args[@]}" 2>&1 >"$report" |
+           head -c 65536)
   rc=$?
-  first_error=$(grep -m1 . "$errors")
+  first_error=$(printf '%s\n' "$errors" | grep -m1 .)
   if [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
     { read -r status; read -r line; } < <(summarize "$report")
   fi
@@ -140,8 +144,11 @@ judge() {
          fail) verdict=$NOTOK; reason=$line ;;
          *) verdict=$UNKNOWN; reason="$PREFIX: could not judge the node (exit 0, $line)" ;;
        esac ;;
-    1) verdict=$NOTOK
-       if [ "$status" = unreadable ]; then reason="$PREFIX: a check failed ($line)"; else reason=$line; fi ;;
+    1) if [ "$status" = fail ]; then verdict=$NOTOK; reason=$line
+       else  # exit 1 without a failing report to show for it: no evidence to drain on
+         verdict=$UNKNOWN
+         reason="$PREFIX: could not judge the node (exit 1 without a failing report: $line${first_error:+; $first_error})"
+       fi ;;
     3) reason="$PREFIX: no GPU could be probed (${first_error:-no driver or GPU found})"
        if [ "$GPUDIAG_NOTHING_PROBED" = unknown ]; then verdict=$UNKNOWN; else verdict=$NOTOK; fi ;;
     124 | 137) verdict=$NOTOK; reason="$PREFIX: the check hung for more than ${GPUDIAG_TIMEOUT}s (a GPU or driver call)" ;;
@@ -150,9 +157,16 @@ judge() {
   esac
 }
 
-report=$(mktemp) errors=$(mktemp)
-trap 'rm -f "$report" "$errors"' EXIT
-judge
+# The report in a directory of its own, mode 0700 (mktemp -d): not a name in a world-writable /tmp that another
+# user could read, or swap for a file of their choosing before the hook reads it back.
+if workdir=$(mktemp -d "${TMPDIR:-/tmp}/gpudiag-healthcheck.XXXXXX" 2>/dev/null); then
+  trap 'rm -rf "$workdir"' EXIT
+  report=$workdir/report.json
+  judge
+else
+  verdict=$UNKNOWN
+  reason="$PREFIX: could not judge the node: cannot create a private directory in ${TMPDIR:-/tmp} for the report"
+fi
 
 # An undecided report keeps the last decided failure; a decided run is remembered (atomically; best effort: without
 # a writable GPUDIAG_STATE an undecided run is only reported as undecided).

@@ -160,9 +160,9 @@ def history(
 
 
 def _read_journal(root: Path, state_dir: Optional[Path], seconds: Optional[float], gpu: Optional[int]) -> list:
-    from gpudiag.fileio import DocumentError, read_text
+    from gpudiag.fileio import DocumentError, read_bytes
     from gpudiag.service import state_dir as default_state_dir
-    from gpudiag.service.journal import CURRENT, DEFAULT_MAX_BYTES, PREVIOUS, parse_lines, select
+    from gpudiag.service.journal import CURRENT, DEFAULT_MAX_BYTES, PREVIOUS, by_time, parse_lines, select
 
     directory = default_state_dir(root, state_dir)
     entries = []
@@ -171,10 +171,11 @@ def _read_journal(root: Path, state_dir: Optional[Path], seconds: Optional[float
         if not path.exists():
             continue
         try:
-            entries += parse_lines(read_text(path, 4 * DEFAULT_MAX_BYTES))[0]
+            # Line by line, as the service reads it: a bad byte or a cut last line costs that line only.
+            entries += parse_lines(read_bytes(path, 4 * DEFAULT_MAX_BYTES, truncate=True)[:4 * DEFAULT_MAX_BYTES])[0]
         except DocumentError as exc:
             raise UsageProblem(f"{path}: {exc}") from None
     if not entries and not (directory / CURRENT).exists():
         log.warning("no service answers and no journal in %s", directory)
     since = None if seconds is None else datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=seconds)
-    return select(entries, since, gpu)
+    return select(sorted(entries, key=by_time), since, gpu)

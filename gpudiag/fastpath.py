@@ -185,8 +185,24 @@ def main(argv: "list | None" = None) -> "int | None":
         sys.stdout.flush()
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        return unwritable(exc)
     sys.stderr.write(stderr)
     return code
+
+
+EXIT_INTERNAL = 4  # cli/ExitCode.INTERNAL: gpudiag could not finish its job
+
+
+def unwritable(exc: OSError) -> int:
+    """The report could not be written (a full disk under the hook's TMPDIR): exit 4, never the verdict's 0 or 1 —
+    a caller that took exit 1 for "a check failed" drained healthy nodes (issue 24, item 16)."""
+    try:
+        sys.stderr.write(f"gpudiag: error: cannot write the report to standard output: {exc.strerror or exc}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+    return EXIT_INTERNAL
 
 
 def _direct(request: dict, root: str, timeout: "float | None") -> int:
@@ -218,6 +234,8 @@ def leave(code: int) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         code = 0
+    except OSError as exc:
+        code = unwritable(exc)
     try:
         sys.stderr.flush()
     except OSError:

@@ -67,13 +67,14 @@ def write_output(path: Path | str, text: str, mode: int = PUBLIC) -> None:
     write_atomically(Path(path), text, mode)
 
 
-def write_atomically(path: Path, text: str, mode: int = PUBLIC) -> None:
+def write_atomically(path: Path, text: str, mode: int = PUBLIC, exact: bool = False) -> None:
     """Write to a new temporary file in the same directory, fsync it, then rename it over `path`.
 
     The rename is atomic within one filesystem, so a concurrent reader (node_exporter's textfile collector, a
     scheduler reading a baseline) sees the old file or the new one, never a truncated one. `mode` is the creation
     mode (the umask applies). A SIGTERM, SIGINT or SIGHUP during the write removes the temporary file and then
-    ends the process as the signal would have.
+    ends the process as the signal would have. `exact`: the file gets `mode` whatever the umask (set on the
+    descriptor: the service's journal is group-readable under its unit's UMask=0077).
     """
     path = Path(path)
     _refuse_non_regular(path)
@@ -83,6 +84,8 @@ def write_atomically(path: Path, text: str, mode: int = PUBLIC) -> None:
         fd, tmp = _create_temporary(directory, path.name, mode)
         try:
             try:
+                if exact:
+                    os.fchmod(fd, mode)
                 _write_all(fd, data)
                 os.fsync(fd)
                 _still_ours(fd, tmp)
@@ -196,6 +199,18 @@ def _restore(handlers: dict) -> None:
 
 def read_text(path: Path | str, max_bytes: int) -> str:
     """The UTF-8 text of the regular file `path`, at most `max_bytes` long, or DocumentError."""
+    data = read_bytes(path, max_bytes)
+    if len(data) > max_bytes:
+        raise DocumentError(_too_large(None, max_bytes))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def read_bytes(path: Path | str, max_bytes: int, truncate: bool = False) -> bytes:
+    """The bytes of the regular file `path`: at most `max_bytes`, else DocumentError, or with `truncate` the first
+    `max_bytes + 1` of them (the caller tells a file cut short by that one byte too many)."""
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears (forever).
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -205,19 +220,13 @@ def read_text(path: Path | str, max_bytes: int) -> str:
         st = os.fstat(fd)  # the file opened, not whatever the name points at by now
         if not stat.S_ISREG(st.st_mode):
             raise DocumentError(f"not a regular file ({_kind(st.st_mode)})")
-        if st.st_size > max_bytes:
+        if st.st_size > max_bytes and not truncate:
             raise DocumentError(_too_large(st.st_size, max_bytes))
-        data = _read_at_most(fd, max_bytes + 1)  # st_size can lie (a file growing, /proc files say 0)
+        return _read_at_most(fd, max_bytes + 1)  # st_size can lie (a file growing, /proc files say 0)
     except OSError as exc:
         raise DocumentError(f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
-        raise DocumentError(_too_large(None, max_bytes))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DocumentError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

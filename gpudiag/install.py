@@ -8,7 +8,9 @@ local installation, not a distribution package: sysusers.d(5)). Then `systemd-sy
 `systemctl daemon-reload` makes systemd read the units; `--enable` also starts the exporter and the textfile timer.
 
 `--root DIR` writes under DIR instead (an image being built, a test) and runs no systemctl; `--dry-run` prints what
-would be written and runs nothing.
+would be written and runs nothing. Under `--root` every path is resolved inside DIR, as the booted image will see it:
+a symbolic link's absolute target starts at DIR, `..` stops at DIR (an image's `/etc/sysusers.d ->
+/usr/lib/sysusers.d` is the image's /usr/lib, never the build host's).
 """
 
 from __future__ import annotations
@@ -72,6 +74,39 @@ def installed_command() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "gpudiag"]
 
 
+MAX_LINKS = 40  # as the kernel's path walk (ELOOP)
+
+
+def inside(root: Path, path: Path | str) -> Path:
+    """`path` (absolute, as the image names it) resolved inside `root` as a chroot would: every symbolic link on the
+    way, the last component included, is followed with an absolute target taken from `root` and `..` clamped at
+    `root`. The result is `root` joined with a path that has no link in it (its tail may not exist yet)."""
+    root = Path(os.path.abspath(root))
+    pending = [part for part in Path(path).parts if part not in ("/", "")][::-1]
+    done: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        candidate = root.joinpath(*done, part)
+        if not candidate.is_symlink():
+            done.append(part)
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise InstallError(f"{path}: too many levels of symbolic links under {root}")
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            done = []
+        pending.extend(p for p in reversed(Path(target).parts) if p not in ("/", ""))
+    return root.joinpath(*done)
+
+
 def check_command(command: list[str], root: Path = Path("/")) -> None:
     """Refuse a program the service could not run. Under --root (an image being built) it may exist in the image
     only: ROOT/program counts."""
@@ -81,7 +116,8 @@ def check_command(command: list[str], root: Path = Path("/")) -> None:
     if _UNSAFE_PATH.search(program):
         raise InstallError(f"{program}: the path has characters systemd would interpret (space, %, $, quotes, "
                            f"backslash); install gpudiag under a plain path such as /opt/gpudiag")
-    if not any(os.path.isfile(p) and os.access(p, os.X_OK) for p in (program, root / program.lstrip("/"))):
+    candidates = (program,) if root == Path("/") else (program, inside(root, program))
+    if not any(os.path.isfile(p) and os.access(p, os.X_OK) for p in candidates):
         raise InstallError(f"{program}: no such executable" + (f" (nor under {root})" if root != Path("/") else ""))
     if program.startswith(HIDDEN_BY_PROTECT_HOME):
         raise InstallError(f"{program} is under a home directory, which the units' ProtectHome=yes hides from the "
@@ -101,10 +137,12 @@ def render_unit(text: str, command: list[str], version: str) -> str:
 
 def planned_files(root: Path, command: list[str], version: str) -> list[tuple[Path, str]]:
     """(destination, content) of everything the installer writes."""
-    files = [(root / UNIT_DIR / unit, render_unit(shipped_file("systemd", unit).read_text(), command, version))
+    files = [(UNIT_DIR / unit, render_unit(shipped_file("systemd", unit).read_text(), command, version))
              for unit in UNITS]
-    files.append((root / SYSUSERS_DIR / "gpudiag.conf", shipped_file("systemd", SYSUSERS).read_text()))
-    return files
+    files.append((SYSUSERS_DIR / "gpudiag.conf", shipped_file("systemd", SYSUSERS).read_text()))
+    if root == Path("/"):
+        return [(root / path, text) for path, text in files]
+    return [(inside(root, path), text) for path, text in files]
 
 
 def write_file(path: Path, text: str) -> str:

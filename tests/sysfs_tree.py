@@ -194,7 +194,14 @@ class SysfsTree:
         """Append lines to dev/kmsg (a regular file here: one record per line, continuation lines as given)."""
         kmsg = self.path("dev/kmsg")
         existing = kmsg.read_text() if kmsg.exists() else ""
-        return self.write("dev/kmsg", existing + "".join(f"{line}\n" for line in lines))
+        if not kmsg.exists():
+            return self.write("dev/kmsg", "".join(f"{line}\n" for line in lines))
+        # Replaced whole, as the kernel's ring buffer grows: a service collecting meanwhile must never read a log
+        # cut short (it would see its Xid 48 vanish and come back, an episode ended and begun again).
+        fresh = kmsg.with_name(".kmsg.new")
+        fresh.write_text(existing + "".join(f"{line}\n" for line in lines))
+        os.replace(fresh, kmsg)
+        return kmsg
 
 
 def deny_reads(monkeypatch, *paths: Path) -> None:

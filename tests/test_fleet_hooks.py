@@ -295,3 +295,83 @@ def test_the_daemonset_serves_what_its_probes_ask_for():
 def test_the_daemonset_validates_against_the_kubernetes_schemas():
     done = subprocess.run(["kubernetes-validate", "--strict", str(DAEMONSET)], capture_output=True, text=True)
     assert done.returncode == 0 and "did not validate" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+# -- issue 24, item 16: no drain without a readable failing report; the report kept private ---------------------------
+
+
+def test_exit_1_without_a_failing_report_is_unknown_and_never_drains(bench):
+    """gpudiag exited 1 and wrote nothing (it could not write its report): the hook drained a healthy node as "a
+    check failed"."""
+    tmp_path, env = bench
+    code, line = healthcheck(env, "--report", FAKE_RC="1", FAKE_REPORT="missing.json")
+    assert code == 2 and line.startswith("gpudiag: could not judge the node (exit 1 without a failing report:")
+    code, line = healthcheck(env, "--report", FAKE_RC="1", FAKE_REPORT="pass.json")  # exit 1, status warn
+    assert code == 2 and "exit 1 without a failing report" in line
+    healthcheck(env, FAKE_RC="1", FAKE_REPORT="missing.json")  # Slurm mode
+    assert not (tmp_path / "scontrol.calls").exists()
+
+
+def test_the_report_is_kept_in_a_directory_only_root_can_read(bench):
+    tmp_path, env = bench
+    where = tmp_path / "where"
+    spy = _script(tmp_path / "spy-gpudiag", f'out=$(readlink /proc/$$/fd/1); dir=$(dirname "$out")\n'
+                                            f'stat -c "%a %U" "$dir" > "{where}"\n'
+                                            f'cat "{tmp_path / "pass.json"}"\n')
+    shared = tmp_path / "tmp"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)  # /tmp as it is
+    assert healthcheck(env, "--report", GPUDIAG=str(spy), TMPDIR=str(shared))[0] == 0
+    mode, owner = where.read_text().split()
+    assert mode == "700" and owner == "root" and list(shared.iterdir()) == []  # and cleaned up
+
+
+def test_no_private_directory_is_unknown_not_a_drain(bench):
+    tmp_path, env = bench
+    assert healthcheck(env, "--report", FAKE_RC="0", TMPDIR="/dev/null/none") == (
+        2, "gpudiag: could not judge the node: cannot create a private directory in /dev/null/none for the report")
+    healthcheck(env, FAKE_RC="1", TMPDIR="/dev/null/none")
+    assert not (tmp_path / "scontrol.calls").exists()
+
+
+def _can_mount_tmpfs() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    done = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                          capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs root and a private mount namespace (unshare -m)")
+def test_a_full_tmpdir_under_the_real_gpudiag_through_the_service_is_unknown(bench, tmp_path):
+    """The issue's case end to end: the hook runs the real gpudiag, which takes the service's fast path over a fake
+    healthy node, and TMPDIR is a full tmpfs (private to this run: unshare -m). gpudiag exited 1 (an uncaught
+    ENOSPC) and the hook drained the node; now gpudiag exits 4 and the hook leaves the node alone."""
+    from tests.exporter_node import fake_root
+    from tests.fakes.fake_nvml import FakeNode, installed
+    from tests.service_support import running_service
+
+    bench_dir, env = bench
+    node_root = tmp_path / "node"
+    node = FakeNode.hgx_h200(1)
+    fake_root(node_root, node)
+    real = _script(bench_dir / "real-gpudiag", f'PYTHONPATH="{REPO}" exec "{sys.executable}" -m gpudiag "$@"\n')
+    full = bench_dir / "full"
+    full.mkdir()
+    command = (f'mount -t tmpfs -o size=64k tmpfs "{full}" && dd if=/dev/zero of="{full}/fill" bs=4k 2>/dev/null;'
+               f' exec bash "{HEALTHCHECK}" "$@"')
+    with installed(node), running_service(node_root):
+        for mode in ("--report", "drain"):
+            done = subprocess.run(["unshare", "-m", "sh", "-c", command, "sh", *([mode] if mode == "--report" else [])],
+                                  env={**env, "GPUDIAG": str(real), "TMPDIR": str(full),
+                                       "GPUDIAG_ARGS": f"--root {node_root} --skip workload"},
+                                  capture_output=True, text=True, timeout=60)
+            if mode == "--report":
+                assert done.returncode == 2, (done.stdout, done.stderr)
+                assert done.stdout.strip() == ("gpudiag: could not judge the node (exit 4): gpudiag: error: cannot "
+                                               "write the report to standard output: No space left on device")
+    assert not (bench_dir / "scontrol.calls").exists()  # Slurm mode: neither drained nor resumed
+    # and with room, the same run is a pass through the service
+    with installed(node), running_service(node_root):
+        code, line = healthcheck(env, "--report", GPUDIAG=str(real), GPUDIAG_ARGS=f"--root {node_root} --skip workload")
+    assert (code, line) == (0, "gpudiag: all checks pass")

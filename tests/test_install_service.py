@@ -241,3 +241,66 @@ def test_under_root_the_gpudiag_may_exist_in_the_image_only(tmp_path, capsys):
     assert exec_start.startswith("/opt/gpudiag/bin/gpudiag serve ")
     code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", "/opt/other/bin/gpudiag")
     assert code == 2 and f"no such executable (nor under {image})" in err
+
+
+# -- --root IMG: every path resolved inside the image (issue 24, item 17) --------------------------------------------
+
+
+def test_under_root_absolute_and_climbing_links_stay_inside_the_image(tmp_path, gpudiag_exe, capsys):
+    """An image's links mean what they will mean once it is booted: /etc/sysusers.d -> /usr/lib/sysusers.d is the
+    image's own /usr/lib, and ../../.. stops at the image's /. Followed as the host sees them, they wrote the units
+    outside the image (here into `outside`, on a node into the build host's own /etc or /usr/lib)."""
+    image, outside = tmp_path / "image", tmp_path / "outside"
+    (image / "etc/systemd").mkdir(parents=True)
+    (outside / "usr/lib/sysusers.d").mkdir(parents=True)
+    (outside / "units").mkdir()
+    (image / "etc/sysusers.d").symlink_to(outside / "usr/lib/sysusers.d")  # absolute: the image's own /tmp/…/outside
+    (image / "etc/systemd/system").symlink_to("../../../../../../../../../../.." + str(outside / "units"))
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", str(gpudiag_exe))
+    assert (code, err) == (0, ""), err
+    assert not any(p.is_file() for p in outside.rglob("*")), sorted(outside.rglob("*"))
+    within = image / str(outside).lstrip("/")
+    assert (within / "usr/lib/sysusers.d/gpudiag.conf").is_file()
+    assert sorted(p.name for p in (within / "units").iterdir()) == sorted(UNITS)
+    # the links are the image's, untouched
+    assert os.readlink(image / "etc/sysusers.d") == str(outside / "usr/lib/sysusers.d")
+
+
+def test_under_root_a_unit_that_is_a_link_out_of_the_image_is_not_written_through(tmp_path, gpudiag_exe, capsys):
+    image, outside = tmp_path / "image", tmp_path / "outside.service"
+    outside.write_text("the build host's file\n")
+    (image / "etc/systemd/system").mkdir(parents=True)
+    (image / "etc/systemd/system/gpudiag-check.service").symlink_to(outside)
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", str(gpudiag_exe))
+    assert (code, err) == (0, ""), err
+    assert outside.read_text() == "the build host's file\n"
+    assert "ExecStart=" in (image / str(outside).lstrip("/")).read_text()
+
+
+def test_under_root_a_link_loop_is_one_line(tmp_path, gpudiag_exe, capsys):
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "etc").symlink_to("/etc2")
+    (image / "etc2").symlink_to("/etc")
+    code, out, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", str(gpudiag_exe))
+    assert code == 2 and "symbolic links" in err and len(err.splitlines()) == 1
+
+
+def test_under_root_the_program_checked_is_the_images_own(tmp_path, capsys):
+    """/opt/gpudiag -> /usr/local/gpudiag in the image: the image's /usr/local, not the host's."""
+    image, host = tmp_path / "image", tmp_path / "host"
+    real = image / str(host).lstrip("/") / "bin/gpudiag"
+    real.parent.mkdir(parents=True)
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    (image / "opt").mkdir()
+    (image / "opt/gpudiag").symlink_to(host)  # absolute: inside the image
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", "/opt/gpudiag/bin/gpudiag")
+    assert (code, err) == (0, ""), err
+    real.unlink()
+    hosts_own = host / "bin/gpudiag"  # where the link points on the build host: not what the image will run
+    hosts_own.parent.mkdir(parents=True)
+    hosts_own.write_text("#!/bin/sh\n")
+    hosts_own.chmod(0o755)
+    code, _, err = run(capsys, "install-service", "--root", str(image), "--gpudiag", "/opt/gpudiag/bin/gpudiag")
+    assert code == 2 and "no such executable" in err

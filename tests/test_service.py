@@ -112,7 +112,8 @@ def test_socket_refuses_oversized_slow_and_unknown_requests_without_stalling(tmp
         assert not answer["ok"] and "over 4096 bytes" in answer["error"]
         answer, _ = raw(path, b'{"op": "reset_gpu"}\n')
         assert not answer["ok"] and "expected" in answer["error"]  # nothing on the socket changes the node
-        # two clients that never finish a request: cut off at the read deadline (1.5 s), a trickle no later
+        # two clients that never finish a request: one silent, cut off at the first-byte deadline (0.5 s), one that
+        # began its line, at the read deadline (1.5 s), a trickle no later
         idle = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
         for sock in idle:
             sock.connect(str(path))
@@ -120,19 +121,25 @@ def test_socket_refuses_oversized_slow_and_unknown_requests_without_stalling(tmp
         idle[1].sendall(b'{"op"')
         # meanwhile a well-behaved client is answered at once
         answer, seconds = raw(path, b'{"op": "status"}\n')
-        assert answer["ok"] and seconds < 1.0  # well inside the idle clients' 1.5 s (< 0.4 s on a quiet machine)
-        # a third idle client fills the slots: the next is turned away at once, not queued
-        extra = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        extra.connect(str(path))
-        wait_for(lambda: exporter.service.server._slots._value == 0, timeout=2)
+        assert answer["ok"] and seconds < 1.0  # well inside the idle clients' deadlines (< 0.4 s on a quiet machine)
+        # with the silent one cut off, two more clients that began a line fill the slots: the next is turned away
+        # at once, not queued
+        wait_for(lambda: exporter.service.server._slots.free == 2, timeout=2)
+        extras = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+        for extra in extras:
+            extra.connect(str(path))
+            extra.sendall(b"{")
+        wait_for(lambda: exporter.service.server._slots.free == 0, timeout=2)
         busy, seconds = raw(path, b'{"op": "status"}\n')
         assert not busy["ok"] and "busy" in busy["error"] and seconds < 1.0  # not queued behind the 1.5 s deadline
+        replies = []
         for sock in idle:
             sock.settimeout(5)
-            reply = json.loads(sock.recv(4096))
-            assert "no complete request within 1.5s" in reply["error"]
-        assert 1.4 < time.monotonic() - connected < 4.0  # cut off at the deadline, the trickle no later
-        extra.close()
+            replies.append((json.loads(sock.recv(4096))["error"], time.monotonic() - connected))
+        assert replies[0][0] == "no request within 0.5s"  # and its slot was free again within 2 s (above)
+        assert replies[1][0] == "no complete request within 1.5s" and 1.4 < replies[1][1] < 4.0
+        for extra in extras:
+            extra.close()
         wait_for(lambda: raw(path, b'{"op": "status"}\n')[0]["ok"], timeout=3)
 
 

@@ -3,9 +3,12 @@ by size, and lives in memory when the state directory cannot be written."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import time
 
+from gpudiag import cli
 from gpudiag.service.journal import CURRENT, PREVIOUS, Journal, parse_lines
 
 
@@ -64,3 +67,85 @@ def test_unwritable_state_directory_keeps_the_journal_in_memory(tmp_path):
 def test_parse_lines_counts_what_is_not_an_entry():
     entries, bad = parse_lines('{"time": "t", "kind": "xid"}\nnot json\n{"kind": "x"}\n\n')
     assert len(entries) == 1 and bad == 2
+
+
+# -- issue 24, item 13: a bad byte costs one line; status recovers; group-readable; odd timestamps ---------------------
+
+
+def history_json(directory, capsys) -> tuple[int, list]:
+    """`gpudiag history` with no service answering: it reads the journal files itself."""
+    code = cli.main(["history", "--socket", str(directory / "none.sock"), "--state-dir", str(directory),
+                     "--format", "json"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return code, json.loads(out)["entries"] if code == 0 else []
+
+
+def test_one_bad_byte_costs_one_line_not_the_file(tmp_path, capsys):
+    journal = Journal(tmp_path).load()
+    journal.append([entry(1), entry(2), entry(3)])
+    data = (tmp_path / CURRENT).read_bytes()
+    spoiled = data[:data.index(b"\n") + 5] + b"\xff" + data[data.index(b"\n") + 6:]  # one byte of line 2
+    (tmp_path / CURRENT).write_bytes(spoiled)
+    code, entries = history_json(tmp_path, capsys)  # `history` reading the file itself: the same whole lines
+    assert (code, [e["n"] for e in entries]) == (0, [1, 3])
+    again = Journal(tmp_path).load()
+    assert [e["n"] for e in again.entries()] == [1, 3] and len(again.set_aside) == 1
+    assert (tmp_path / again.set_aside[0]).read_bytes() == spoiled
+
+
+def test_status_stops_reporting_a_write_failure_once_writes_recover(tmp_path, monkeypatch):
+    import gpudiag.service.journal as module
+
+    journal = Journal(tmp_path).load()
+    real = module.write_atomically
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module, "write_atomically", full)
+    journal.append([entry(1)])
+    assert "No space left on device" in journal.problem
+    monkeypatch.setattr(module, "write_atomically", real)
+    journal.append([entry(2)])
+    assert journal.problem is None
+    assert [e["n"] for e in Journal(tmp_path).load().entries()] == [1, 2]
+
+
+def test_journal_files_are_group_readable_under_the_units_umask(tmp_path):
+    """docs/service.md: `gpudiag history` reads the files as a member of group gpudiag. Under the unit's
+    UMask=0077 a creation mode of 0640 became 0600."""
+    old = os.umask(0o077)
+    try:
+        journal = Journal(tmp_path, max_bytes=300).load()
+        for n in range(4):
+            journal.append([entry(n)])  # rotated too
+    finally:
+        os.umask(old)
+    for name in (CURRENT, PREVIOUS):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o640, name
+
+
+def test_an_out_of_range_timestamp_is_shown_as_written(tmp_path, capsys, monkeypatch):
+    """Year 1 at +01:00 is before the first moment Python can hold in UTC, and year 1 at UTC before the first
+    it can show in New York: `history` exited 4 on either, showing nothing."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        (tmp_path / CURRENT).write_text(
+            '{"time": "0001-01-01T00:00:00+01:00", "kind": "xid", "event": "event", "code": 13}\n'
+            '{"time": "0001-01-01T00:30:00+00:00", "kind": "xid", "event": "event", "code": 31}\n'
+            '{"time": "9999-12-31T23:59:59-05:00", "kind": "xid", "event": "event", "code": 43}\n'
+            + json.dumps(entry(1)) + "\n")
+        code, entries = history_json(tmp_path, capsys)
+        # those that are no time in UTC (year 1 at +01:00, year 10000 in UTC) first, as written; then in time order
+        assert code == 0 and [e.get("code") for e in entries] == [13, 43, 31, 79]
+        code = cli.main(["history", "--socket", str(tmp_path / "none.sock"), "--state-dir", str(tmp_path)])
+        out, err = capsys.readouterr()
+        assert code == 0 and "Traceback" not in err
+        assert "0001-01-01T00:00:00+01:00  node     Xid 13" in out
+        assert "0001-01-01T00:30:00+00:00  node     Xid 31" in out
+        assert "9999-12-31T23:59:59-05:00  node     Xid 43" in out and "Xid 79" in out
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

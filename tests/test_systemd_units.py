@@ -7,6 +7,7 @@ which a test machine does not have: a copy is verified with that path replaced b
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.as_user import GPUDIAG, NODE_EXPORTER, needs_root, shared_tmp, as_user
 
 SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -114,6 +117,44 @@ def test_check_service_writes_where_its_state_directory_is():
     output = shlex.split(check["ExecStart"][0])[shlex.split(check["ExecStart"][0]).index("--output") + 1]
     assert output == f"/var/lib/{check['StateDirectory'][0]}/gpudiag.prom"
     assert check["StateDirectoryMode"] == ["0755"]  # node_exporter, another user, must read it
+
+
+@needs_root
+def test_node_exporter_reads_the_prom_file_whichever_unit_set_the_shared_directory_up():
+    """Both units keep /var/lib/gpudiag (StateDirectory=gpudiag): the timer's textfile, the exporter's journal.
+    systemd gives the directory the mode of the unit that sets it up, so the two must agree; they did not (0750 and
+    0755), and after the exporter started node_exporter (another user) could not read gpudiag.prom (issue 24, item
+    20). Here each unit's start is played as systemd plays it (the directory owned by the service user with the
+    unit's StateDirectoryMode, the program under its User= and UMask=), then node_exporter's user reads."""
+    from gpudiag.exporter.textfile import write_textfile
+    from gpudiag.service.journal import Journal
+    from tests.snapshots import nvidia_h200_node
+
+    exporter, check = settings("gpudiag-exporter.service"), settings("gpudiag-check.service")
+    assert exporter["StateDirectory"] == check["StateDirectory"] == ["gpudiag"]
+    assert exporter["StateDirectoryMode"] == check["StateDirectoryMode"]
+    top = shared_tmp()
+    try:
+        state = top / "var/lib/gpudiag"
+        state.mkdir(parents=True)
+        os.chown(state, GPUDIAG, GPUDIAG)
+
+        def start(unit: dict, work) -> None:
+            state.chmod(int(unit["StateDirectoryMode"][0], 8))
+            as_user(GPUDIAG, work, umask=int(unit["UMask"][0], 8))
+
+        snapshot = nvidia_h200_node()
+        start(check, lambda: write_textfile(state / "gpudiag.prom", snapshot, []))
+        start(exporter, lambda: Journal(state).load().append([{"time": "2026-12-01T02:00:00+00:00", "kind": "xid",
+                                                                "event": "event", "code": 79}]))
+        read = as_user(NODE_EXPORTER, lambda: (state / "gpudiag.prom").read_text())
+        assert "gpudiag_build_info" in read
+        # what the directory's mode lets node_exporter see, the journal's own mode keeps from it: root-only
+        # kernel-log lines are quoted there
+        with pytest.raises(PermissionError):
+            as_user(NODE_EXPORTER, lambda: (state / "journal.jsonl").read_text())
+    finally:
+        shutil.rmtree(top)
 
 
 def test_timer_runs_the_check_service():

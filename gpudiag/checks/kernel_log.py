@@ -32,7 +32,7 @@ from gpudiag.checks.kernel_log_common import (
     window_start,
 )
 from gpudiag.checks import kernel_log_amdgpu
-from gpudiag.checks.kernel_log_nvidia import sxid, xid
+from gpudiag.checks.kernel_log_nvidia import nvidia_finding, sxid, sxid_finding, xid
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status, Vendor
 
@@ -58,6 +58,21 @@ def amdgpu_errors(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckRes
         return kernel_log_amdgpu.amdgpu_finding(event, expect, causes)
 
     return per_gpu(snapshot, check_id, Vendor.AMD, events, finding, Repeats(snapshot, expect))
+
+
+def event_severity(event: KernelEvent, expect: Expectations) -> Optional[Status]:
+    """The status one kernel-log event earns on its own, as the checks above judge it (None: the profile ignores
+    it). The service's journal keeps fail-level events apart from rotation and counts the others."""
+    if event.kind == "sxid":
+        finding = sxid_finding(event)
+    elif event.vendor == Vendor.AMD or event.kind in kernel_log_amdgpu.GHES_EVENT_KINDS:
+        finding = (slot_finding(event) if event.kind in PCIE_SLOT_EVENT_KINDS
+                   else kernel_log_amdgpu.amdgpu_finding(event, expect, {}))
+    elif event.vendor == Vendor.NVIDIA or event.kind in PCIE_SLOT_EVENT_KINDS:
+        finding = nvidia_finding(event, expect, {event.pci_bus_id: event})  # alone, an Xid 154 is its GPU's last
+    else:
+        return Status.FAIL  # an event no check above names: kept, not counted away
+    return finding.severity if finding is not None else None
 
 
 CHECKS = (

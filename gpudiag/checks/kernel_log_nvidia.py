@@ -102,21 +102,25 @@ def xid(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         return [unreadable_log(check_id, snapshot)]
     start = window_start(snapshot, expect)
     last_154 = {e.pci_bus_id: e for e in events if e.kind == "xid" and e.code == 154 and e.detail is not None}
+    return per_gpu(snapshot, check_id, Vendor.NVIDIA, events,
+                   lambda event: nvidia_finding(event, expect, last_154) if in_window(event, start) else None,
+                   Repeats(snapshot, expect))
 
-    def finding(event: KernelEvent) -> Optional[Finding]:
-        if not in_window(event, start):
-            return None
-        if event.kind == "fallen_off_bus":
-            return _PROBE_FALLEN if event.detail == "probe" else FALLEN_OFF_BUS
-        if event.kind == "nvlink_training_failed":
-            return _NVLINK_TRAINING
-        if event.kind == "rm_init_failed":
-            return _RM_INIT
-        if event.kind in PCIE_SLOT_EVENT_KINDS:
-            return slot_finding(event)
-        return _xid_finding(event, expect, last_154)
 
-    return per_gpu(snapshot, check_id, Vendor.NVIDIA, events, finding, Repeats(snapshot, expect))
+def nvidia_finding(event: KernelEvent, expect: Expectations, last_154: dict) -> Optional[Finding]:
+    """What one NVIDIA driver record (or a PCIe slot event below an NVIDIA GPU) means; `last_154`: each GPU's last
+    Xid 154, the one whose action stands. None: the profile ignores it."""
+    if event.kind == "fallen_off_bus":
+        return _PROBE_FALLEN if event.detail == "probe" else FALLEN_OFF_BUS
+    if event.kind == "nvlink_training_failed":
+        return _NVLINK_TRAINING
+    if event.kind == "rm_init_failed":
+        return _RM_INIT
+    if event.kind in PCIE_SLOT_EVENT_KINDS:
+        return slot_finding(event)
+    if event.code is None:
+        return None
+    return _xid_finding(event, expect, last_154)
 
 
 # -- NVSwitch ---------------------------------------------------------------------------------------------------
@@ -147,7 +151,7 @@ def _sxid_level(event: KernelEvent) -> Optional[str]:
     return "fatal" if known == sxid_catalog.FATAL else "nonfatal"
 
 
-def _sxid_finding(event: KernelEvent) -> Optional[Finding]:
+def sxid_finding(event: KernelEvent) -> Optional[Finding]:
     level = _sxid_level(event)
     if level is None:
         return None
@@ -183,7 +187,7 @@ def sxid(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         if _no_switch_fabric(snapshot) and not events:
             return [skipped(check_id, None, "no NVSwitch fabric on this node (every GPU's NVML fabric info: not "
                                             "supported) and no SXid in the log")]
-        return [judge_events(check_id, None, "NVSwitches", [], _sxid_finding, log)]
+        return [judge_events(check_id, None, "NVSwitches", [], sxid_finding, log)]
     results = []
     for bus_id, switch_events in by_switch.items():
         where = f"NVSwitch {bus_id} ({switch_events[0].message.split(':', 1)[0]})"
@@ -191,6 +195,6 @@ def sxid(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         extra = {"nvswitch_pci_bus_id": bus_id}
         if len(judged) < len(switch_events):
             extra["correctable"] = len(switch_events) - len(judged)  # counted (the metric), not judged
-        results.append(judge_events(check_id, None, where, judged, _sxid_finding, log, repeats, bus_id,
+        results.append(judge_events(check_id, None, where, judged, sxid_finding, log, repeats, bus_id,
                                     observed_extra=extra))
     return results

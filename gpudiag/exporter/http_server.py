@@ -10,7 +10,8 @@ Defences for a daemon on every GPU node, where any local user and anything on th
   included) or of its first byte on a reused connection, however it trickles; a client silent for
   `request_timeout_seconds` is dropped, and every write gives up after as long;
 - at most `max_connections` connections at once; when all are taken, the one that has waited longest for its
-  request gives way to the newcomer, so a slow or idle client can never lock a scraper out (connections.py);
+  request gives way to the newcomer, or else the one whose answer has stood still longest (a client that does not
+  read), so a slow, idle or non-reading client can never lock a scraper out (connections.py);
 - a GET or HEAD with a body is refused (400, closed), and so is anything sent after a request before its answer
   (answered, then closed): no request is ever read out of another one's bytes;
 - basic auth runs bcrypt one check at a time with bounded caches and a short queue (web_config.BasicAuth);
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
 ALLOWED_METHODS = "GET, HEAD"
 LINGER_SECONDS, LINGER_BYTES = 0.5, 65536  # after a 431/414: how long and how much is read and discarded
+WRITE_CHUNK = 64 * 1024  # an answer's body is sent in pieces this large at most, each one marking progress
 
 
 PATHS = {
@@ -237,8 +239,23 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         if self.command != "HEAD":
+            self._write_body(chunks)
+
+    def _write_body(self, chunks: list[bytes]) -> None:
+        """The body in sends of at most WRITE_CHUNK bytes, each marking the connection's progress: a client that
+        stops reading leaves its connection stalled, and evictable (connections.py)."""
+        conn, sock = self.conn, self.connection
+        conn.wrote()
+        conn.writing = True
+        try:
             for chunk in chunks:
-                self.wfile.write(chunk)
+                view = memoryview(chunk)
+                while view:
+                    sent = sock.send(view[:WRITE_CHUNK])
+                    conn.wrote()
+                    view = view[sent:]
+        finally:
+            conn.writing = False
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the name http.server uses
         log.debug("%s %s", self.address_string(), format % args)

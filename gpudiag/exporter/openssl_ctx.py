@@ -6,7 +6,8 @@ the SSL_CTX of an ssl.SSLContext through ctypes:
   a verify callback that accepts every certificate is installed; CPython keeps a callback already set when its
   verify_mode changes (Modules/_ssl.c, _set_verify_mode: SSL_CTX_get_verify_callback), and getpeercert() still
   decodes the certificate, so client_allowed_sans can be checked after the handshake.
-- a list of key-exchange groups (`curve_preferences`): ssl.SSLContext.set_ecdh_curve takes one curve; a list is
+- the key-exchange groups (`curve_preferences`): ssl.SSLContext.set_ecdh_curve takes one elliptic curve (not X25519
+  on Debian 12's python3), so every list, of one name or more, is
   SSL_CTX_set1_groups_list (a macro for SSL_CTX_ctrl(ctx, SSL_CTRL_SET_GROUPS_LIST = 92, 0, "P-256:X25519"),
   openssl/ssl.h).
 
@@ -78,7 +79,8 @@ def accept_any_client_certificate(context: ssl.SSLContext, require: bool) -> Non
 
 
 def set_groups(context: ssl.SSLContext, names: list[str]) -> None:
-    """Limit key exchange to `names` (OpenSSL group names: P-256, P-384, P-521, X25519), TLS 1.2 and 1.3."""
+    """Limit key exchange to `names` (OpenSSL group names: P-256, P-384, P-521, X25519), TLS 1.2 and 1.3; one name
+    or several (a single curve too: set_ecdh_curve refuses X25519 on some builds, Debian 12's among them)."""
     if _libssl().SSL_CTX_ctrl(_ctx_pointer(context), SSL_CTRL_SET_GROUPS_LIST, 0,
                               ctypes.c_char_p(":".join(names).encode())) != 1:
         raise OpenSSLUnavailable(f"OpenSSL refused the groups {':'.join(names)}")

@@ -181,7 +181,7 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
     try:
         exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
                             judge=judge_against(expectations), socket_path=socket_path, state_dir=state_dir,
-                            socket_required=socket_required)
+                            socket_required=socket_required, service_options={"expect": expectations})
     except SocketBindError as exc:
         print(f"gpudiag: error: cannot listen on {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE

@@ -240,11 +240,10 @@ def build_context(s: TLSSettings) -> ssl.SSLContext:
 
 
 def _set_curves(context: ssl.SSLContext, names: list[str]) -> None:
-    if len(names) == 1:
-        context.set_ecdh_curve({"P-256": "prime256v1", "P-384": "secp384r1", "P-521": "secp521r1"}.get(
-            names[0], names[0]))
-    else:
-        _call(openssl_ctx.set_groups, context, names)
+    # One path for one curve and for several: SSL_CTX_set1_groups_list. set_ecdh_curve takes a single elliptic
+    # curve, and Debian 12's python3 (3.11.2, EC_KEY_new_by_curve_name) refuses X25519 through it with
+    # "[EC: UNKNOWN_GROUP]", although node_exporter serves `curve_preferences: [X25519]` (issue 24, item 19).
+    _call(openssl_ctx.set_groups, context, names)
 
 
 def _call(setter, *args) -> None:

@@ -6,6 +6,11 @@ collection a second, and the vendor libraries are never entered by two collectio
 hung does not make a client wait: the Collector remembers the hung call and reports that GPU as hung without a new
 call on it (gpudiag/probe/__init__.py `_BackendSlot.hung`), and should a whole collection overrun, a client gets
 the last complete one, marked stale, after `wait` seconds.
+
+A collection is published (clients get it) before its listeners (the journal) are told of it: whatever the journal
+shows, a client asking right after gets that collection or a newer one (issue 24, item 14). The next collection
+starts only once the listeners are done, so they see collections one at a time and in order; a client that wants a
+newer one meanwhile has it started as soon as they are.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class FreshCollections:
         self._running = False
         self._generation = 0  # bumped when a collection ends (with a result or an error)
         self._error: Optional[str] = None
+        self._wanted = 0  # the newest generation a waiting caller needs
         self._listeners: list[Callable[[Collection], None]] = []
 
     def subscribe(self, listener: Callable[[Collection], None]) -> None:
@@ -55,13 +61,22 @@ class FreshCollections:
             if self._latest is not None and time.monotonic() - self._latest_at <= max_age:
                 return self._latest, None
             generation = self._generation
+            self._wanted = max(self._wanted, generation + 1)
             if not self._running:
-                self._running = True
-                threading.Thread(target=self._run, name="gpudiag-collect", daemon=True).start()
+                self._begin()
             finished = self._cond.wait_for(lambda: self._generation != generation, timeout=wait)
             if not finished:
                 return self._latest, f"the collection still running after {wait:g}s (a hung call?)"
             return self._latest, self._error
+
+    def _begin(self) -> None:
+        """Start a collection; the caller holds the condition's lock."""
+        self._running = True
+        try:
+            threading.Thread(target=self._run, name="gpudiag-collect", daemon=True).start()
+        except BaseException:  # "can't start new thread": the callers get the last one, stale, after their wait
+            self._running = False
+            raise
 
     def _run(self) -> None:
         collection, error = None, None
@@ -69,6 +84,12 @@ class FreshCollections:
             collection = self._work()
         except Exception as exc:  # noqa: BLE001 - handed to the waiting callers
             error = f"{type(exc).__name__}: {exc}"
+        with self._cond:  # published first: the clients can have it before the journal shows what it saw
+            if collection is not None:
+                self._latest, self._latest_at = collection, time.monotonic()
+            self._error = error
+            self._generation += 1
+            self._cond.notify_all()
         if collection is not None:
             for listener in self._listeners:
                 try:
@@ -76,9 +97,9 @@ class FreshCollections:
                 except Exception:  # noqa: BLE001 - a journal problem must not cost the clients their answer
                     log.exception("a collection listener failed")
         with self._cond:
-            if collection is not None:
-                self._latest, self._latest_at = collection, time.monotonic()
-            self._error = error
             self._running = False
-            self._generation += 1
-            self._cond.notify_all()
+            if self._wanted > self._generation:  # asked for while the listeners ran
+                try:
+                    self._begin()
+                except BaseException:  # noqa: BLE001 - on this thread no one could be told
+                    log.warning("cannot start the next collection's thread")

@@ -19,8 +19,7 @@ def render_history(entries: list[dict], source: str) -> str:
 
 
 def _line(entry: dict) -> str:
-    moment = parse_time(entry.get("time"))
-    when = moment.astimezone().strftime("%Y-%m-%d %H:%M:%S") if moment else str(entry.get("time"))
+    when = _local(entry.get("time"))
     gpu = entry.get("gpu")
     where = f"GPU {gpu}" if gpu is not None else (entry.get("pci_bus_id") or "node")
     kind, event = entry.get("kind"), entry.get("event")
@@ -37,9 +36,24 @@ def _line(entry: dict) -> str:
         what = f"Xid {entry.get('code')}"
     else:
         what = str(kind).replace("_", " ")
+    if event == "repeat":  # warn-level events counted, not stored one by one (gpudiag/service/keeper.py)
+        what += f" ×{entry.get('count')} more, to {_local(entry.get('last_seen'))[11:]}"
+        if kind == "throttle":
+            what = f"throttled ({entry.get('reason')}) between collections ×{entry.get('count')} more, " \
+                   f"{entry.get('duration_seconds')} s in all, to {_local(entry.get('last_seen'))[11:]}"
     message = entry.get("message")
     tail = f": {message}" if message and kind != "throttle" else ""
     return f"{when}  {where:<8} {what}{tail}"
+
+
+def _local(text: object) -> str:
+    """The entry's time on this node's clock; as written when it is no time (or none this clock can show: year 1
+    in a zone east of UTC)."""
+    moment = parse_time(text)
+    try:
+        return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S") if moment else str(text)
+    except (OverflowError, ValueError, OSError):
+        return str(text)
 
 
 def _check_event(entry: dict) -> str:

@@ -2,11 +2,16 @@
 
 Files in the state directory (/var/lib/gpudiag): `journal.jsonl` (current) and `journal.1.jsonl` (the previous
 generation). Each line is one entry (docs/service.md has the fields). The current file is rewritten whole through
-gpudiag.fileio.write_atomically on each change (a reader, or a crash, never sees half a line); once it would grow
-past `max_bytes` it is renamed to `journal.1.jsonl` (replacing the older generation) and a new one begins, so the
-journal never takes more than about twice `max_bytes`. A file that cannot be read as a journal (truncated by a full
-disk, edited, not UTF-8) is renamed aside with a `.corrupt-<UTC time>` suffix and whatever lines of it are whole
-are kept: never fatal. Without a usable state directory the journal lives in memory only (and says so in status).
+gpudiag.fileio.write_atomically on each change (a reader, or a crash, never sees half a line), mode 0640 whatever the
+umask (the unit's UMask=0077 would make it 0600, and `gpudiag history` reads it as a member of group gpudiag); once
+it would grow past `max_bytes` it is renamed to `journal.1.jsonl` (replacing the older generation) and a new one
+begins, so the journal never takes more than about twice `max_bytes`. What rotation would drop for good is first
+offered to `carry` (the keeper's: fail-level entries and the entries of open episodes), and what it returns starts the
+new generation: a flood of routine entries cannot push hardware evidence out (issue 24, item 10).
+
+A file with lines that are not entries (truncated by a full disk, edited, a byte that is not UTF-8) is renamed
+aside with a `.corrupt-<UTC time>` suffix, and its whole lines that are entries are kept: never fatal. Without a
+usable state directory the journal lives in memory only (and says so in status).
 """
 
 from __future__ import annotations
@@ -17,16 +22,19 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
-from gpudiag.fileio import DocumentError, read_text, write_atomically
+from gpudiag.fileio import DocumentError, read_bytes, write_atomically
 
 log = logging.getLogger(__name__)
 
 CURRENT, PREVIOUS = "journal.jsonl", "journal.1.jsonl"
 DEFAULT_MAX_BYTES = 512 * 1024
 MAX_LINE_BYTES = 4096  # one entry; a longer line is not the service's own
-JOURNAL_MODE = 0o640  # the kernel-log lines it quotes are root-only on most nodes
+JOURNAL_MODE = 0o640  # the kernel-log lines it quotes are root-only on most nodes: owner and group gpudiag only
+CARRY_SHARE = 4  # what rotation carries into a new generation: at most 1/4 of max_bytes
+
+Carry = Callable[[list[dict]], list[dict]]
 
 
 def utc_now() -> datetime.datetime:
@@ -38,56 +46,67 @@ def iso(moment: datetime.datetime) -> str:
 
 
 def parse_time(text: object) -> Optional[datetime.datetime]:
+    """An entry's ISO 8601 time in UTC, or None when it is not one (or cannot be one in UTC: year 1 at +01:00)."""
     if not isinstance(text, str):
         return None
     try:
         moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
+        return moment.astimezone(datetime.timezone.utc) if moment.tzinfo else moment.replace(
+            tzinfo=datetime.timezone.utc)
+    except (ValueError, OverflowError):
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
 
 
 class Journal:
     def __init__(self, directory: Optional[Path], max_bytes: int = DEFAULT_MAX_BYTES):
         self.directory = Path(directory) if directory is not None else None
         self.max_bytes = max_bytes
+        self.carry: Optional[Carry] = None  # set by the keeper
         self._lock = threading.Lock()
         self._previous: list[dict] = []
         self._current: list[dict] = []
-        self._current_text = ""
+        self._current_size = 0
         self.persistent = False
-        self.problem: Optional[str] = None  # why the journal is not (fully) on disk, for `status`
+        self._load_problem: Optional[str] = None
+        self._write_problem: Optional[str] = None  # the last write's, cleared by the next one that succeeds
         self.set_aside: list[str] = []
+
+    @property
+    def problem(self) -> Optional[str]:
+        """Why the journal is not (fully) on disk, for `status`; None once it is."""
+        return self._write_problem or self._load_problem
 
     # -- start-up ---------------------------------------------------------------------------------------------
 
     def load(self) -> "Journal":
         if self.directory is None:
-            self.problem = "no state directory: the journal is kept in memory only"
+            self._load_problem = "no state directory: the journal is kept in memory only"
             return self
         try:
-            self.directory.mkdir(mode=0o750, parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)  # as the units' StateDirectoryMode
             probe = self.directory / ".gpudiag-writable"
             write_atomically(probe, "", JOURNAL_MODE)
             probe.unlink()
             self.persistent = True
         except OSError as exc:
-            self.problem = f"{self.directory}: {exc.strerror or exc}: the journal is kept in memory only"
-            log.warning("state directory %s", self.problem)
+            self._load_problem = f"{self.directory}: {exc.strerror or exc}: the journal is kept in memory only"
+            log.warning("state directory %s", self._load_problem)
         self._previous = self._read(self.directory / PREVIOUS)
         self._current = self._read(self.directory / CURRENT)
-        self._current_text = "".join(_line(e) for e in self._current)
+        self._current_size = sum(len(_line(e)) for e in self._current)
         return self
 
     def _read(self, path: Path) -> list[dict]:
         if not path.exists():
             return []
         try:
-            text = read_text(path, self.max_bytes * 2)
+            data = read_bytes(path, self.max_bytes * 2, truncate=True)
         except DocumentError as exc:
             self._aside(path, str(exc))
             return []
-        entries, bad = parse_lines(text)
+        entries, bad = parse_lines(data)
+        if len(data) > self.max_bytes * 2:
+            bad += 1  # read up to the cap: the line cut there is not kept
         if bad:
             self._aside(path, f"{bad} unreadable line(s)")
             if self.persistent and path.name == CURRENT:
@@ -101,55 +120,90 @@ class Journal:
             os.replace(path, target)
             self.set_aside.append(target.name)
         except OSError as exc:
-            self.problem = f"{path}: {why}, and cannot set it aside: {exc.strerror or exc}"
+            self._load_problem = f"{path}: {why}, and cannot set it aside: {exc.strerror or exc}"
 
     # -- writing ----------------------------------------------------------------------------------------------
 
-    def append(self, entries: Iterable[dict]) -> None:
+    def append(self, entries: Iterable[dict], changed: bool = False) -> None:
+        """Add `entries`; `changed`: an entry already in the current generation was updated in place (a count)."""
         entries = list(entries)
-        if not entries:
+        if not entries and not changed:
             return
         with self._lock:
-            added = "".join(_line(e) for e in entries)
-            if len(self._current_text) + len(added) > self.max_bytes and self._current:
+            added = sum(len(_line(e)) for e in entries)
+            if self._current_size + added > self.max_bytes and self._current:
                 self._rotate()
             self._current.extend(entries)
-            self._current_text += added
+            self._current_size = sum(len(_line(e)) for e in self._current) if changed else self._current_size + added
             if self.persistent:
                 self._write_current(self._current)
 
+    def in_current(self, entry: dict) -> bool:
+        """Whether `entry` (that very object) is in the current generation, where it may still be updated."""
+        with self._lock:
+            return any(e is entry for e in self._current)
+
     def _rotate(self) -> None:
+        carried = self._carried(self._previous)
         if self.persistent:
             try:
                 os.replace(self.directory / CURRENT, self.directory / PREVIOUS)
             except OSError as exc:
                 log.warning("rotating the journal failed: %s", exc.strerror or exc)
-        self._previous, self._current, self._current_text = self._current, [], ""
+        self._previous, self._current = self._current, carried
+        self._current_size = sum(len(_line(e)) for e in carried)
+
+    def _carried(self, dropped: list[dict]) -> list[dict]:
+        """What the keeper wants kept of the generation rotation drops, newest first within CARRY_SHARE."""
+        if self.carry is None or not dropped:
+            return []
+        kept, size = [], 0
+        for entry in reversed(self.carry(dropped)):
+            size += len(_line(entry))
+            if size > self.max_bytes // CARRY_SHARE:
+                log.warning("journal: more hardware evidence than rotation can carry; the oldest is dropped")
+                break
+            kept.append(entry)
+        return kept[::-1]
 
     def _write_current(self, entries: list[dict]) -> None:
         text = "".join(_line(e) for e in entries)
         try:
-            write_atomically(self.directory / CURRENT, text, JOURNAL_MODE)
+            write_atomically(self.directory / CURRENT, text, JOURNAL_MODE, exact=True)
         except OSError as exc:
-            self.problem = f"writing {self.directory / CURRENT} failed: {exc.strerror or exc}"
-            log.warning("journal: %s", self.problem)
+            self._write_problem = f"writing {self.directory / CURRENT} failed: {exc.strerror or exc}"
+            log.warning("journal: %s", self._write_problem)
+        else:
+            if self._write_problem is not None:
+                log.warning("journal: written again to %s", self.directory / CURRENT)
+            self._write_problem = None
 
     # -- reading ----------------------------------------------------------------------------------------------
 
     def entries(self) -> list[dict]:
+        """Oldest first (carried entries begin a generation but are older than the one before it)."""
         with self._lock:
-            return self._previous + self._current
+            return sorted(self._previous + self._current, key=by_time)
 
 
-def parse_lines(text: str) -> tuple[list[dict], int]:
-    """The entries of a journal file and how many lines were not entries (a truncated last line, garbage)."""
+def by_time(entry: dict) -> str:
+    """Sort key: the entry's time in one form (an entry without a readable time first)."""
+    moment = parse_time(entry.get("time"))
+    return iso(moment) if moment is not None else ""
+
+
+def parse_lines(data: bytes | str) -> tuple[list[dict], int]:
+    """The entries of a journal file and how many lines were not entries (a truncated last line, garbage, a line
+    that is not UTF-8: each line alone, so that one bad byte costs one line)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
     entries, bad = [], 0
-    for line in text.splitlines():
-        if not line.strip():
+    for raw in data.split(b"\n"):
+        if not raw.strip():
             continue
         try:
-            entry = json.loads(line) if len(line) <= MAX_LINE_BYTES else None
-        except ValueError:
+            entry = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_LINE_BYTES else None
+        except (UnicodeDecodeError, ValueError, RecursionError):
             entry = None
         if isinstance(entry, dict) and isinstance(entry.get("time"), str) and isinstance(entry.get("kind"), str):
             entries.append(entry)

@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpudiag.fileio import nesting_exceeds
+
 MAX_REQUEST_BYTES = 4096  # a check's selection and -p overrides; still one read, never a buffer to fill
 OPS = ("snapshot", "history", "status", "check")  # all read-only: nothing on the socket changes the node
+MAX_NESTING = 4  # {"op": ..., "only": [...]}: two levels; nothing a client sends needs more
 
 
 class ProtocolError(ValueError):
@@ -33,6 +36,10 @@ def decode_request(line: bytes) -> dict[str, Any]:
         request = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError("request is not one line of JSON") from None
+    except RecursionError:  # 2 KB of brackets: a protocol error, not an internal one with a traceback per request
+        raise ProtocolError(f"request nested deeper than {MAX_NESTING} levels") from None
+    if nesting_exceeds(request, MAX_NESTING):
+        raise ProtocolError(f"request nested deeper than {MAX_NESTING} levels")
     if not isinstance(request, dict) or request.get("op") not in OPS:
         raise ProtocolError(f"expected {{\"op\": one of {', '.join(OPS)}}}")
     return request

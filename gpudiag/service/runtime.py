@@ -19,22 +19,34 @@ from gpudiag.service.fresh import FreshCollections
 from gpudiag.service.journal import Journal, select
 from gpudiag.service.keeper import JournalKeeper
 from gpudiag.service.protocol import ProtocolError
-from gpudiag.service.server import SocketServer
+from gpudiag.service.server import Peer, SocketServer, instance_lock
 
 log = logging.getLogger(__name__)
 
 MAX_AGE_SECONDS = 1.0  # a client gets a collection at most this old (one collection a second, however many ask)
 MAX_HISTORY_ENTRIES = 5000
+MIN_MAX_AGE_UNPRIVILEGED = 1.0  # the freshest a peer other than root or the service's user may ask for
 
 
 class Service:
     def __init__(self, collections: FreshCollections, socket_path: Path, state_dir: Optional[Path],
                  collect_wait_seconds: float, max_clients: int = 8, read_timeout: float = 2.0,
-                 journal_max_bytes: Optional[int] = None):
+                 journal_max_bytes: Optional[int] = None, expect=None):
         self.collections = collections
         self.collect_wait = collect_wait_seconds
+        # One instance per state directory: a second serve would rewrite the first one's journal under it.
+        self._state_lock = _state_lock(state_dir)
+        try:
+            self._start(collections, socket_path, state_dir, max_clients, read_timeout, journal_max_bytes, expect)
+        except BaseException:
+            if self._state_lock is not None:
+                os.close(self._state_lock)
+            raise
+
+    def _start(self, collections, socket_path, state_dir, max_clients, read_timeout, journal_max_bytes, expect):
         journal = Journal(state_dir, **({"max_bytes": journal_max_bytes} if journal_max_bytes else {}))
-        self.keeper = JournalKeeper(journal.load())
+        # `expect`: the profile serve judges by, so that the journal's fail-level events are the checks' own
+        self.keeper = JournalKeeper(journal.load(), expect)
         collections.subscribe(self.keeper.observe)
         self.started = time.monotonic()
         self._cache_lock = threading.Lock()
@@ -54,19 +66,26 @@ class Service:
 
     def stop(self) -> None:
         self.server.stop()
+        if self._state_lock is not None:
+            os.close(self._state_lock)
+            self._state_lock = None
 
-    def handle(self, request: dict):
+    def handle(self, request: dict, peer: Optional[Peer] = None):
         op = request["op"]
         if op == "snapshot":
-            return self._snapshot(request)
+            return self._snapshot(request, peer)
         if op == "check":
             return self._check(request)
         if op == "history":
             return self._history(request)
         return self._status()
 
-    def _snapshot(self, request: dict) -> bytes:
+    def _snapshot(self, request: dict, peer: Optional[Peer]) -> bytes:
         max_age = _number(request, "max_age", MAX_AGE_SECONDS, 0.0, 60.0)
+        if peer is not None and not peer.privileged:
+            # Any member of the group could otherwise make the service collect back to back (max_age 0: six
+            # collections a second, up to 84 % of a core, scrape p99 321 ms): at most one a second for them.
+            max_age = max(max_age, MIN_MAX_AGE_UNPRIVILEGED)
         wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
         collection, problem = self.collections.get(max(max_age, 0.05), min(wait, self.collect_wait))
         if collection is None:
@@ -116,6 +135,19 @@ class Service:
                         "entries": len(journal.entries()), "problem": journal.problem, "set_aside": journal.set_aside},
             "socket": {"path": str(self.server.path), "refused": self.server.refused},
         }
+
+
+def _state_lock(state_dir: Optional[Path]) -> Optional[int]:
+    """The state directory's instance lock, or None where there is no directory to keep (the journal then lives in
+    memory: Journal.load says why)."""
+    if state_dir is None:
+        return None
+    try:
+        Path(state_dir).mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return instance_lock(Path(state_dir), "serve.lock", f"{state_dir}: another gpudiag serve (pid {{}}) keeps its "
+                                                        f"journal here")
 
 
 def _number(request: dict, key: str, default, low: float, high: float):
