@@ -84,8 +84,11 @@ class ExporterState:
             key = (device.vendor, device.index)
             if device.reachable and device.pci_bus_id:
                 self._by_index[key] = (device.pci_bus_id, device.uuid, device.name, device.serial)
-            elif not device.pci_bus_id and key in self._by_index:
-                device.pci_bus_id, device.uuid, device.name, device.serial = self._by_index[key]
+            elif key in self._by_index and device.pci_bus_id in (None, self._by_index[key][0]):
+                # (the probe may have placed the bus ID already: the rest of the identity is still the earlier one)
+                remembered = dict(zip(("pci_bus_id", "uuid", "name", "serial"), self._by_index[key]))
+                for name, known in remembered.items():
+                    setattr(device, name, getattr(device, name) or known)
             if device.pci_bus_id:
                 self._identities[device.pci_bus_id] = (str(device.index), device.uuid or "")
 
