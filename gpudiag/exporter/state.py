@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.events import XID, EventTally, KernelLogFollower, series_bus_id
+from gpudiag.exporter.events import BASELINE, LOG, NVML, XID, EventTally, KernelLogFollower, series_bus_id
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.exporter.poller import COMPLETE, OUTCOMES, Collection, Cycle
@@ -67,14 +67,14 @@ class ExporterState:
         self._manage_watcher(snapshot)
         if not snapshot.kernel_log.readable:
             return
-        from_nvml = self.watcher.status().covered_bus_ids if self.watcher is not None else frozenset()
-        for event in self._follower.new_events(snapshot.kernel_log.events):
+        # The first read counts what was logged before the exporter started; after it, only what is new. An Xid
+        # that NVML's event stream delivered too is still counted once (EventTally).
+        source = LOG if self._follower.started else BASELINE
+        events = snapshot.kernel_log.events
+        fresh = self._follower.new_events(events)
+        for event in fresh if source == LOG else events:
             bus_id = series_bus_id(event, snapshot, self._identities)  # GPUs only: series stay bounded
-            if event.kind == XID:
-                if event.pci_bus_id not in from_nvml:  # else NVML's event stream has counted it already
-                    self.tally.add(bus_id, XID, event.code)
-            else:
-                self.tally.add(bus_id, event.kind)
+            self.tally.add(bus_id, event.kind, event.code if event.kind == XID else None, source=source)
 
     def _remember_identities(self, snapshot: NodeSnapshot) -> None:
         """A GPU that is lost answers nothing, not even its bus ID or UUID. Give it the identity it had at the same
@@ -99,7 +99,7 @@ class ExporterState:
         if self._watcher_factory is None or nvml is None or not nvml.available:
             return
         if self.watcher is None:
-            self.watcher = self._watcher_factory(lambda bus_id, xid: self.tally.add(bus_id, XID, xid))
+            self.watcher = self._watcher_factory(lambda bus_id, xid: self.tally.add(bus_id, XID, xid, source=NVML))
             self.watcher.start()
             return
         status = self.watcher.status()
