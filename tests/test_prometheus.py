@@ -146,6 +146,8 @@ def test_rules_and_dashboard_use_only_metrics_gpudiag_exports():
     assert len(queries) > 25
     used = {name for expr in rule_exprs + queries for name in METRIC_NAME.findall(expr)}
     assert used - known == set()
+    # the alerts the rules raise are on it too, by the names the rules give them
+    assert any('ALERTS{alertname=~"Gpudiag.*",alertstate="firing"' in q for q in queries)
     # the core of the schema is on the dashboard
     assert {"gpudiag_device_up", "gpudiag_check_ok", "gpudiag_gpu_xid_errors_total",
             "gpudiag_gpu_temperature_celsius", "gpudiag_gpu_pcie_link_width_lanes"} <= used
