@@ -82,6 +82,8 @@ def _logged(*lines: str) -> Callable:
 
 
 def _aer_nonfatal(tree) -> None:
+    """One completion timeout on GPU 1's function, in aer_dev_nonfatal's format (drivers/pci/pcie/aer.c: the
+    aer_uncorrectable_error_string names with their counts, then TOTAL_ERR_NONFATAL)."""
     counts = {"Undefined": 0, "DLP": 0, "SDES": 0, "TLP": 0, "FCP": 0, "CmpltTO": 1, "CmpltAbrt": 0, "UnxCmplt": 0}
     tree.write(f"sys/bus/pci/devices/{NVIDIA_GPU1}/aer_dev_nonfatal",
                "\n".join([*(f"{name} {count}" for name, count in counts.items()), "TOTAL_ERR_NONFATAL 1"]))

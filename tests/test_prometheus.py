@@ -30,7 +30,8 @@ from tests.exporter_support import wait_for
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.fakes.fake_nvml_events import nvml_events
 from tests.tools_support import load_tool
-from tests.prometheus_support import PROMETHEUS, query, start_prometheus, stop
+# free_port, query, start_prometheus and stop are imported from here by other tests too (fleet, GPU-less node).
+from tests.prometheus_support import PROMETHEUS, free_port, query, start_prometheus, stop  # noqa: F401
 from tests.snapshots import amd_mi300x_node, cpx_partitioned
 
 REPO = Path(__file__).resolve().parent.parent
