@@ -4,7 +4,7 @@ monitoring/prometheus/gpudiag-alerts.yml, a real Alertmanager with monitoring/al
 single-fault node of tests/alerting_nodes.py, both vendors, plus a healthy node of each, all scraped at once.
 
 Durations are scaled down by SCALE (tests/rule_scaling.py, itself tested): 15-second scrapes become 1 s (and the
-rules' 15 minutes 45 s), so that the whole run takes about two minutes. For each fault: its own alert fires with
+rules' 15 minutes 60 s), so that the whole run takes about two minutes. For each fault: its own alert fires with
 the right name, severity and GPU labels within its `for` plus three scrapes; at most three alerts reach the
 receiver; none resolves while the fault lasts. Healthy nodes fire nothing. One more node's exporter is killed once
 its alert fires: its GPU alert holds until GpudiagExporterDown fires, so that the node never goes without a page.
@@ -38,7 +38,7 @@ from tests.prometheus_support import (
     start_prometheus,
     stop,
 )
-from tests.rule_scaling import parse_ms, scale_alertmanager, write_scaled_rules
+from tests.rule_scaling import parse_ms, scale_alertmanager, scale_duration, write_scaled_rules
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
                                 reason="prometheus / prometheus-alertmanager not installed")
@@ -46,11 +46,14 @@ pytestmark = pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
 ALERTMANAGER_CONFIG = REPO / "monitoring" / "alertmanager" / "gpudiag-alertmanager.yml"
-SCALE = 20  # 15 s scrapes (docs/monitoring.md) → 0.75 s; run at 1 s, a little slower than scaled
+SCALE = 15  # 15 s scrapes (docs/monitoring.md) → 1 s: every window holds as many samples as in production
 SCRAPE_SECONDS = 1.0
+# The exporters collect every 2 s (the checks judge each collection; a fault already there is in the first one), half
+# the CPU of collecting at every scrape: 37 exporters share the machine. Their deadline leaves room for a loaded one.
+COLLECT_SECONDS, DEADLINE_SECONDS = 2, 6
 # After the last node's first collection: long enough for every consequence of a fault to fire were it not
-# inhibited or left out (the catch-alls' 15 minutes → 45 s, then Alertmanager's group_wait).
-OBSERVE_SECONDS = 55.0
+# inhibited or left out (the catch-alls' 15 minutes → 60 s, then Alertmanager's group_wait, 2 s).
+OBSERVE_SECONDS = 70.0
 MAX_RECEIVED = 3
 STOPPED = "exporter-stopped"  # the node whose exporter is killed (a copy of nvidia-ecc-uncorrected)
 EMPTY_PLACEHOLDER = re.compile(r"\(\)|GPU \(|GPU ,|  |on ,|, $|\s$")
@@ -71,7 +74,7 @@ def rule_for_seconds(alertname: str, severity: str) -> float:
 def start_node(scenario: str, root: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.alerting_nodes", scenario, str(root), "--",
-         "--listen", "127.0.0.1:0", "--interval", str(SCRAPE_SECONDS), "--timeout", "3"],
+         "--listen", "127.0.0.1:0", "--interval", str(COLLECT_SECONDS), "--timeout", str(DEADLINE_SECONDS)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("w"), env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
@@ -112,7 +115,8 @@ def run(tmp_path_factory):
                 "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager_url[7:]]}]}]},
                 "scrape_configs": [{"job_name": "gpudiag", "static_configs": [
                     {"targets": [target], "labels": {"scenario": label}} for label, target in targets.items()]}],
-            }, "--rules.alert.resend-delay=3s", "--query.lookback-delta=15s", log=tmp / "prometheus.log")
+            }, f"--rules.alert.resend-delay={scale_duration('1m', SCALE)}",
+                f"--query.lookback-delta={scale_duration('5m', SCALE)}", log=tmp / "prometheus.log")
             result = Recording(prometheus_url, receiver)
 
             def collected():
@@ -151,6 +155,9 @@ class Recording:
         self.killed_at: float | None = None
         self.first_fired: dict[tuple, float] = {}
         self.visible_at: dict[str, float] = {}
+        self.failed_scrapes: dict[str, int] = {}
+        self.scrapes: dict[str, list[float]] = {}  # each node's scrape times
+        self.slowest_scrape: dict[str, float] = {}
 
     def poll(self) -> None:
         alerts = api(self.prometheus, "/api/v1/alerts")["alerts"]
@@ -171,6 +178,18 @@ class Recording:
                                                           _with_scenario(scenario.evidence, scenario.name))
         self.visible_at[STOPPED] = first_sample(
             self.prometheus, f'gpudiag_last_collection_timestamp_seconds{{scenario="{STOPPED}"}}')
+        # How the scrapes went, per node: when, how many failed, the slowest (what a loaded machine stretches).
+        for series in query(self.prometheus, "up[10m]"):
+            node = series["metric"].get("scenario", "")
+            self.scrapes[node] = sorted(float(t) for t, _ in series["values"])
+            self.failed_scrapes[node] = sum(1 for _, up in series["values"] if up == "0")
+        for series in query(self.prometheus, 'max_over_time(scrape_duration_seconds[10m])'):
+            self.slowest_scrape[series["metric"].get("scenario", "")] = float(series["value"][1])
+
+    def scrapes_past(self, scenario: str, since: float, until: float) -> int:
+        """Scrapes of the node after `since` and before `until`: the issue's measure of lateness, which a loaded
+        machine (scrapes that start late) does not stretch as it does seconds."""
+        return sum(1 for at in self.scrapes.get(scenario, ()) if since < at < until)
 
     def fired(self, scenario: str) -> dict[tuple, float]:
         return {labels: at for labels, at in self.first_fired.items() if dict(labels).get("scenario") == scenario}
@@ -211,9 +230,10 @@ def test_each_fault_fires_its_own_alert_in_time_with_its_severity_and_gpu(run, s
     assert labels["severity"] == scenario.severity
     if scenario.gpu_labels:
         assert (labels.get("gpu"), labels.get("pci_bus_id")) == ("1", scenario.bus_id)
-    allowed = rule_for_seconds(scenario.alert, scenario.severity) + 3 * SCRAPE_SECONDS
-    took = fired_at - run.visible_at[scenario.name]
-    assert took <= allowed, f"fired {took:.1f} s after the fault was visible, {allowed:.1f} s allowed"
+    due = run.visible_at[scenario.name] + rule_for_seconds(scenario.alert, scenario.severity)
+    late = run.scrapes_past(scenario.name, due, fired_at)
+    assert late <= 3, (f"fired {fired_at - run.visible_at[scenario.name]:.1f} s after the fault was visible, {late} "
+                       f"scrapes after its `for` had passed")
 
 
 @pytest.mark.parametrize("scenario", FAULTS, ids=[s.name for s in FAULTS])
@@ -224,10 +244,14 @@ def test_each_fault_reaches_the_receiver_as_at_most_three_alerts_and_none_resolv
     assert scenario.alert in names, f"{scenario.alert} did not reach the receiver; got {sorted(names)}"
     assert len(distinct) <= MAX_RECEIVED, sorted(names)
     assert [a["labels"]["alertname"] for _, a in received if a["status"] == "resolved"] == []
-    # Prometheus's side: an alert once firing is firing at every later poll while the fault lasts
+    # Prometheus's side: an alert once seen firing (its API answers after the rule group's evaluation, a little
+    # after the sample time of ALERTS) is firing at every later poll while the fault lasts
     for labels in run.fired(scenario.name):
-        seen = [labels in firing for _, firing in run.polls if _ >= run.first_fired[labels]]
-        assert all(seen[1:]), f"{dict(labels)['alertname']} stopped firing while the fault lasted"
+        seen = [labels in firing for _, firing in run.polls]
+        if True not in seen:  # it fired after the last poll
+            assert run.first_fired[labels] > run.polls[-1][0] - 2 * SCRAPE_SECONDS, dict(labels)
+            continue
+        assert all(seen[seen.index(True):]), f"{dict(labels)['alertname']} stopped firing while the fault lasted"
 
 
 @pytest.mark.parametrize("scenario", FAULTS, ids=[s.name for s in FAULTS])
@@ -274,7 +298,8 @@ def test_a_killed_exporter_leaves_its_gpu_alert_firing_until_exporter_down_fires
 
 def scenario_table(recording: "Recording") -> str:
     """The figures the issue asks for: fault → its alert, severity, time to fire, alerts received."""
-    lines = [f"{'fault':30} {'alert':36} {'severity':8} {'fired after':>11} {'allowed':>8} {'fired':>5}  received"]
+    lines = [f"{'fault':30} {'alert':36} {'severity':8} {'fired after':>11} {'for':>5} {'late':>4} {'fired':>5}  received"
+             f"  (scrapes failed, slowest)"]
     for scenario in [*SCENARIOS, STOPPED]:
         name = scenario if isinstance(scenario, str) else scenario.name
         alert = "GpudiagEccUncorrectedErrors" if isinstance(scenario, str) else scenario.alert
@@ -282,9 +307,13 @@ def scenario_table(recording: "Recording") -> str:
                     if dict(k)["alertname"] == alert), None)
         received = recording.received(name)
         names = sorted({a["labels"]["alertname"] for _, a in received})
-        took = f"{own[1] - recording.visible_at[name]:.1f} s" if own and recording.visible_at.get(name) else "-"
-        allowed = f"{rule_for_seconds(alert, own[0]['severity']) + 3 * SCRAPE_SECONDS:.1f} s" if own else "-"
+        visible = recording.visible_at.get(name)
+        took = f"{own[1] - visible:.1f} s" if own and visible else "-"
+        due = rule_for_seconds(alert, own[0]["severity"]) if own else None
+        allowed = f"{due:.1f}s" if own else "-"
+        late = str(recording.scrapes_past(name, visible + due, own[1])) if own and visible else "-"
         count = len({tuple(sorted(a["labels"].items())) for _, a in received})
         lines.append(f"{name:30} {alert or '(nothing)':36} {own[0]['severity'] if own else '-':8} {took:>11} "
-                     f"{allowed:>8} {len(recording.fired(name)):>5}  {count}: {', '.join(names) or '-'}")
+                     f"{allowed:>5} {late:>4} {len(recording.fired(name)):>5}  {count}: {', '.join(names) or '-'}  "
+                     f"({recording.failed_scrapes.get(name, 0)}, {recording.slowest_scrape.get(name, 0):.2f} s)")
     return "\n".join(lines)

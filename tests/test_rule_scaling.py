@@ -100,7 +100,7 @@ def _promtool_at_scale(tmp_path: Path, name: str, factor: int, scale_tests: bool
 
 @needs_promtool
 @pytest.mark.parametrize("name", ["gpudiag-alerts", "gpudiag-fleet-rules"])
-@pytest.mark.parametrize("factor", [20, 60])
+@pytest.mark.parametrize("factor", [15, 20, 60])
 def test_the_promtool_suite_passes_on_the_scaled_rules_at_scaled_times(tmp_path, name, factor):
     result = _promtool_at_scale(tmp_path, name, factor, scale_tests=True)
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
