@@ -2,7 +2,8 @@
 (monitoring/prometheus/*.yml), the inhibitions of monitoring/alertmanager/gpudiag-alertmanager.yml and the checks'
 own reference (gpudiag/checks/reference.py: what each check reads and what to do; verdicts.py: its action and fault
 code). An alert raised by a check has that check's remediation as its "what to do": one truth, the check's. The few
-alerts no check stands behind (the exporter's own health, the fleet) say theirs here, in OWN_REMEDIATION.
+alerts no check stands behind (the exporter's own health, the fleet) say theirs here, in OWN_REMEDIATION; an
+unreadable kernel log's is asked of kernel_log.xid itself.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpudiag.checks.kernel_log import UNREADABLE_REMEDIATION  # noqa: E402
 from gpudiag.checks.reference import REFERENCE  # noqa: E402
 from gpudiag.checks.verdicts import TABLE  # noqa: E402
 from gpudiag.model import Status  # noqa: E402
@@ -37,6 +37,23 @@ RELATED_CHECKS = {
     "GpudiagNoGpuLeft": ("inventory.gpus_visible", "inventory.gpu_count"),
     "GpudiagBackendDown": ("driver.library", "driver.module_loaded"),
 }
+
+
+def unreadable_log_remediation() -> str:
+    """What kernel_log.xid says to do when it cannot read the kernel log: asked of the check itself, on a node whose
+    log could not be read, so that the runbook says it in the check's words."""
+    from gpudiag.checks import run_checks
+    from gpudiag.model import DeviceSnapshot, ErrorKind, KernelLogInfo, NodeSnapshot, ProbeError, Vendor
+
+    snapshot = NodeSnapshot(hostname="node", collected_at="2026-01-01T00:00:00+00:00", gpudiag_version="docs")
+    snapshot.devices = [DeviceSnapshot(index=0, vendor=Vendor.NVIDIA, source="nvml", pci_bus_id="0000:19:00.0")]
+    snapshot.kernel_log = KernelLogInfo(source="/dev/kmsg", readable=False,
+                                        error=ProbeError("kernel_log", ErrorKind.NO_PERMISSION, "Permission denied"))
+    (result,) = run_checks(snapshot, only=["kernel_log.xid"])
+    assert result.status is Status.UNKNOWN, result
+    return result.remediation
+
+
 # What to do where no check's remediation says it.
 OWN_REMEDIATION = {
     "GpudiagNoGpuLeft": "Drain the node; check `lspci -d 10de:` / `lspci -d 1002:`, the BMC's hardware inventory and "
@@ -59,7 +76,7 @@ OWN_REMEDIATION = {
     "GpudiagCollectionStale": "gpudiag_collections_total by outcome shows the overruns; restart the service "
                               "(`systemctl restart gpudiag-exporter`), then reload the driver or reboot if a vendor "
                               "library stays wedged.",
-    "GpudiagKernelLogUnreadable": UNREADABLE_REMEDIATION,
+    "GpudiagKernelLogUnreadable": unreadable_log_remediation,  # kernel_log.xid's own words, asked of it
     "GpudiagFleetDriverSkew": "Install the majority's driver on the node (or finish the rollout) and reboot; `gpudiag "
                               "fleet --prometheus URL` lists every drifting property ([fleet](fleet.md)).",
     "GpudiagFleetCopyBandwidthBelowMedian": "Check the PCIe link under load (`gpudiag check --level 2 --only "
@@ -200,7 +217,8 @@ def _verdicts(check: str) -> str:
 def _what_to_do(name: str, checks: list[str]) -> list[str]:
     lines = []
     if name in OWN_REMEDIATION:
-        lines.append(OWN_REMEDIATION[name])
+        remedy = OWN_REMEDIATION[name]
+        lines.append(remedy() if callable(remedy) else remedy)
     for check in checks:
         verdicts = _verdicts(check)
         lines.append(f"`{check}`: {REFERENCE[check][1]}" + (f" (automation: {verdicts})" if verdicts else ""))

@@ -78,17 +78,14 @@ def _in_window(event: KernelEvent, start: Optional[float]) -> bool:
     return start is None or event.timestamp_seconds is None or event.timestamp_seconds >= start
 
 
-# What to do about a kernel log gpudiag cannot read (also the runbook's, for GpudiagKernelLogUnreadable).
-UNREADABLE_REMEDIATION = ("Run gpudiag as root (reading /dev/kmsg needs CAP_SYSLOG when kernel.dmesg_restrict=1), "
-                          "or pass a saved log with --kernel-log FILE (e.g. `journalctl -k -b > kern.log`).")
-
-
 def _unreadable(check_id: str, snapshot: NodeSnapshot) -> CheckResult:
     log = snapshot.kernel_log
     reason = f"{log.error.kind}: {log.error.message}" if log.error else "no reason recorded"
     return unknown(check_id, None, f"the kernel log ({log.source or 'not found'}) could not be read: {reason}",
                    observed={"source": log.source, "error": reason}, expected="kernel log readable",
-                   remediation=UNREADABLE_REMEDIATION)
+                   remediation=("Run gpudiag as root (reading /dev/kmsg needs CAP_SYSLOG when "
+                                "kernel.dmesg_restrict=1), or pass a saved log with --kernel-log FILE (e.g. "
+                                "`journalctl -k -b > kern.log`)."))
 
 
 def _scan_notes(log: KernelLogInfo) -> tuple[str, dict]:
