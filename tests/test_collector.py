@@ -10,8 +10,9 @@ import pytest
 
 from gpudiag import probe
 from gpudiag.checks import run_checks
-from gpudiag.model import ErrorKind, Status
+from gpudiag.model import DeviceSnapshot, ErrorKind, PciGpu, Status, Vendor
 from gpudiag.probe import CollectOptions, Collector, collect
+from gpudiag.probe.standins import place_unidentified
 from tests.fakes.fake_nvml import FakeNode, installed, library_missing
 from tests.nvidia_node import sysfs_for
 
@@ -92,6 +93,46 @@ def test_a_lost_gpu_is_reported_lost_with_its_identity(tmp_path, node):
     assert lost.errors[-1].kind is ErrorKind.GPU_LOST
     assert snapshot.devices[1].reachable
     assert any(r.status is Status.FAIL for r in results_for(snapshot, "inventory.gpus_visible"))
+
+
+def test_a_gpu_lost_before_its_bus_id_was_read_is_the_gpu_on_the_bus_no_device_claims(tmp_path):
+    """Issue 23: NVML answers GPU_IS_LOST even for the bus ID, the kernel still lists the function; the node used to
+    show "GPU 1 (unknown bus)" and an anonymous GPU at 0000:3b:00.0, each half of one fault."""
+    node = FakeNode.hgx_h200(4)
+    node.gpus[1].lost = True
+    with installed(node):
+        snapshot = collect(options(tmp_path, node))
+    assert [(d.index, d.pci_bus_id, d.reachable) for d in snapshot.devices] == [
+        (0, "0000:19:00.0", True), (1, "0000:3b:00.0", False), (2, "0000:4c:00.0", True), (3, "0000:5d:00.0", True)]
+    (visible,) = [r for r in results_for(snapshot, "inventory.gpus_visible") if r.status is Status.FAIL]
+    assert visible.device.index == 1 and "GPU 1 (0000:3b:00.0)" in visible.message
+
+
+def _pci(bus_id, vendor=Vendor.NVIDIA):
+    return PciGpu(pci_bus_id=bus_id, vendor=vendor, vendor_id="0x10de", device_id="0x2335", class_code="0x030200")
+
+
+def _device(index, bus_id=None):
+    return DeviceSnapshot(index=index, vendor=Vendor.NVIDIA, source="nvml", pci_bus_id=bus_id, reachable=bus_id is not None)
+
+
+@pytest.mark.parametrize("known, buses, expected", [
+    # two lost GPUs, the identified ones in bus order: paired in order
+    ({0: "0000:19:00.0", 2: "0000:4c:00.0"}, ["0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0"],
+     {1: "0000:3b:00.0", 3: "0000:5d:00.0"}),
+    # the node's indices are not in bus order: several are not guessed
+    ({0: "0000:4c:00.0", 2: "0000:19:00.0"}, ["0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0"],
+     {1: None, 3: None}),
+    # one lost GPU: by elimination, whatever the order
+    ({0: "0000:4c:00.0", 2: "0000:19:00.0"}, ["0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0"], {1: "0000:3b:00.0"}),
+    # more unclaimed functions than unidentified devices: nothing to eliminate
+    ({0: "0000:19:00.0"}, ["0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0"], {1: None}),
+])
+def test_unidentified_devices_are_placed_only_where_the_node_allows_no_other_reading(known, buses, expected):
+    devices = [_device(i, known.get(i)) for i in sorted({*known, *expected})]
+    pci = [_pci(b) for b in buses] + [_pci("0000:85:00.0", Vendor.AMD)]  # another vendor's GPU is never a candidate
+    place_unidentified(devices, pci)
+    assert {d.index: d.pci_bus_id for d in devices if d.index in expected} == expected
 
 
 def test_library_missing_with_gpus_on_the_bus_fails_the_driver_check(tmp_path, node):

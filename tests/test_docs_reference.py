@@ -5,7 +5,6 @@ documented; nothing in the project points outside it."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -17,16 +16,14 @@ from gpudiag.checks.reference import REFERENCE, SETTINGS
 from gpudiag.checks.verdicts import TABLE
 from gpudiag.exporter.catalog import all_metrics
 from gpudiag.expect import Expectations
+from tests.tools_support import load_tool
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 
 
 def gen_docs():
-    spec = importlib.util.spec_from_file_location("gen_docs", REPO / "tools" / "gen_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("gen_docs")
 
 
 def test_the_reference_pages_are_what_the_code_says(capsys):
@@ -142,3 +139,64 @@ def test_relative_links_in_the_docs_resolve():
 def test_the_readme_check_table_lists_every_check_in_registry_order():
     listed = re.findall(r"^\| `([a-z_]+\.[a-z0-9_]+)` \|", (REPO / "README.md").read_text(), re.MULTILINE)
     assert listed == list(CHECK_IDS)
+
+
+# -- alerts and the runbook (issue 23) -----------------------------------------------------------------------------
+
+
+def alert_docs():
+    return load_tool("alert_docs")
+
+
+def test_every_alert_links_to_its_own_section_of_the_runbook():
+    tool = alert_docs()
+    runbook = (DOCS / "runbook.md").read_text()
+    headings = {tool.anchor(h) for h in re.findall(r"^## (.+)$", runbook, re.MULTILINE)}
+    rules = tool.alerting_rules()
+    assert len(rules) > 30
+    for _, _, rule in rules:
+        assert rule["annotations"]["runbook_url"] == f"docs/runbook.md#{tool.anchor(rule['alert'])}", rule["alert"]
+        assert tool.anchor(rule["alert"]) in headings
+    assert len(headings) == len({rule["alert"] for _, _, rule in rules})  # one section per alert, no other
+
+
+def test_the_alert_reference_lists_every_rule_with_expression_duration_severity_and_anchor():
+    tool = alert_docs()
+    page = (DOCS / "reference" / "alerts.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `Gpudiag")]
+    rules = tool.alerting_rules()
+    assert len(rows) == len(rules)
+    for row, (_, _, rule) in zip(rows, rules):
+        assert row.startswith(f"| `{rule['alert']}` | ")
+        assert f"| {rule.get('for', '0s')} |" in row and tool._cell(" ".join(rule["expr"].split())) in row
+        assert f"(../runbook.md#{tool.anchor(rule['alert'])})" in row
+        severity = rule["labels"]["severity"]
+        assert f"| {'by check' if severity == tool.BY_STATUS else severity} |" in row
+
+
+def test_an_alert_page_that_drifts_from_the_rules_is_found(tmp_path, monkeypatch, capsys):
+    tool = gen_docs()
+    rules = tmp_path / "gpudiag-alerts.yml"
+    rules.write_text(tool.alert_docs.RULE_FILES[0].read_text().replace("for: 2m", "for: 3m", 1))
+    monkeypatch.setattr(tool.alert_docs, "RULE_FILES", (rules, tool.alert_docs.RULE_FILES[1]))
+    assert tool.main(["--check"]) == 1
+    assert "docs/reference/alerts.md" in capsys.readouterr().err
+
+
+def test_the_runbook_says_what_the_checks_say_to_do():
+    """One truth: an alert raised by a check has that check's remediation, word for word, and its action."""
+    tool = alert_docs()
+    runbook = (DOCS / "runbook.md").read_text()
+    sections = dict(re.findall(r"^## (\S+)\n(.*?)(?=^## |\Z)", runbook, re.MULTILINE | re.DOTALL))
+    by_name: dict[str, list] = {}
+    for _, _, rule in tool.alerting_rules():
+        by_name.setdefault(rule["alert"], []).append(rule)
+    with_checks = 0
+    for name, rules in by_name.items():
+        checks = tool.checks_of(name, rules)
+        with_checks += bool(checks)
+        for check in checks:
+            assert f"`{check}`: {REFERENCE[check][1]}" in sections[name], (name, check)
+            assert f"gpudiag check --only {','.join(checks)}" in sections[name]
+        assert checks or name in tool.OWN_REMEDIATION, name
+    assert with_checks >= 25

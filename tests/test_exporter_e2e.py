@@ -125,7 +125,11 @@ def test_driver_loaded_after_start_is_picked_up(tmp_path, monkeypatch):
             collector.close()
 
 
-def test_xids_come_from_nvml_events_and_from_the_log_only_where_events_are_missing(tmp_path):
+def xid_counts(text: str) -> dict[tuple[str, str], float]:
+    return {(labels["gpu"], labels["code"]): v for labels, v in series(text, "gpudiag_gpu_xid_errors_total")}
+
+
+def test_xids_are_counted_from_nvml_events_and_the_log_once_each(tmp_path):
     node = FakeNode.hgx_h200(2)
     node.gpus[1].unsupported.add("nvmlDeviceGetSupportedEventTypes")  # GPU 1 delivers no events
     tree = fake_root(tmp_path, node, kmsg=(xid_line(1, 1_000, node.gpus[0].bus_id, 79),))  # before start
@@ -133,17 +137,48 @@ def test_xids_come_from_nvml_events_and_from_the_log_only_where_events_are_missi
         exporter, collector = run_exporter(tmp_path)
         try:
             wait_for(lambda: exporter.state.watcher and exporter.state.watcher.status().healthy, timeout=5)
-            after_next_collections(exporter, 1)
-            # GPU 0: the driver reports the Xid through NVML *and* in the log; counted once, from NVML
+            # the Xid 79 predates the exporter: counted from its first read of the log, as kernel_log.xid judges it
+            assert xid_counts(after_next_collections(exporter, 1)) == {("0", "79"): 1}
+            # GPU 0: the driver reports the Xid through NVML *and* in the log; counted once
             nvml_events(lib).emit(0, 48)
             tree.add_kmsg([xid_line(2, 2_000_000, node.gpus[0].bus_id, 48)])
             # GPU 1: only the log has it
             tree.add_kmsg([xid_line(3, 3_000_000, node.gpus[1].bus_id, 94), xid_line(4, 3_000_001, node.gpus[1].bus_id, 94)])
             text = after_next_collections(exporter)
             text = after_next_collections(exporter)  # and again: nothing counted twice
-            xids = {(labels["gpu"], labels["code"]): v for labels, v in series(text, "gpudiag_gpu_xid_errors_total")}
-            assert xids == {("0", "48"): 1, ("1", "94"): 2}  # the Xid 79 predates the exporter
+            assert xid_counts(text) == {("0", "79"): 1, ("0", "48"): 1, ("1", "94"): 2}
             assert value(text, "gpudiag_collector_success", collector="nvml_events") == 1
+        finally:
+            exporter.stop()
+            collector.close()
+
+
+def test_an_xid_of_a_watched_gpu_counts_once_whichever_source_saw_it_first(tmp_path):
+    """Issue 23 item 7: a kernel-log Xid on a GPU that NVML watches used to be judged and journaled, never counted,
+    so its alert stayed silent (NVML's event stream does not carry every Xid the driver logs)."""
+    node = FakeNode.hgx_h200(2)
+    tree = fake_root(tmp_path, node)
+    with installed(node) as lib:
+        exporter, collector = run_exporter(tmp_path)
+        try:
+            wait_for(lambda: exporter.state.watcher and exporter.state.watcher.status().healthy, timeout=5)
+            after_next_collections(exporter, 1)
+            assert exporter.state.watcher.status().covered_bus_ids == {"0000:19:00.0", "0000:3b:00.0"}
+            # the log alone saw it (GPU 1, watched by NVML)
+            tree.add_kmsg([xid_line(2, 2_000_000, node.gpus[1].bus_id, 31)])
+            assert xid_counts(after_next_collections(exporter)) == {("1", "31"): 1}
+            # the log first, NVML after: still one
+            nvml_events(lib).emit(1, 31)
+            assert xid_counts(after_next_collections(exporter)) == {("1", "31"): 1}
+            # NVML first: counted at once, before the log is read again; the log's line then adds nothing
+            nvml_events(lib).emit(0, 13)
+            wait_for(lambda: xid_counts(scrape(exporter)).get(("0", "13")) == 1, timeout=5)
+            tree.add_kmsg([xid_line(3, 3_000_000, node.gpus[0].bus_id, 13)])
+            assert xid_counts(after_next_collections(exporter)) == {("1", "31"): 1, ("0", "13"): 1}
+            # a second occurrence seen by both is the second event
+            tree.add_kmsg([xid_line(4, 4_000_000, node.gpus[0].bus_id, 13)])
+            nvml_events(lib).emit(0, 13)
+            assert xid_counts(after_next_collections(exporter)) == {("1", "31"): 1, ("0", "13"): 2}
         finally:
             exporter.stop()
             collector.close()

@@ -9,7 +9,7 @@ import time
 import pynvml
 import pytest
 
-from gpudiag.exporter.events import EventTally, KernelLogFollower
+from gpudiag.exporter.events import BASELINE, LOG, NVML, EventTally, KernelLogFollower
 from gpudiag.exporter.families import FamilySet
 from gpudiag.model import KernelEvent, Vendor
 from gpudiag.probe.nvml_events import XidWatcher
@@ -87,6 +87,18 @@ def test_tally_labels_counts_with_the_last_known_identity():
     assert series(text, "gpudiag_gpu_xid_errors_total", code="unknown")[0][0]["pci_bus_id"] == ""
     assert series(text, "gpudiag_gpu_kernel_log_events_total", kind="ring_timeout")[0][1] == 1.0
     assert tally.version == 4
+
+
+def test_tally_counts_an_event_both_sources_saw_once_and_adds_what_was_logged_before():
+    tally = EventTally()
+    tally.add("0000:19:00.0", "xid", 79, source=BASELINE)  # in the log when the exporter started
+    tally.add("0000:19:00.0", "xid", 79, source=NVML)  # a new one: NVML first…
+    assert tally.counts() == {("0000:19:00.0", "xid", "79"): 2}
+    tally.add("0000:19:00.0", "xid", 79, source=LOG)  # …then its line in the log
+    assert tally.counts() == {("0000:19:00.0", "xid", "79"): 2}
+    tally.add("0000:19:00.0", "xid", 79, source=LOG)  # one NVML never delivered
+    tally.add("0000:3b:00.0", "ring_timeout", source=BASELINE)
+    assert tally.counts() == {("0000:19:00.0", "xid", "79"): 3, ("0000:3b:00.0", "ring_timeout", ""): 1}
 
 
 # -- XidWatcher over the fake NVML --------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def test_textfile_writes_metrics_and_check_results(tmp_path):
     assert value(text, "gpudiag_gpu_pcie_link_width_lanes", gpu="1", kind="current") == 8
     assert series(text, "gpudiag_check_ok")  # the checks ran
     assert value(text, "gpudiag_last_collection_timestamp_seconds") > 1.7e9
-    assert "gpudiag_gpu_xid_errors_total" not in text  # "since start" counters belong to the daemon
+    assert "gpudiag_gpu_xid_errors_total" not in text  # event counters belong to the daemon
     # replaced by rename (a reader sees the old file or the new one), and nothing left behind
     assert target.stat().st_ino != old_inode
     assert sorted(p.name for p in out_dir.iterdir()) == ["gpudiag.prom"]

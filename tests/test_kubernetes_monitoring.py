@@ -6,7 +6,6 @@ exactly monitoring/prometheus/gpudiag-alerts.yml's rules (tools/gen_prometheusru
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
 
 from gpudiag.exporter.http_server import PATHS  # noqa: E402
+from tests.tools_support import load_tool  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 KUBE = REPO / "contrib" / "kubernetes"
@@ -83,8 +83,6 @@ def test_prometheusrule_matches_the_crd_and_carries_the_alert_file():
 
 
 def test_prometheusrule_is_what_the_generator_writes():
-    spec = importlib.util.spec_from_file_location("gen_prometheusrule", REPO / "tools" / "gen_prometheusrule.py")
-    generator = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generator)
+    generator = load_tool("gen_prometheusrule")
     assert (KUBE / "gpudiag-prometheusrule.yaml").read_text() == generator.render(), (
         "run python3 tools/gen_prometheusrule.py")

@@ -10,8 +10,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import urllib.parse
@@ -31,6 +29,9 @@ from tests.exporter_node import fake_root, xid_line
 from tests.exporter_support import wait_for
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.fakes.fake_nvml_events import nvml_events
+from tests.tools_support import load_tool
+# free_port, query, start_prometheus and stop are imported from here by other tests too (fleet, GPU-less node).
+from tests.prometheus_support import PROMETHEUS, free_port, query, start_prometheus, stop  # noqa: F401
 from tests.snapshots import amd_mi300x_node, cpx_partitioned
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +41,6 @@ DASHBOARD = REPO / "monitoring" / "grafana" / "gpudiag-dashboard.json"
 TLS = Path(__file__).parent / "fixtures" / "tls"
 
 PROMTOOL = shutil.which("promtool")
-PROMETHEUS = shutil.which("prometheus")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")
 
@@ -116,9 +116,10 @@ def _xid_code_regexes() -> dict[str, set[str]]:
                                                                                      "GpudiagXidError")}
 
 
-def test_every_xid_the_checks_fail_on_pages_as_critical():
-    """An Xid that fails kernel_log.xid (reset, reboot, RMA: xid_catalog) must not page as the warning alert whose
-    description calls it "usually an application fault"."""
+def test_every_xid_pages_at_the_severity_kernel_log_xid_gives_it():
+    """An Xid that fails kernel_log.xid (reset, reboot, RMA: xid_catalog) pages critical, and one that only warns
+    (an application fault, or 61, which often precedes 62 on a failing GSP but alone is informational) pages as the
+    warning (issue 23: severity = the check's)."""
     from gpudiag.checks.xid_catalog import XID_CATALOG
     from gpudiag.model import Status
 
@@ -127,9 +128,8 @@ def test_every_xid_the_checks_fail_on_pages_as_critical():
     assert regexes["GpudiagXidError"] == {critical}  # the two alerts split the codes between them
     failing = sorted(code for code, info in XID_CATALOG.items() if info.severity == Status.FAIL)
     assert [code for code in failing if not re.fullmatch(critical, str(code))] == []
-    # …and the other way: a code that only warns does not page (61 on purpose: it precedes 62 on failing GSPs).
     warning = sorted(code for code, info in XID_CATALOG.items() if info.severity == Status.WARN)
-    assert [code for code in warning if re.fullmatch(critical, str(code))] == [61]
+    assert warning and [code for code in warning if re.fullmatch(critical, str(code))] == []
     assert not re.fullmatch(critical, "13") and not re.fullmatch(critical, "31")  # application faults stay warnings
 
 
@@ -147,6 +147,8 @@ def test_rules_and_dashboard_use_only_metrics_gpudiag_exports():
     assert len(queries) > 25
     used = {name for expr in rule_exprs + queries for name in METRIC_NAME.findall(expr)}
     assert used - known == set()
+    # the alerts the rules raise are on it too, by the names the rules give them
+    assert any('ALERTS{alertname=~"Gpudiag.*",alertstate="firing"' in q for q in queries)
     # the core of the schema is on the dashboard
     assert {"gpudiag_device_up", "gpudiag_check_ok", "gpudiag_gpu_xid_errors_total",
             "gpudiag_gpu_temperature_celsius", "gpudiag_gpu_pcie_link_width_lanes"} <= used
@@ -157,12 +159,12 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
     """promtool parses each query, wrapped as a recording rule, with Grafana's variables filled in."""
     substitutions = {"$__rate_interval": "5m", "$instance": ".*", "$gpu": ".*", "$job": ".*"}
     rules = []
-    for index, query in enumerate(dashboard_queries()):
-        if query.startswith("label_values("):
-            query = re.match(r"label_values\((.*), \w+\)$", query).group(1)
+    for index, promql in enumerate(dashboard_queries()):
+        if promql.startswith("label_values("):
+            promql = re.match(r"label_values\((.*), \w+\)$", promql).group(1)
         for variable, value in substitutions.items():
-            query = query.replace(variable, value)
-        rules.append({"record": f"dashboard:query_{index}", "expr": query})
+            promql = promql.replace(variable, value)
+        rules.append({"record": f"dashboard:query_{index}", "expr": promql})
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     result = promtool("check", "rules", str(path))
@@ -170,41 +172,6 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
 
 
 # -- a real Prometheus server -------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def start_prometheus(tmp_path: Path, config: dict) -> tuple[subprocess.Popen, str]:
-    """A Prometheus server on loopback with `config` as its prometheus.yml: the process and its API's base URL."""
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def query(prometheus: str, promql: str) -> list[dict]:
-    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=5) as response:
-        answer = json.load(response)
-    assert answer["status"] == "success", answer
-    return answer["data"]["result"]
 
 
 @needs_prometheus
@@ -254,3 +221,68 @@ def test_prometheus_scrapes_gpudiag_serve(tmp_path, secured):
         if prometheus is not None:
             stop(prometheus)
         stop(exporter)
+
+
+# -- how the rules are built (issue 23) ---------------------------------------------------------------------------
+
+
+def _alert_rules() -> list[dict]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
+
+
+def _group(name: str) -> list[dict]:
+    (group,) = [g for g in yaml.safe_load(RULES.read_text())["groups"] if g["name"] == name]
+    return group["rules"]
+
+
+def _seconds(duration: str) -> float:
+    from tests.rule_scaling import parse_ms
+
+    return parse_ms(duration) / 1000
+
+
+def test_an_alert_on_a_check_pages_at_the_check_s_severity():
+    """fail → critical, warn → warning: a rule on one status carries that severity, a rule on both the template that
+    picks it from the status label (item 4: six alerts on failing checks paged as warnings)."""
+    by_status = '{{ if eq $labels.status "fail" }}critical{{ else }}warning{{ end }}'
+    checked = 0
+    for rule in _alert_rules():
+        statuses = set(re.findall(r'gpudiag_check_status\{[^}]*status=~?"([^"]+)"', rule["expr"]))
+        if not statuses or rule["alert"] in ("GpudiagCheckUnknown", "GpudiagGpuMissing"):
+            continue
+        checked += 1
+        wanted = {frozenset({"fail"}): "critical", frozenset({"warn"}): "warning"}.get(
+            frozenset(s for value in statuses for s in value.split("|")), by_status)
+        if rule["alert"] in ("GpudiagXidCritical", "GpudiagXidError"):
+            continue  # the code decides (test_every_xid_pages_at_the_severity_kernel_log_xid_gives_it)
+        assert rule["labels"]["severity"] == wanted, rule["alert"]
+    assert checked > 25
+
+
+def test_the_catch_all_leaves_out_exactly_the_checks_other_alerts_stand_for():
+    alert_docs = load_tool("alert_docs")
+    rules = _alert_rules()
+    (catch_all,) = [r for r in rules if r["alert"] == "GpudiagCheckFailing"]
+    left_out = set(re.search(r'check!~"([^"]+)"', catch_all["expr"]).group(1).split("|"))
+    covered = {c for r in rules if r["alert"] not in ("GpudiagCheckFailing", "GpudiagCheckUnknown")
+               for c in alert_docs.checks_of(r["alert"], [r])}
+    assert left_out == covered
+    from gpudiag.checks import CHECK_IDS
+
+    assert covered <= set(CHECK_IDS)
+
+
+def test_gpu_alerts_hold_until_the_exporter_s_own_alerts_have_fired():
+    """Item 6: a stopped exporter (scrapes fail) or a wedged one (no collection completes, GPU series withheld) must
+    not resolve a GPU's alerts before GpudiagExporterDown / GpudiagCollectionStale fire: each GPU alert keeps firing
+    longer than they take (their `for` plus the window their expression looks back over)."""
+    self_rules = {r["alert"]: r for r in _group("gpudiag-self")}
+
+    def takes(rule):
+        windows = [_seconds(w) for w in re.findall(r"\[(\w+)\]", rule["expr"])]
+        return _seconds(rule.get("for", "0s")) + max(windows, default=0)
+
+    needed = max(takes(self_rules["GpudiagExporterDown"]), takes(self_rules["GpudiagCollectionStale"]))
+    assert needed <= 6 * 60
+    for rule in _group("gpudiag-gpu"):
+        assert _seconds(rule.get("keep_firing_for", "0s")) > needed, rule["alert"]

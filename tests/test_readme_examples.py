@@ -3,18 +3,16 @@ fakes (tools/readme_examples.py), and the passing node exactly as recorded on th
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from tests.tools_support import load_tool
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text().splitlines()
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("readme_examples", REPO / "tools" / "readme_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("readme_examples")
 
 
 def test_the_failing_examples_are_what_the_checklist_prints():

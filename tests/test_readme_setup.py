@@ -128,7 +128,8 @@ def test_the_readme_install_command_works_under_debians_python(tmp_path):
     for unit in ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.sysusers"):
         assert f"gpudiag/_shipped/systemd/{unit}" in listed
     assert {"gpudiag/_shipped/monitoring/grafana/gpudiag-dashboard.json",
-            "gpudiag/_shipped/monitoring/prometheus/gpudiag-alerts.yml", "gpudiag/profiles/h200-8x.toml"} <= listed
+            "gpudiag/_shipped/monitoring/prometheus/gpudiag-alerts.yml",
+            "gpudiag/_shipped/monitoring/alertmanager/gpudiag-alertmanager.yml", "gpudiag/profiles/h200-8x.toml"} <= listed
     assert not any(name.startswith(("tests/", "systemd/")) for name in listed)
 
     done = subprocess.run([str(gpudiag), "install-service", "--root", str(tmp_path / "image"), "--dry-run"],

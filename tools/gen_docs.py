@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Write docs/reference/{checks,metrics,modules}.md from the code's own catalogs:
+"""Write docs/reference/{checks,metrics,modules,alerts}.md and docs/runbook.md from the code's own catalogs:
 
 - checks: the registry (gpudiag/checks/__init__.py REGISTRY: ID, family, one-line summary), what each reads and the
   headline remediation (gpudiag/checks/reference.py), the profile settings it judges with, and the action and fault
   code of each status (gpudiag/checks/verdicts.py TABLE);
 - metrics: the metric catalog (gpudiag/exporter/catalog.py: name, type, labels, help), the unit read off the name;
-- modules: every module of the package with the first sentence of its docstring (docs/reference/modules.md).
+- modules: every module of the package with the first sentence of its docstring (docs/reference/modules.md);
+- alerts and the runbook: every alert of the shipped rule files, and what to do about it (tools/alert_docs.py).
 
     python3 tools/gen_docs.py           # rewrite the two pages
     python3 tools/gen_docs.py --check   # exit 1 and name the stale pages (tests/test_docs_reference.py does this)
@@ -28,6 +29,9 @@ from gpudiag.checks.reference import REFERENCE, SETTINGS  # noqa: E402
 from gpudiag.checks.verdicts import INTERNAL_ERROR, TABLE, UNREACHABLE, derived_code  # noqa: E402
 from gpudiag.exporter.catalog import GPU_LABELS, all_metrics  # noqa: E402
 from gpudiag.model import Status  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tools"))
+import alert_docs  # noqa: E402  (docs/reference/alerts.md, docs/runbook.md)
 
 CHECKS_PAGE = REPO / "docs" / "reference" / "checks.md"
 METRICS_PAGE = REPO / "docs" / "reference" / "metrics.md"
@@ -169,7 +173,7 @@ def modules_page() -> str:
 
 
 MODULES_PAGE = REPO / "docs" / "reference" / "modules.md"
-PAGES = {CHECKS_PAGE: checks_page, METRICS_PAGE: metrics_page, MODULES_PAGE: modules_page}
+PAGES = {CHECKS_PAGE: checks_page, METRICS_PAGE: metrics_page, MODULES_PAGE: modules_page, **alert_docs.PAGES}
 
 
 def main(argv: list[str] | None = None) -> int:

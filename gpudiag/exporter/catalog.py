@@ -110,7 +110,7 @@ NODE_GPUS = _define(
 XID_ERRORS = _gpu(
     "gpudiag_gpu_xid_errors_total",
     "counter",
-    "NVIDIA Xid errors seen since the exporter started (NVML events, or the kernel log where events are unavailable).",
+    "NVIDIA Xid errors: those in the kernel log when the exporter started, then each new one (NVML event or log line, once).",
     ("code",),
 )
 # Node-level: an NVSwitch is no GPU. Its series are bounded by EventTally (MAX_SWITCHES bus IDs, then "other").
@@ -124,7 +124,7 @@ SXID_EVENTS = _define(
 KERNEL_LOG_EVENTS = _gpu(
     "gpudiag_gpu_kernel_log_events_total",
     "counter",
-    "GPU error lines in the kernel log other than Xids (ring timeouts, resets, RAS errors) since the exporter started.",
+    "GPU error lines in the kernel log other than Xids (ring timeouts, resets, RAS errors), from its first read on.",
     ("kind",),
 )
 

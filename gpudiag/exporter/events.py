@@ -1,7 +1,10 @@
-"""GPU error events as monotonic counters: Xids (from NVML events or the kernel log) and other kernel-log events.
+"""GPU error events as monotonic counters: Xids (from NVML events and the kernel log) and other kernel-log events.
 
-Counters start at 0 when the exporter starts and count only what happens after: Prometheus's `increase()` is what
-turns them into alerts, and an event already in the log at start-up was there before (the checklist reports those).
+A counter holds what the kernel log held when the exporter first read it, plus every event after: a GPU that comes
+up with an Xid or a ring timeout already logged shows it at the first scrape, as the checklist (kernel_log.*) does,
+instead of a counter at 0 that never rises and an alert that never fires. An Xid of a GPU that NVML watches reaches
+the exporter twice, as an NVML event and as a kernel-log line, in either order: it is counted once, whichever
+source saw it first (`EventTally`).
 """
 
 from __future__ import annotations
@@ -33,27 +36,38 @@ def series_bus_id(event: KernelEvent, snapshot: NodeSnapshot, gpus: Iterable[str
     return bus_id if bus_id is None or bus_id in gpus else OTHER_BUS_ID
 
 
+# Where a count came from: the kernel log's first read (what was logged before the exporter started), the kernel
+# log's later reads, NVML's event stream.
+BASELINE, LOG, NVML = "baseline", "log", "nvml"
+
+
 class EventTally:
-    """Thread-safe counts by (PCI bus ID, kind, Xid code or ""), fed by the Xid watcher thread and the collector."""
+    """Thread-safe counts by (PCI bus ID, kind, Xid code or ""), fed by the Xid watcher thread and the collector.
+
+    NVML and the kernel log report the same Xids of a GPU, each on its own schedule (NVML at once, the log at the
+    next collection; either can miss one: a full event queue, a rate-limited printk). Since the first read, a key
+    counts max(NVML's, the log's): an event seen by both is one event, and one seen by only one source still
+    counts. What the first read found is added on top: NVML delivers nothing from before the exporter started."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, str, str]] = Counter()
+        self._counts: dict[str, Counter[tuple[str, str, str]]] = {BASELINE: Counter(), LOG: Counter(), NVML: Counter()}
         self.version = 0  # bumped on every change, so that a cached /metrics body can tell it is out of date
 
-    def add(self, pci_bus_id: Optional[str], kind: str, code: Optional[int] = None) -> None:
+    def add(self, pci_bus_id: Optional[str], kind: str, code: Optional[int] = None, source: str = LOG) -> None:
         key = (pci_bus_id or "", kind, "" if code is None else str(code))
         with self._lock:
-            if kind == SXID and key not in self._counts:
-                switches = {b for b, k, _ in self._counts if k == SXID}
+            if kind == SXID and not any(key in counts for counts in self._counts.values()):
+                switches = {b for counts in self._counts.values() for b, k, _ in counts if k == SXID}
                 if pci_bus_id not in switches and len(switches - {OTHER_BUS_ID}) >= MAX_SWITCHES:
                     key = (OTHER_BUS_ID, kind, key[2])
-            self._counts[key] += 1
+            self._counts[source][key] += 1
             self.version += 1
 
     def counts(self) -> dict[tuple[str, str, str], int]:
         with self._lock:
-            return dict(self._counts)
+            baseline, log, nvml = (Counter(self._counts[s]) for s in (BASELINE, LOG, NVML))
+        return {key: baseline[key] + max(log[key], nvml[key]) for key in baseline.keys() | log.keys() | nvml.keys()}
 
     def add_to(self, fs: FamilySet, identities: dict[str, tuple[str, str]]) -> None:
         """Label each count with the GPU index and UUID last seen at its bus ID (kept after the GPU is gone: a count
@@ -82,6 +96,11 @@ class KernelLogFollower:
         self._latest: Optional[float] = None
         self._at_latest: Counter[str] = Counter()
         self._untimed: Counter[str] = Counter()
+
+    @property
+    def started(self) -> bool:
+        """Whether the baseline was taken (the next read is compared with it)."""
+        return self._started
 
     def new_events(self, events: Iterable[KernelEvent]) -> list[KernelEvent]:
         events = list(events)

@@ -17,7 +17,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpudiag.checks.kernel_log_common import SXID_DUMP_DETAILS
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.events import SXID, XID, EventTally, KernelLogFollower, series_bus_id
+from gpudiag.exporter.events import BASELINE, LOG, NVML, SXID, XID, EventTally, KernelLogFollower, series_bus_id
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.exporter.poller import COMPLETE, OUTCOMES, Collection, Cycle
@@ -68,17 +68,18 @@ class ExporterState:
         self._manage_watcher(snapshot)
         if not snapshot.kernel_log.readable:
             return
-        from_nvml = self.watcher.status().covered_bus_ids if self.watcher is not None else frozenset()
-        for event in self._follower.new_events(snapshot.kernel_log.events):
+        # The first read counts what was logged before the exporter started; after it, only what is new. An Xid
+        # that NVML's event stream delivered too is still counted once (EventTally).
+        source = LOG if self._follower.started else BASELINE
+        events = snapshot.kernel_log.events
+        fresh = self._follower.new_events(events)
+        for event in fresh if source == LOG else events:
             bus_id = series_bus_id(event, snapshot, self._identities)  # GPUs only: series stay bounded
-            if event.kind == XID:
-                if event.pci_bus_id not in from_nvml:  # else NVML's event stream has counted it already
-                    self.tally.add(bus_id, XID, event.code)
-            elif event.kind == SXID:
+            if event.kind == SXID:
                 if event.detail not in SXID_DUMP_DETAILS:  # a switch is no GPU: its own bus ID, bounded by the tally
-                    self.tally.add(event.pci_bus_id, SXID, event.code)
-            else:
-                self.tally.add(bus_id, event.kind)
+                    self.tally.add(event.pci_bus_id, SXID, event.code, source=source)
+                continue
+            self.tally.add(bus_id, event.kind, event.code if event.kind == XID else None, source=source)
 
     def _remember_identities(self, snapshot: NodeSnapshot) -> None:
         """A GPU that is lost answers nothing, not even its bus ID or UUID. Give it the identity it had at the same
@@ -88,8 +89,11 @@ class ExporterState:
             key = (device.vendor, device.index)
             if device.reachable and device.pci_bus_id:
                 self._by_index[key] = (device.pci_bus_id, device.uuid, device.name, device.serial)
-            elif not device.pci_bus_id and key in self._by_index:
-                device.pci_bus_id, device.uuid, device.name, device.serial = self._by_index[key]
+            elif key in self._by_index and device.pci_bus_id in (None, self._by_index[key][0]):
+                # (the probe may have placed the bus ID already: the rest of the identity is still the earlier one)
+                remembered = dict(zip(("pci_bus_id", "uuid", "name", "serial"), self._by_index[key]))
+                for name, known in remembered.items():
+                    setattr(device, name, getattr(device, name) or known)
             if device.pci_bus_id:
                 self._identities[device.pci_bus_id] = (str(device.index), device.uuid or "")
 
@@ -100,7 +104,7 @@ class ExporterState:
         if self._watcher_factory is None or nvml is None or not nvml.available:
             return
         if self.watcher is None:
-            self.watcher = self._watcher_factory(lambda bus_id, xid: self.tally.add(bus_id, XID, xid))
+            self.watcher = self._watcher_factory(lambda bus_id, xid: self.tally.add(bus_id, XID, xid, source=NVML))
             self.watcher.start()
             return
         status = self.watcher.status()

@@ -3,8 +3,8 @@ file node_exporter's textfile collector reads (`--collector.textfile.directory`)
 
 The file is replaced atomically (gpudiag.fileio: a temporary file in the same directory, fsync, rename): the
 collector would otherwise now and then read half a file. The temporary name does not end in `.prom`, so the
-collector never picks it up. Event counters (Xids since start) are the daemon's alone: a one-shot run has no
-"since"; the checks (`kernel_log.*`) report what the log holds.
+collector never picks it up. Event counters are the daemon's alone (it follows NVML's event stream and the log
+between collections); the checks (`kernel_log.*`) report what the log holds, and the alerts on them work here too.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from gpudiag.model import (
 )
 from gpudiag.probe import amdgpu_ras_threshold, deadline
 from gpudiag.probe.base import Backend, DeviceLost
-from gpudiag.probe.standins import lost_device, outcome_error, unreachable_device
+from gpudiag.probe.standins import lost_device, outcome_error, place_unidentified, unreachable_device
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +334,7 @@ class Collector:
                 devices.append(unreachable_device(vendor, backend.name, index, outcome))
         devices.extend(stuck)
         snapshot.devices = sorted(devices, key=lambda d: (d.vendor.value, d.index))
+        place_unidentified(snapshot.devices, snapshot.pci_gpus)
         for vendor, slot in self._slots.items():
             if slot.active is None:
                 continue

@@ -46,3 +46,30 @@ def lost_device(vendor: Vendor, source: str, index: int, outcome: Outcome) -> De
     device = _identity_of(index, vendor, source, outcome)
     device.errors.append(ProbeError(source=f"{source}.device", kind=ErrorKind.GPU_LOST, message=str(outcome.error)))
     return device
+
+
+def place_unidentified(devices: list[DeviceSnapshot], pci_gpus: list) -> None:
+    """Give a device lost before its bus ID was ever read the bus ID of the GPU it must be.
+
+    NVML answers GPU_IS_LOST to nvmlDeviceGetPciInfo for a GPU that fell off the bus before gpudiag first read it,
+    while the kernel still lists the function on the PCI bus: without this the node shows one GPU twice, "GPU 4
+    (unknown bus)" and an anonymous GPU on the bus, and neither says which GPU to pull. By elimination: the GPUs of
+    the vendor on the bus that no device claims are the devices of that vendor without a bus ID. One of each is the
+    same GPU. Several are paired in order only where the whole node's index order is then its bus order (NVML
+    enumerates by PCI bus ID, but documents no guarantee), so that no pairing is made against what the node shows.
+    """
+    claimed = {d.pci_bus_id for d in devices if d.pci_bus_id} | {
+        d.physical_pci_bus_id for d in devices if d.physical_pci_bus_id}
+    for vendor in {d.vendor for d in devices}:
+        mine = [d for d in devices if d.vendor == vendor]
+        unplaced = sorted((d for d in mine if not d.pci_bus_id), key=lambda d: d.index)
+        free = sorted(p.pci_bus_id for p in pci_gpus if p.vendor == vendor and p.pci_bus_id not in claimed)
+        if not unplaced or len(unplaced) != len(free):
+            continue
+        if len(unplaced) > 1:
+            pairs = dict(zip((d.index for d in unplaced), free))
+            by_index = [pairs.get(d.index, d.pci_bus_id) for d in sorted(mine, key=lambda d: d.index)]
+            if by_index != sorted(by_index):
+                continue
+        for device, bus_id in zip(unplaced, free):
+            device.pci_bus_id = bus_id
