@@ -39,11 +39,11 @@ def reader(power=None, reasons=None, sm_mhz=None, temperature=None, ecc=None):
     return read
 
 
-def run(monkeypatch, sim=None, kernel_events=None, stress_seconds=0.5, **sensors):
+def run(monkeypatch, sim=None, kernel_events=None, **sensors):
     fake = install_cuda(monkeypatch, sim or sim_devices(2))
     snapshot = snapshot_of(idle_device(0, temperatures={"gpu": TemperatureSensor(35.0, 87.0, 92.0)}),
                            idle_device(1, temperatures={"gpu": TemperatureSensor(35.0, 87.0, 92.0)}))
-    snapshot.active = run_active(snapshot, fast_options(tests=("stress",), stress_seconds=stress_seconds,
+    snapshot.active = run_active(snapshot, fast_options(tests=("stress",), stress_seconds=0.5,
                                                         sample_interval_seconds=0.04, reader=reader(**sensors),
                                                         kernel_events=kernel_events))
     assert fake.leaks() == {}
@@ -70,8 +70,7 @@ def test_a_healthy_pair_at_the_power_cap_passes_with_its_figures(monkeypatch):
 
 def test_power_short_of_the_limit_with_no_reason_fails(monkeypatch):
     # GPU 1 runs at its top clock without reaching the cap: GPU 0, capped at 1650 MHz, is not the slow one
-    # long enough that the steady window holds the samples the power verdict needs even on a loaded machine
-    _, results, _ = run(monkeypatch, power={1: 480.0}, reasons={1: []}, sm_mhz={1: 1980}, stress_seconds=3.0)
+    _, results, _ = run(monkeypatch, power={1: 480.0}, reasons={1: []}, sm_mhz={1: 1980})
     assert results[0].status == Status.PASS
     assert results[1].status == Status.FAIL
     assert "steady mean power 480 W is 69% of its 700 W limit and no throttle reason explains it" in results[1].message
@@ -79,7 +78,7 @@ def test_power_short_of_the_limit_with_no_reason_fails(monkeypatch):
 
 
 def test_power_a_little_short_warns(monkeypatch):
-    _, results, _ = run(monkeypatch, power={1: 600.0}, reasons={1: []}, stress_seconds=3.0)
+    _, results, _ = run(monkeypatch, power={1: 600.0}, reasons={1: []})
     assert results[1].status == Status.WARN and "86% of its 700 W limit" in results[1].message
 
 

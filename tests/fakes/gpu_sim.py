@@ -15,6 +15,7 @@ import functools
 import itertools
 import struct
 import threading
+import time
 import zlib
 from array import array
 from dataclasses import dataclass, field
@@ -247,6 +248,16 @@ class SimNode:
         self.advance(stream, seconds)
 
 
+# A real synchronize waits for the GPU outside the GIL. The fake's kernels finish at once, so without this the
+# stress's launch loop (two GPU threads) is a busy loop that starved its telemetry sampler for up to 1.5 s at a time
+# (tests/test_active_power_stress.py: a steady window of one sample, and the power verdict not judged).
+SYNC_YIELD_SECONDS = 0.0002
+
+
+def _blocks_as_a_gpu_would() -> None:
+    time.sleep(SYNC_YIELD_SECONDS)
+
+
 @functools.lru_cache(maxsize=256)
 def pattern(words: int, seed: int, mode: int, pointer: int) -> bytes:
     """What gpudiag_fill writes over `words` words from `pointer` (kept: the fake's allocations recur test after
@@ -379,6 +390,7 @@ class SimRuntime(FakeLibrary):
         return SUCCESS if self.node.streams.pop(value(stream), None) else INVALID_HANDLE
 
     def stream_synchronize(self, stream: Any) -> int:
+        _blocks_as_a_gpu_would()
         return SUCCESS if value(stream) in self.node.streams else INVALID_HANDLE
 
     def event_create(self, event: Any, flags: Any) -> int:
@@ -395,6 +407,7 @@ class SimRuntime(FakeLibrary):
         return SUCCESS
 
     def event_synchronize(self, event: Any) -> int:
+        _blocks_as_a_gpu_would()
         return SUCCESS if value(event) in self.node.events else INVALID_HANDLE
 
     def event_elapsed(self, milliseconds: Any, start: Any, end: Any) -> int:
