@@ -40,7 +40,7 @@ def fleet(
 ) -> None:
     """Judge many nodes at once: which fail, which are silent, which drift from their peers, which lag behind them."""
     from gpudiag.fleet import NothingToJudge, SourceError, judge
-    from gpudiag.fleet.render import render
+    from gpudiag.fleet.render import write
 
     if bool(prometheus) == bool(reports):
         raise UsageProblem("give either --prometheus URL or report files / directories / - (not both, not neither)")
@@ -76,6 +76,6 @@ def fleet(
     verdict = judge(nodes, threshold / 100.0, source, warnings, complete)
     for warning in warnings:
         print(f"gpudiag: warning: {warning}", file=sys.stderr)
-    sys.stdout.write(render("json" if as_json else fmt.value, verdict))
+    write("json" if as_json else fmt.value, verdict, sys.stdout)
     sys.stdout.flush()
     raise typer.Exit(EXIT_OK if verdict.status in ("pass", "warn") else EXIT_FAILED)
