@@ -214,8 +214,10 @@ def test_hostile_names_and_messages_reach_no_terminal(capsys, tmp_path):
 
     report = fleet_report("evil\x1b[31mhost", edit=hostile)
     (tmp_path / "evil.json").write_text(json.dumps(report))
-    code, out, _ = run(capsys, str(tmp_path))
+    (tmp_path / "evil-again.json").write_text(json.dumps(report))  # a warning names the hostname on stderr
+    code, out, err = run(capsys, str(tmp_path))
     assert code == 1 and "\x1b" not in out and "\x07" not in out and "\nFAIL forged" not in out
+    assert "claim this hostname" in err and "\x1b" not in err
     junit = run(capsys, str(tmp_path), "--format", "junit")[1]
     xmlschema.XMLSchema(str(XSD)).validate(junit)
 

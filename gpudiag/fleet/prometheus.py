@@ -74,16 +74,16 @@ class _Queries:
         self.connection, self.matchers, self.recording = connection, matchers, recording
         self.incomplete: list[str] = []  # why the verdict is incomplete, a line each
         self.not_read: list[tuple[str, Optional[set[str]]]] = []  # (what, the instances it covers: None for all)
-        self.recorded: list[tuple[str, tuple[str, ...], Optional[int]]] = []
+        self.recorded: list[tuple[str, tuple[str, ...], int]] = []
         self.instances: Optional[set[str]] = None  # the nodes, once the first queries have named them
         self._pending: dict[str, Future] = {}
-        self._queued: list[tuple[str, tuple[str, ...], Optional[int]]] = []
+        self._queued: list[tuple[str, tuple[str, ...], int]] = []
         self._pool: Optional[ThreadPoolExecutor] = None
 
     def series(self, metric: str, *extra: str) -> str:
         return metric + "{" + ",".join(m for m in (self.matchers, *extra) if m) + "}"
 
-    def send(self, queries: list[tuple[str, tuple[str, ...], Optional[int]]], pool: ThreadPoolExecutor) -> None:
+    def send(self, queries: list[tuple[str, tuple[str, ...], int]], pool: ThreadPoolExecutor) -> None:
         """Sends `queries` ahead, PARALLEL_QUERIES at a time: the next goes out as an answer is read (run), so that
         at most that many answers are held at once, whatever their size."""
         self._queued, self._pool = list(reversed(queries)), pool
@@ -95,13 +95,14 @@ class _Queries:
             promql, keep, per_node = self._queued.pop()
             self._pending[promql] = self._pool.submit(self._ask, promql, keep, per_node)
 
-    def _ask(self, promql: str, keep: tuple[str, ...], per_node: Optional[int]) -> Answer:
+    def _ask(self, promql: str, keep: tuple[str, ...], per_node: int) -> Answer:
         return self.connection.query(promql, keep, per_node, self.instances,
                                      MAX_NODES if self.instances is None else None)
 
-    def run(self, promql: str, what: str, keep: tuple[str, ...] = ("instance",), per_node: Optional[int] = None,
+    def run(self, promql: str, what: str, keep: tuple[str, ...] = ("instance",), per_node: int = 1,
             required: bool = False, covers: Optional[set[str]] = None) -> Answer:
-        """The answer to `promql` (`what` it reads, for the nodes' findings); an empty one where it failed."""
+        """The answer to `promql` (`what` it reads, for the nodes' findings), at most `per_node` samples of each
+        node kept (one, for a query aggregated `by (instance)`); an empty one where it failed."""
         if self.recording:
             self.recorded.append((promql, keep, per_node))
             return Answer()
@@ -143,7 +144,7 @@ def read_prometheus(connection: Connection, selector: str = DEFAULT_SELECTOR,
     def node(instance: str) -> Optional[NodeFacts]:
         return nodes.get(instance)
 
-    targets = q.run(q.series("up"), "targets", required=True)
+    targets = q.run(q.series("up"), "targets", per_node=4, required=True)  # a target in several jobs
     for instance, up in targets.samples:
         facts = nodes.setdefault(instance, NodeFacts(node=instance))
         if up == 0:
@@ -165,8 +166,6 @@ def read_prometheus(connection: Connection, selector: str = DEFAULT_SELECTOR,
             nodes[instance] = NodeFacts(node=instance)
     if not nodes:
         raise NothingToJudge(f"no scrape target in Prometheus at {connection.url} matches {selector}")
-    if len(nodes) > MAX_NODES:
-        raise SourceError(f"--selector {selector}: more than {MAX_NODES:,} targets; judge one fleet at a time")
     q.instances = set(nodes)
 
     # The rest depend only on the nodes found: sent together, so that Prometheus works on several at once.
