@@ -263,3 +263,34 @@ def test_a_nan_figure_is_not_compared_and_does_not_hide_a_slow_peer(capsys, stan
                                            "n4:9858": "pass", "n5:9858": "lag"}
     (outlier,) = verdict["outliers"]
     assert (outlier["node"], outlier["peers"], round(outlier["deficit"], 2)) == ("n5:9858", 4, 0.27)
+
+
+def test_no_sample_of_any_shape_crashes_the_reading_of_an_answer(capsys, stand_in):
+    """Each field of a sample in turn of every JSON type, through every query: never an exception (exit 4), never
+    a node shown sound that sent one."""
+    odd = [None, True, 0, 1.5, "", "x" * 5000, [], [1], [1, 2, 3], {}, {"instance": 1}, "NaN"]
+    cases = [("metric", v) for v in odd] + [("value", v) for v in odd] + [("value", [1, v]) for v in odd] + \
+            [("instance", v) for v in odd] + [("gpu", v) for v in odd] + [("entry", v) for v in odd]
+
+    def answers_with(field, bad):
+        def answer(promql, headers):
+            if promql.startswith("up{"):
+                return success([sample(1, instance="n1:9858"), sample(1, instance="n2:9858")])
+            good = sample(0, instance="n2:9858", gpu="0", check="pcie.aer", collector="collection", kind="max",
+                          direction="h2d", model="M", runtime_version="13.0")
+            if field == "entry":
+                good = bad
+            elif field in ("metric", "value"):
+                good[field] = bad
+            else:
+                good["metric"][field] = bad
+            return success(healthy(promql, "n1:9858", "n2:9858") + [good])
+        return answer
+
+    for field, bad in cases:
+        code, out, err = run(capsys, "--prometheus", stand_in(answers_with(field, bad)).url, "--json")
+        if field == "instance" and isinstance(bad, str) and 0 < len(bad) <= 1024:
+            assert code in (0, 1) and statuses(out)["n1:9858"] == "pass"  # a sample of a node not in the fleet
+            continue
+        assert code == 1 and "internal error" not in err, (field, bad, err)
+        assert statuses(out)["n2:9858"] != "pass", (field, bad)

@@ -110,3 +110,38 @@ def test_a_report_of_435000_failing_results_lists_some_and_counts_the_rest(capsy
                                       f"(347,975 fail, 86,993 unknown)")
     text = run(capsys, str(tmp_path))[1]
     assert f"  big: more: and {435_000 - MAX_FAILURES:,} more failing" in text
+
+
+def test_no_field_of_any_type_crashes_the_reading_of_a_report():
+    """Every field the fleet view reads, in turn replaced by a value of every other JSON type (and NaN, huge
+    numbers, long strings): read without an exception, never judged sound where it could not be read."""
+    from gpudiag.fleet.report_facts import node_facts
+
+    odd = [None, True, 0, -1, 10**400, 1.5, math.nan, math.inf, "", "x" * 5000, [], [1, "a"], {}, {"a": {"b": []}}]
+    template = fleet_report("odd", gpus=2)
+    paths = [("hostname",), ("schema_version",), ("collected_at",)]
+    for index, result in enumerate(template["results"]):
+        paths += [("results", index, key) for key in ("check", "status", "device", "observed", "action",
+                                                       "fault_code", "message")]
+        paths += [("results", index, "device", key) for key in ("index", "pci_bus_id", "model")
+                  if isinstance(result.get("device"), dict)]
+        paths += [("results", index, "observed", key) for key in (result.get("observed") or {})
+                  if isinstance(result.get("observed"), dict)]
+    read = 0
+    for path in paths:
+        for value in odd:
+            report = dict(template, results=list(template["results"]))  # only the result changed is copied
+            if path[0] == "results":
+                report["results"][path[1]] = json.loads(json.dumps(template["results"][path[1]]))
+            target = report
+            for step in path[:-1]:
+                target = target[step]
+            target[path[-1]] = value
+            try:
+                facts, _ = node_facts(report, "odd.json")
+            except Exception as exc:  # noqa: BLE001 - only the reader's own refusal is allowed
+                assert type(exc).__name__ == "Unreadable" and path[0] != "results", (path, value, exc)
+                continue
+            read += 1
+            assert all(math.isfinite(v) for v in facts.figures.values()), (path, value)
+    assert read > len(paths) * len(odd) * 0.9

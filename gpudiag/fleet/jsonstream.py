@@ -82,8 +82,9 @@ class Reader:
                 if len(self._buf) - self._pos > limit:
                     raise Malformed(f"a value over {limit:,} characters at character {self.offset}") from None
                 if not self._more():
-                    what = "cut short" if self._pos < len(self._buf) else "nothing"
-                    raise Malformed(f"{what} at character {self.offset}: {getattr(exc, 'msg', exc)}") from None
+                    at, msg = getattr(exc, "pos", self._pos), getattr(exc, "msg", str(exc))
+                    what = "cut short" if at >= len(self._buf) or msg.startswith("Unterminated") else "not JSON"
+                    raise Malformed(f"{what} at character {self._base + at}: {msg}") from None
                 continue
             if isinstance(value, (int, float)) and _NUMBER_GOES_ON.match(self._buf, end) and self._more():
                 continue  # "2." or "2.5e" at the end of a chunk: the number goes on in the next one
