@@ -294,3 +294,12 @@ def test_no_sample_of_any_shape_crashes_the_reading_of_an_answer(capsys, stand_i
             continue
         assert code == 1 and "internal error" not in err, (field, bad, err)
         assert statuses(out)["n2:9858"] != "pass", (field, bad)
+
+
+def test_a_selector_picking_more_targets_than_one_run_judges_is_a_usage_error(capsys, stand_in, monkeypatch):
+    from gpudiag.fleet import prometheus
+
+    monkeypatch.setattr(prometheus, "MAX_NODES", 3)
+    many = stand_in(lambda q, h: success([sample(1, instance=f"n{i}:9858") for i in range(4)]))
+    code, out, err = run(capsys, "--prometheus", many.url)
+    assert (code, out) == (2, "") and "more than 3 targets" in err and err.count("\n") == 1

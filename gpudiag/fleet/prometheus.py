@@ -29,7 +29,7 @@ from typing import Callable, Optional
 from gpudiag.checks.verdicts import TABLE
 from gpudiag.fleet.model import (FIGURES, MAX_FAILURES, MAX_GPUS, Failure, NodeFacts, NothingToJudge, SourceError,
                                  ecc_mode, pcie_link, watts)
-from gpudiag.fleet.prometheus_api import Answer, Connection, QueryFailed
+from gpudiag.fleet.prometheus_api import Answer, Connection, QueryFailed, TooManySeries
 from gpudiag.model import Status
 
 DEFAULT_SELECTOR = '{job=~"gpudiag.*"}'  # the alert rules' convention: scrape jobs named gpudiag*
@@ -110,6 +110,9 @@ class _Queries:
         try:
             answer = pending.result() if pending is not None else self._ask(promql, keep, per_node)
         except QueryFailed as exc:
+            if required and isinstance(exc, TooManySeries):
+                raise SourceError(f"the selector picks more than {MAX_NODES:,} targets: judge one fleet at a time "
+                                  "(--selector)") from None
             if required:
                 raise NothingToJudge(f"Prometheus did not answer: {exc}") from None
             self.incomplete.append(str(exc))

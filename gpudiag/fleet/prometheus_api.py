@@ -52,6 +52,10 @@ class QueryFailed(Exception):
     """One query did not get a (complete) answer: the rest of the judgement goes on, marked incomplete."""
 
 
+class TooManySeries(QueryFailed):
+    """More samples than the caller's `max_samples`."""
+
+
 @dataclass
 class Answer:
     """An instant vector, reduced: each sample as (its `keep` label values..., value), value a float (NaN and
@@ -219,7 +223,7 @@ class _Reduce:
             self.answer.dropped[instance] += 1
             return
         if self.max_samples is not None and len(self.answer.samples) >= self.max_samples:
-            raise QueryFailed(f"{promql}: more than {self.max_samples:,} series")
+            raise TooManySeries(f"{promql}: more than {self.max_samples:,} series")
         self.answer.samples.append((*(self._strings.setdefault(v, v) for v in labels), reading))
 
 
