@@ -201,35 +201,43 @@ class _Reduce:
                  max_samples: Optional[int]) -> None:
         self.keep, self.per_node, self.instances, self.max_samples = keep, per_node, instances, max_samples
         self.answer = Answer()
-        self._per_instance: Counter = Counter()
+        self._per_instance: dict[str, int] = {}
         self._strings: dict[str, str] = {}  # one copy of each label value (instances repeat in every sample)
 
     def add(self, entry: Any, promql: str) -> None:
-        metric = entry.get("metric") if isinstance(entry, dict) else None
-        instance = metric.get("instance") if isinstance(metric, dict) else None
-        if not isinstance(instance, str) or not instance or len(instance) > LABEL_MAX_CHARS:
+        metric = entry.get("metric") if type(entry) is dict else None
+        instance = metric.get("instance") if type(metric) is dict else None
+        if type(instance) is not str or not instance or len(instance) > LABEL_MAX_CHARS:
             self.answer.unreadable[""] += 1
             return
         if self.instances is not None and instance not in self.instances:
             return  # not a node of this fleet (the first queries name them)
-        labels = [metric.get(name, "") for name in self.keep]
+        strings = self._strings
+        instance = strings.setdefault(instance, instance)
         reading = _reading(entry.get("value"))
-        if reading is None or not all(isinstance(v, str) and len(v) <= LABEL_MAX_CHARS for v in labels):
-            self.answer.unreadable[self._strings.setdefault(instance, instance)] += 1
+        kept = []
+        for name in self.keep:  # a plain loop: this runs for every sample of every answer
+            label = metric.get(name, "")
+            if type(label) is not str or len(label) > LABEL_MAX_CHARS:
+                reading = None
+                break
+            kept.append(strings.setdefault(label, label))
+        if reading is None:
+            self.answer.unreadable[instance] += 1
             return
-        instance = self._strings.setdefault(instance, instance)
-        self._per_instance[instance] += 1
-        if self.per_node is not None and self._per_instance[instance] > self.per_node:
+        count = self._per_instance[instance] = self._per_instance.get(instance, 0) + 1
+        if self.per_node is not None and count > self.per_node:
             self.answer.dropped[instance] += 1
             return
         if self.max_samples is not None and len(self.answer.samples) >= self.max_samples:
             raise TooManySeries(f"{promql}: more than {self.max_samples:,} series")
-        self.answer.samples.append((*(self._strings.setdefault(v, v) for v in labels), reading))
+        kept.append(reading)
+        self.answer.samples.append(tuple(kept))
 
 
 def _reading(value: Any) -> Optional[float]:
     """A sample's value, `[unix time, "text"]`: the number, NaN and infinities included; None if unreadable."""
-    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], str) or len(value[1]) > 64:
+    if type(value) is not list or len(value) != 2 or type(value[1]) is not str or len(value[1]) > 64:
         return None
     try:
         return float(value[1])
