@@ -53,12 +53,12 @@ def answers(nodes: int, answer_bytes: int, wide: bool) -> tuple[bytes, bytes, di
     """(the `up` answer, the large answer, and what a sound node answers to the queries that show it sound)."""
     names = [f"gpu-node-{i:05d}:9858" for i in range(nodes)]
 
-    def each(value: str) -> bytes:
-        return _body(f'{{"metric":{{"instance":"{n}"}},"value":[1.0,"{value}"]}}'.encode() for n in names)
+    def each(value: str, extra: str = "") -> bytes:
+        return _body(f'{{"metric":{{"instance":"{n}"{extra}}},"value":[1.0,"{value}"]}}'.encode() for n in names)
 
     up = each("1")
     sound = {"gpudiag_build_info": each("1"), "gpudiag_last_collection_timestamp_seconds": each("5"),
-             "count by (instance) (gpudiag_check_ok": each("40")}
+             "count_values": each("40", ',"ok":"1"')}
     samples, size, i = [], 0, 0
     while size < answer_bytes:
         node, gpu = names[i % nodes], i // nodes

@@ -31,15 +31,16 @@ def sample(value: float, **labels: str) -> dict:
     return {"metric": labels, "value": [time.time(), text]}
 
 
-def healthy(promql: str, *instances: str) -> list[dict]:
+def healthy(promql: str, *instances: str, not_ok: tuple[str, ...] = ()) -> list[dict]:
     """What a node that completed a recent collection answers to the queries that show it (fleet.prometheus):
-    gpudiag series, a collection 5 s old, 40 check series, no collector failing."""
+    gpudiag series, a collection 5 s old, 40 check series of value 1 (and one of value 0 on each node of
+    `not_ok`, whose failing checks are then asked for), no collector failing."""
     if "gpudiag_build_info" in promql:
         return [sample(1, instance=i) for i in instances]
     if "gpudiag_last_collection_timestamp_seconds" in promql:
         return [sample(5.0, instance=i) for i in instances]
-    if promql.startswith("count by (instance) (gpudiag_check_ok"):
-        return [sample(40, instance=i) for i in instances]
+    if promql.startswith("count_values by (instance)") and "gpudiag_check_ok" in promql:
+        return [sample(40, instance=i, ok="1") for i in instances] + [sample(1, instance=i, ok="0") for i in not_ok]
     return []
 
 

@@ -145,7 +145,7 @@ def test_failing_checks_come_from_check_ok_and_undecided_ones_are_told_apart(cap
         if promql.startswith("up{"):
             return _success([_sample(1, instance=odd), _sample(1, instance="n2:9858")])
         if healthy(promql, odd):
-            return _success(healthy(promql, odd, "n2:9858"))
+            return _success(healthy(promql, odd, "n2:9858", not_ok=(odd,)))
         if "gpudiag_check_ok" in promql:
             return _success([_sample(0, instance=odd, check="pcie.link_width", gpu="1"),
                              _sample(0, instance=odd, check="kernel_log.xid", gpu="")])
@@ -190,7 +190,7 @@ def test_a_partial_answer_is_reported_and_not_a_pass(capsys, stand_in):
     verdict = json.loads(out)
     (node,) = verdict["nodes"]  # its failing checks were not all read: not shown sound
     assert node["status"] == "unknown" and [f["kind"] for f in node["findings"]] == ["unread"]
-    assert "its failing checks: a partial answer" in node["findings"][0]["message"]
+    assert "its check results: a partial answer" in node["findings"][0]["message"]
     assert (code, verdict["status"], verdict["complete"]) == (1, "unknown", False)
     assert any("store eu-2 unreachable" in w for w in verdict["warnings"]) and "partial response" in err
     whole = json.loads(run(capsys, "--prometheus", stand_in(

@@ -1,10 +1,11 @@
 """Source: a Prometheus server that scrapes `gpudiag serve` (or node_exporter's textfile of `gpudiag textfile`).
 
 A fixed set of queries whatever the fleet's size (never one per node), each aggregated in PromQL down to the
-labels the judgement needs: 2,000 nodes x 8 GPUs is ~16,000 short series per per-GPU query. Only the checks that
-are not OK and the GPUs that are not up come back as such (`!= 1` in Prometheus: 0, and NaN too, which `== 0`
-would hide). The first three queries (targets, gpudiag series, last collections) name the nodes; the rest are
-sent together and read only for those nodes.
+labels the judgement needs: 2,000 nodes x 8 GPUs is ~16,000 short series per per-GPU query. One pass over the
+check states counts each node's series by value (count_values); only the nodes with one that is not 1 are then
+asked which (`!= 1` in Prometheus: 0, and NaN too, which `== 0` would hide); the GPUs that are not up come back
+as such. The first three queries (targets, gpudiag series, last collections) name the nodes; the rest are sent
+together and read only for those nodes.
 
 A node is sound only on positive evidence: a recent complete collection (gpudiag_last_collection_timestamp_seconds
 within --stale-after), no part of its last cycle failing (gpudiag_collector_success{collector="collection"|
@@ -197,6 +198,7 @@ class _Evidence:
     def __init__(self) -> None:
         self.failing_collectors: dict[str, list[tuple[str, float]]] = defaultdict(list)
         self.check_series: dict[str, float] = {}
+        self.not_ok: set[str] = set()  # nodes with a gpudiag_check_ok series of a value other than 1
         self.read = True  # both queries answered
 
 
@@ -236,22 +238,35 @@ def _collection_evidence(facts: NodeFacts, ages: dict[str, float], gpudiag_nodes
 def _read_rest(q: _Queries, node: Lookup, evidence: _Evidence) -> None:
     _read_evidence(q, node, evidence)
     _read_gpus(q, node)
-    _read_checks(q, node)
+    _read_checks(q, node, evidence)
     _read_properties(q, node)
     _read_figures(q, node)
 
 
 def _read_evidence(q: _Queries, node: Lookup, evidence: _Evidence) -> None:
+    """The failing collectors; and per node, how many check series it has of each value: one pass over
+    gpudiag_check_ok says which nodes have check results at all and which have one that is not OK (only those
+    are then asked which: _read_checks)."""
     what = "whether its last collection completed"
     collectors = q.run(f"{q.series('gpudiag_collector_success', _is('collector', '=~', 'collection|checks'))} != 1",
                        what, ("instance", "collector"), per_node=4)
-    counted = q.run(f"count by (instance) ({q.series('gpudiag_check_ok')})", "its check results")
-    evidence.read = not (collectors.failed or counted.failed)
+    values = q.run(f'count_values by (instance) ("ok", {q.series("gpudiag_check_ok")})', "its check results",
+                   ("instance", "ok"), per_node=8)
+    evidence.read = not (collectors.failed or values.failed)
     q.unreadable(collectors, what, node)
-    q.unreadable(counted, "its check results", node)
+    q.unreadable(values, "its check results", node)
     for instance, collector, success in collectors.samples:
         evidence.failing_collectors[instance].append((collector, success))
-    evidence.check_series.update(counted.samples)
+    for instance, ok, count in values.samples:
+        evidence.check_series[instance] = evidence.check_series.get(instance, 0) + count
+        if ok != "1":
+            evidence.not_ok.add(instance)
+    evidence.not_ok.update(values.dropped)  # more than 8 distinct values: not all 1
+
+
+def _narrowed(instances: set[str]) -> list[str]:
+    """A matcher for exactly `instances`, when they are few enough to name (else none: every node is asked)."""
+    return [_is("instance", "=~", _alternation(sorted(instances)))] if len(instances) <= MAX_NAMED_INSTANCES else []
 
 
 def _gpu(label: str) -> Optional[int]:
@@ -300,14 +315,16 @@ def _over_gpus(q: _Queries, answer: Answer, what: str, node: Lookup) -> None:
             facts.add_unread(f"{what}: GPUs past the first {MAX_GPUS}")
 
 
-def _read_checks(q: _Queries, node: Lookup) -> None:
-    """The (check, GPU) pairs that are not OK from gpudiag_check_ok (0: fail or unknown; NaN or another value:
-    unreadable), a fifth of the state set's series; then which of them are `unknown`, asked of the failing nodes
-    only. Warnings are not read from Prometheus: they change no exit code, and reading them costs a pass over a
-    fifth of the state set."""
+def _read_checks(q: _Queries, node: Lookup, evidence: _Evidence) -> None:
+    """The (check, GPU) pairs that are not OK (gpudiag_check_ok 0: fail or unknown; NaN or another value:
+    unreadable), asked of the nodes _read_evidence found with one; then which of them are `unknown`, asked of the
+    failing nodes. Warnings are not read from Prometheus: they change no exit code, and reading them costs a pass
+    over a fifth of the state set."""
+    if q.recording or not evidence.not_ok:
+        return
     failing: dict[tuple[str, str, str], Failure] = {}
-    not_ok = q.run(f"{q.series('gpudiag_check_ok')} != 1", "its failing checks", ("instance", "check", "gpu"),
-                   per_node=MAX_FAILURES)
+    not_ok = q.run(f"{q.series('gpudiag_check_ok', *_narrowed(evidence.not_ok))} != 1", "its failing checks",
+                   ("instance", "check", "gpu"), per_node=MAX_FAILURES, covers=set(evidence.not_ok))
     q.unreadable(not_ok, "its failing checks", node)
     for instance, count in not_ok.dropped.items():
         if node(instance) is not None:
@@ -323,11 +340,10 @@ def _read_checks(q: _Queries, node: Lookup) -> None:
         failing[(instance, check, gpu)] = failure
         facts.add_failure(failure)
     if failing:
-        instances = sorted({instance for instance, _, _ in failing})
-        narrow = [_is("instance", "=~", _alternation(instances))] if len(instances) <= MAX_NAMED_INSTANCES else []
-        undecided = q.run(f'{q.series("gpudiag_check_status", _is("status", "=", "unknown"), *narrow)} == 1',
-                          "which failing checks could not decide", ("instance", "check", "gpu"),
-                          per_node=MAX_FAILURES, covers=set(instances))
+        instances = {instance for instance, _, _ in failing}
+        undecided = q.run(f'{q.series("gpudiag_check_status", _is("status", "=", "unknown"), *_narrowed(instances))}'
+                          " == 1", "which failing checks could not decide", ("instance", "check", "gpu"),
+                          per_node=MAX_FAILURES, covers=instances)
         for instance, check, gpu, _ in undecided.samples:
             found = failing.get((instance, check, gpu))
             if found is not None:
