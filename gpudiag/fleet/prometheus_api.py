@@ -252,8 +252,8 @@ def _parse(reader: Reader, promql: str, reduce: _Reduce) -> Answer:
         if key == "data":
             for name in reader.members():
                 if name == "result":
-                    for _ in reader.elements():
-                        reduce.add(reader.value(SAMPLE_MAX_CHARS), promql)
+                    for entry in reader.values(SAMPLE_MAX_CHARS):
+                        reduce.add(entry, promql)
                 else:
                     _keep(scalars, "data." + name, reader.value(OTHER_MAX_CHARS))
         elif key == "warnings":  # a remote-read or federated store failed: the answer may lack series

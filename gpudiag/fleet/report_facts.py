@@ -50,8 +50,8 @@ def read_report(reader: Reader, origin: str, max_chars: Optional[int] = None) ->
         for key in reader.members():
             if key == "results":
                 results = True
-                for _ in reader.elements():
-                    facts.add(reader.value(RESULT_MAX_CHARS))
+                for result in reader.values(RESULT_MAX_CHARS):
+                    facts.add(result)
                     if max_chars is not None and reader.offset - start > max_chars:
                         raise Malformed(f"over {max_chars:,} characters")
             elif key in ("schema_version", "hostname", "collected_at"):
