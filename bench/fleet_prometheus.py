@@ -9,7 +9,12 @@ a failing GPU (pcie.link_width), another driver, and GPU 0 copying 15 % slower.
 `gpudiag fleet` runs as its own process; its peak RSS is read from the kernel's accounting of that process
 (wait4), its wall time from outside. Prometheus's own load is not in the figures.
 
-Usage: python3 bench/fleet_prometheus.py [--nodes 2000] [--gpus 8] [--checks 12] [--json OUT]
+`--repeat N` runs it N times and gives the median wall time; `--tree DIR` (again and again) runs the gpudiag of
+another checkout too, interleaved with this one's on the same Prometheus: an A/B of two versions under the same
+load (only this checkout's answer is checked).
+
+Usage: python3 bench/fleet_prometheus.py [--nodes 2000] [--gpus 8] [--checks 12] [--repeat 1] [--tree DIR]...
+[--json OUT]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,17 +128,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Linux counts in a child's peak RSS the memory of the process it was spawned from (exec records the old address
+# space's high-water mark, and a vfork or fork child starts in its parent's): a benchmark that holds 500 MiB would
+# see every child it times "peak" at 500 MiB. So the timed command is spawned by a small launcher of its own
+# (python -I -S, ~9 MiB), which times it and reads its rusage, and writes both to a pipe.
+_LAUNCHER = (
+    "import os, sys, time\n"
+    "started = time.monotonic()\n"
+    "pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "os.write(int(sys.argv[1]), f'{time.monotonic() - started} {usage.ru_maxrss}'.encode())\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
 def timed(argv: list[str], **kwargs) -> tuple[float, int, int, str, str]:
     """(wall seconds, peak RSS in KiB of that process alone, exit status, stdout, stderr)."""
-    started = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, **kwargs)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.monotonic() - started
-        out.seek(0)
-        err.seek(0)
-        return wall, usage.ru_maxrss, proc.returncode, out.read().decode(), err.read().decode()
+    read, write = os.pipe()
+    try:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LAUNCHER, str(write), *argv], stdout=out,
+                                    stderr=err, pass_fds=(write,), **kwargs)
+            os.close(write)
+            write = -1
+            measured = os.read(read, 256).decode().split()
+            proc.wait()
+            out.seek(0)
+            err.seek(0)
+            wall, rss = (float(measured[0]), int(measured[1])) if len(measured) == 2 else (float("nan"), 0)
+            return wall, rss, proc.returncode, out.read().decode(), err.read().decode()
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
 
 
 def main() -> int:
@@ -140,6 +168,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--checks", type=int, default=12, help="per-GPU checks with state-set series (of 16)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each gpudiag; the median wall time is given")
+    parser.add_argument("--tree", type=Path, action="append", default=[], help="another checkout's gpudiag, too")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if not (4 <= args.checks <= len(CHECKS) and args.nodes >= 6 and args.gpus >= 1):
@@ -165,26 +195,41 @@ def main() -> int:
              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", "--query.lookback-delta=1h"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         api = f"http://127.0.0.1:{port}"
+        trees = [REPO, *args.tree]
+        runs: dict[Path, list[tuple[float, int, int, str, str]]] = {tree: [] for tree in trees}
         try:
             _wait_ready(api, args.nodes)
-            wall, rss, code, out, err = timed(
-                [sys.executable, "-m", "gpudiag", "fleet", "--prometheus", api, "--selector", '{job="gpudiag"}',
-                 "--json", "--timeout", "300", "--stale-after", "3600"],
-                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+            for _ in range(max(1, args.repeat)):
+                for tree in trees:
+                    runs[tree].append(timed(
+                        [sys.executable, "-m", "gpudiag", "fleet", "--prometheus", api, "--selector", '{job="gpudiag"}',
+                         "--json", "--timeout", "300", "--stale-after", "3600"],
+                        cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}))
         finally:
             prometheus.terminate()
             prometheus.wait(timeout=30)
-    verdict = json.loads(out) if out else {}
-    flagged = {n["node"]: n["status"] for n in verdict.get("nodes", []) if n["status"] != "pass"}
     expected = {faulty["failing"]: "fail", faulty["drift"]: "drift", faulty["slow"]: "lag"}
-    print(f"gpudiag fleet: {wall:.2f} s wall, peak RSS {rss / 1024:.0f} MiB, exit {code}; "
-          f"{len(verdict.get('nodes', []))} nodes judged, flagged {flagged}")
-    correct = code == 1 and flagged == expected
-    print("named exactly the three faulty nodes" if correct else f"WRONG: expected {expected}; stderr: {err[-500:]}")
+    correct, figures = True, {}
+    for tree in trees:
+        walls = sorted(run[0] for run in runs[tree])
+        wall, rss = statistics.median(walls), max(run[1] for run in runs[tree])
+        _, _, code, out, err = runs[tree][-1]
+        verdict = json.loads(out) if out.startswith("{") else {}
+        flagged = {n["node"]: n["status"] for n in verdict.get("nodes", []) if n["status"] != "pass"}
+        which = "" if tree == REPO else f" ({tree})"
+        print(f"gpudiag fleet{which}: {wall:.2f} s wall (median of {len(walls)}: {', '.join(f'{w:.2f}' for w in walls)})"
+              f", peak RSS {rss / 1024:.0f} MiB, exit {code}; {len(verdict.get('nodes', []))} nodes judged, "
+              f"flagged {flagged}")
+        figures[str(tree)] = {"wall_seconds": round(wall, 3), "walls": [round(w, 3) for w in walls],
+                              "peak_rss_mib": round(rss / 1024, 1)}
+        if tree == REPO:
+            correct = code == 1 and flagged == expected
+            print("named exactly the three faulty nodes" if correct else
+                  f"WRONG: expected {expected}; stderr: {err[-500:]}")
     if args.json:
         args.json.write_text(json.dumps({"nodes": args.nodes, "gpus": args.gpus, "series": int(faulty["series"]),
-                                         "wall_seconds": round(wall, 3), "peak_rss_mib": round(rss / 1024, 1),
-                                         "correct": correct}, indent=2) + "\n")
+                                         **figures.pop(str(REPO)), "others": figures, "correct": correct},
+                                        indent=2) + "\n")
     return 0 if correct else 1
 
 

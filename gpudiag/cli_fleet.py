@@ -40,7 +40,8 @@ def fleet(
 ) -> None:
     """Judge many nodes at once: which fail, which are silent, which drift from their peers, which lag behind them."""
     from gpudiag.fleet import NothingToJudge, SourceError, judge
-    from gpudiag.fleet.render import render
+    from gpudiag.fleet.render import write
+    from gpudiag.report.text import clean
 
     if bool(prometheus) == bool(reports):
         raise UsageProblem("give either --prometheus URL or report files / directories / - (not both, not neither)")
@@ -74,8 +75,8 @@ def fleet(
         raise typer.Exit(EXIT_NOTHING_PROBED)
     complete = not any(w.startswith("incomplete:") for w in warnings)
     verdict = judge(nodes, threshold / 100.0, source, warnings, complete)
-    for warning in warnings:
-        print(f"gpudiag: warning: {warning}", file=sys.stderr)
-    sys.stdout.write(render("json" if as_json else fmt.value, verdict))
+    for warning in warnings:  # hostnames and skipped text come from the input: no terminal controls
+        print(f"gpudiag: warning: {clean(warning)}", file=sys.stderr)
+    write("json" if as_json else fmt.value, verdict, sys.stdout)
     sys.stdout.flush()
     raise typer.Exit(EXIT_OK if verdict.status in ("pass", "warn") else EXIT_FAILED)

@@ -20,6 +20,20 @@ FIRMWARE = {"inforom_ecc": "7.16", "inforom_image": "G520.0282.02.02", "inforom_
 Edit = Callable[[dict], None]
 
 
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """`gpudiag fleet ARGV...` in this process: (exit code, stdout, stderr)."""
+    from gpudiag import cli
+
+    code = cli.main(["fleet", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def statuses(out: str) -> dict[str, str]:
+    """node → status, from `gpudiag fleet --json` output."""
+    return {n["node"]: n["status"] for n in json.loads(out)["nodes"]}
+
+
 def fleet_report(hostname: str, gpus: int = 2, seed: int = 0, edit: Optional[Edit] = None) -> dict:
     template = json.loads(TEMPLATE.read_text())
     noise = random.Random(f"{hostname}/{seed}")

@@ -1,5 +1,6 @@
 """`gpudiag fleet --prometheus`: end to end against a real Prometheus scraping three `gpudiag serve` processes over
-fake nodes, and against a stand-in Prometheus for what a real one rarely does on cue (slow, partial, refusing)."""
+fake nodes, and against a stand-in Prometheus (tests/prometheus_stand_in.py) for what a real one rarely does on cue
+(slow, partial, refusing)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,10 @@ import base64
 import json
 import os
 import re
-import ssl
 import subprocess
 import sys
-import threading
 import time
-import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -23,20 +19,17 @@ from gpudiag import cli
 from gpudiag.fleet import NodeFacts
 from gpudiag.fleet.prometheus import read_prometheus
 from gpudiag.fleet.prometheus_api import Connection
-from gpudiag.fleet.reports import node_facts
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.nvidia_node import sysfs_for
+from gpudiag.fleet.report_facts import node_facts
 from tests.exporter_support import wait_for
+from tests.fakes.fake_nvml import FakeNode, installed
+from tests.fleet_support import run
+from tests.nvidia_node import sysfs_for
+from tests.prometheus_stand_in import TLS, fleet_answers, healthy, stand_in  # noqa: F401 - stand_in: a fixture
+from tests.prometheus_stand_in import sample as _sample
+from tests.prometheus_stand_in import success as _success
 from tests.test_prometheus import free_port, needs_prometheus, query, start_prometheus, stop
 
 REPO = Path(__file__).resolve().parent.parent
-TLS = Path(__file__).parent / "fixtures" / "tls"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(["fleet", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # -- a real Prometheus over three `gpudiag serve` ------------------------------------------------------------------
@@ -133,82 +126,6 @@ def report_facts(capsys, root: Path, *node_args: str) -> NodeFacts:
 
 # -- a stand-in Prometheus ------------------------------------------------------------------------------------------
 
-Answer = Callable[[str, dict], tuple[int, dict]]
-
-
-def _success(result: list, **extra) -> tuple[int, dict]:
-    return 200, {"status": "success", "data": {"resultType": "vector", "result": result}, **extra}
-
-
-def _sample(value: float, **labels: str) -> dict:
-    return {"metric": labels, "value": [time.time(), str(value)]}
-
-
-def fleet_answers(promql: str, headers: dict) -> tuple[int, dict]:
-    """Two nodes, one target down; everything else empty."""
-    if promql.startswith("up{"):
-        return _success([_sample(1, instance="n1:9858"), _sample(0, instance="n2:9858")])
-    if "gpudiag_build_info" in promql:
-        return _success([_sample(1, instance="n1:9858")])
-    if "gpudiag_gpu_info" in promql:
-        return _success([_sample(1, instance="n1:9858", gpu="0", pci_bus_id="0000:19:00.0", model="NVIDIA H200",
-                                 driver_version="580.159.04", vbios_version="96.00.A5.00.1A")])
-    return _success([])
-
-
-class StandIn:
-    def __init__(self, answer: Answer, delay: float = 0.0, tls: bool = False) -> None:
-        self.answer, self.delay, self.seen, self.location = answer, delay, [], ""
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
-                stand_in.seen.append((self.path, form, dict(self.headers)))
-                time.sleep(stand_in.delay)
-                code, body = stand_in.answer(form["query"][0], dict(self.headers))
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                if stand_in.location:
-                    self.send_header("Location", stand_in.location)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up waiting, as it should
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        if tls:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(TLS / "server.crt", TLS / "server.key")
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-            self.url = self.url.replace("http:", "https:")
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def stand_in():
-    made = []
-
-    def make(answer: Answer = fleet_answers, delay: float = 0.0, tls: bool = False) -> StandIn:
-        made.append(StandIn(answer, delay, tls))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
 def test_a_fixed_handful_of_queries_names_the_down_target(capsys, stand_in):
     server = stand_in()
     code, out, _ = run(capsys, "--prometheus", server.url, "--json")
@@ -217,7 +134,7 @@ def test_a_fixed_handful_of_queries_names_the_down_target(capsys, stand_in):
     assert {n["node"]: n["status"] for n in verdict["nodes"]} == {"n1:9858": "pass", "n2:9858": "silent"}
     assert "scrape target down" in verdict["nodes"][1]["findings"][0]["message"]
     queries = [form["query"][0] for _, form, _ in server.seen]
-    assert len(queries) <= 16 and all(path == "/api/v1/query" for path, _, _ in server.seen)
+    assert len(queries) <= 18 and all(path == "/api/v1/query" for path, _, _ in server.seen)
     assert all('job=~"gpudiag.*"' in q for q in queries if "{" in q)  # the default selector everywhere
 
 
@@ -227,8 +144,8 @@ def test_failing_checks_come_from_check_ok_and_undecided_ones_are_told_apart(cap
     def answers(promql, headers):
         if promql.startswith("up{"):
             return _success([_sample(1, instance=odd), _sample(1, instance="n2:9858")])
-        if "gpudiag_build_info" in promql:
-            return _success([_sample(1, instance=odd), _sample(1, instance="n2:9858")])
+        if healthy(promql, odd):
+            return _success(healthy(promql, odd, "n2:9858", not_ok=(odd,)))
         if "gpudiag_check_ok" in promql:
             return _success([_sample(0, instance=odd, check="pcie.link_width", gpu="1"),
                              _sample(0, instance=odd, check="kernel_log.xid", gpu="")])
@@ -271,7 +188,9 @@ def test_a_partial_answer_is_reported_and_not_a_pass(capsys, stand_in):
 
     code, out, err = run(capsys, "--prometheus", stand_in(partial).url, "--json")
     verdict = json.loads(out)
-    assert [n["status"] for n in verdict["nodes"]] == ["pass"]
+    (node,) = verdict["nodes"]  # its failing checks were not all read: not shown sound
+    assert node["status"] == "unknown" and [f["kind"] for f in node["findings"]] == ["unread"]
+    assert "its check results: a partial answer" in node["findings"][0]["message"]
     assert (code, verdict["status"], verdict["complete"]) == (1, "unknown", False)
     assert any("store eu-2 unreachable" in w for w in verdict["warnings"]) and "partial response" in err
     whole = json.loads(run(capsys, "--prometheus", stand_in(
@@ -294,9 +213,9 @@ def test_a_slow_prometheus_is_given_up_on_and_the_verdict_is_incomplete(capsys, 
     assert time.monotonic() - started < 5
     verdict = json.loads(out)
     assert code == 1 and verdict["complete"] is False
-    assert any(w.startswith("incomplete:") and "no answer within" in w for w in verdict["warnings"])
+    assert any(w.startswith("incomplete:") and "no complete answer within" in w for w in verdict["warnings"])
     text = run(capsys, "--prometheus", stand_in(slow_checks).url, "--timeout", "1.5")[1]
-    assert text.startswith("gpudiag fleet: FAIL INCOMPLETE (see SOURCE): 2 node(s): 1 silent, 1 pass")
+    assert text.startswith("gpudiag fleet: FAIL INCOMPLETE (see SOURCE): 2 node(s): 1 silent, 1 unknown")
 
 
 def test_unreachable_is_nothing_to_judge_exit_3(capsys):

@@ -11,17 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
-from tests.fleet_support import checks, fleet_report, on_gpu, write_fleet
+from tests.fleet_support import checks, fleet_report, on_gpu, run, write_fleet
 
 xmlschema = pytest.importorskip("xmlschema", reason="the xmlschema package validates JUnit output (test dependency)")
 XSD = Path(__file__).parent / "schemas" / "junit-10.xsd"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(["fleet", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def slow_copy(report: dict) -> None:  # GPU 1's host-to-GPU copies 15 % slower, as behind a marginal riser
@@ -138,36 +131,58 @@ def test_the_stream_reader_bounds_each_report(monkeypatch):
 
     monkeypatch.setattr(reports, "REPORT_MAX_BYTES", 1000)
     monkeypatch.setattr(reports, "_CHUNK", 256)
-    endless = io.BytesIO(b'{"results": [' + b'"x",' * 10_000)
-    with pytest.raises(reports.SourceError, match="report 1: too large"):
-        list(reports.read_stream(endless, "standard input"))
+    endless = io.BytesIO(b'{"schema_version": 1, "hostname": "big", "results": [' + b'"x",' * 10_000)
+    (read,) = reports.read_stream(endless, "standard input")
+    assert read.facts.node == "big" and "over 1,000 characters" in read.skipped
+    assert read.facts.unread and read.facts.failures == []
 
 
-def test_a_host_reported_twice_is_judged_once_with_a_warning(capsys, tmp_path):
-    first = fleet_report("twice")
-    second = fleet_report("twice", edit=slow_copy)
-    second["collected_at"] = "2026-12-02T00:00:00+00:00"
-    (tmp_path / "a.json").write_text(json.dumps(second))
-    (tmp_path / "b.json").write_text(json.dumps(first))
+def test_a_host_reported_twice_is_judged_by_its_worst_report_and_flagged(capsys, tmp_path):
+    def failing(report: dict) -> None:
+        on_gpu(report, "pcie.link_width", 1).update(status="fail", action="drain", message="GPU 1 link x8")
+
+    # The failing report is the newer one, although its time sorts first as text (an offset of -02:00).
+    (tmp_path / "a.json").write_text(json.dumps(dict(fleet_report("twice", edit=failing),
+                                                     collected_at="2026-12-01T23:30:00-02:00")))
+    (tmp_path / "b.json").write_text(json.dumps(dict(fleet_report("twice"), collected_at="2026-12-02T00:30:00+00:00")))
     code, out, err = run(capsys, str(tmp_path), "--json")
     verdict = json.loads(out)
-    assert len(verdict["nodes"]) == 1 and verdict["warnings"] == ["twice: 2 reports, judged the newest"]
-    assert "judged the newest" in err
+    assert code == 1 and verdict["status"] == "fail"
+    (node,) = verdict["nodes"]
+    assert node["status"] == "fail" and [f["kind"] for f in node["findings"]] == ["fail", "conflict"]
+    assert f"{tmp_path / 'b.json'}: pass, collected 2026-12-02T00:30:00+00:00" in node["findings"][1]["message"]
+    assert verdict["warnings"] == [f"twice: 2 reports claim this hostname; judged the worst ({tmp_path / 'a.json'})"]
+    assert "claim this hostname" in err
+    # Alike reports: the newer one by time (a.json, 01:30 UTC) is judged, not the one whose text sorts last.
+    (tmp_path / "a.json").write_text(json.dumps(dict(fleet_report("twice"), collected_at="2026-12-01T23:30:00-02:00")))
+    code, out, _ = run(capsys, str(tmp_path), "--json")
+    verdict = json.loads(out)
+    assert code == 0 and verdict["nodes"][0]["status"] == "warn"  # the conflict is flagged, nothing failed
+    assert verdict["warnings"] == [f"twice: 2 reports claim this hostname; judged the worst ({tmp_path / 'a.json'})"]
 
 
 @pytest.mark.parametrize("content, fragment", [
     ("[1, 2]", "not a gpudiag check report"),
     ('{"schema_version": 2, "hostname": "x", "results": []}', "schema_version 2"),
     ('{"schema_version": 1, "results": []}', "names no hostname"),
-    ("{not json", "not JSON"),
-    ("[" * 100_000, "nested deeper"),
+    ("{not json", "not a readable report"),
+    ('{"schema_version": 1, "hostname": "x", "results": [' + "[" * 100_000, "nested too deeply"),
 ])
-def test_a_bad_report_is_one_line_and_exit_2(capsys, tmp_path, content, fragment):
+def test_a_report_that_cannot_be_read_is_skipped_and_its_node_unknown(capsys, tmp_path, content, fragment):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    code, out, err = run(capsys, str(path))
-    assert (code, out) == (2, "") and err.startswith("gpudiag: error: ") and err.count("\n") == 1, err
+    code, out, err = run(capsys, str(path), "--json")
+    verdict = json.loads(out)
+    assert (code, verdict["status"], verdict["complete"]) == (1, "unknown", False)
+    (node,) = verdict["nodes"]
+    assert node["node"] in ("bad", "x") and node["status"] == "unknown"
+    assert err.startswith("gpudiag: warning: incomplete: ") and err.count("\n") == 1, err
     assert fragment in err and str(path) in err
+
+
+def test_a_path_that_is_not_there_is_a_usage_error(capsys, tmp_path):
+    code, out, err = run(capsys, str(tmp_path / "missing.json"))
+    assert (code, out) == (2, "") and "cannot read" in err and err.count("\n") == 1
 
 
 def test_a_fifo_is_refused_not_waited_on(capsys, tmp_path):
@@ -199,8 +214,10 @@ def test_hostile_names_and_messages_reach_no_terminal(capsys, tmp_path):
 
     report = fleet_report("evil\x1b[31mhost", edit=hostile)
     (tmp_path / "evil.json").write_text(json.dumps(report))
-    code, out, _ = run(capsys, str(tmp_path))
+    (tmp_path / "evil-again.json").write_text(json.dumps(report))  # a warning names the hostname on stderr
+    code, out, err = run(capsys, str(tmp_path))
     assert code == 1 and "\x1b" not in out and "\x07" not in out and "\nFAIL forged" not in out
+    assert "claim this hostname" in err and "\x1b" not in err
     junit = run(capsys, str(tmp_path), "--format", "junit")[1]
     xmlschema.XMLSchema(str(XSD)).validate(junit)
 

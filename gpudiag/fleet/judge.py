@@ -1,7 +1,10 @@
 """The fleet verdict: pure functions of the nodes' normalised facts (fleet.model), whatever source they came from.
 
 - fail:   a check failed or could not decide (unknown: not shown healthy, as gpudiag_check_ok reads it) on the node.
-- silent: the node, or one of its GPUs, does not report (target down, exporter stale, gpudiag_device_up 0).
+- silent: the node, or one of its GPUs, does not report a current collection (target down, no collection completed
+          yet, stale, the last one overran, gpudiag_device_up 0, an empty report).
+- unknown: part of what would show the node sound was not read (a query that failed, a report or a value that
+          could not be read, no check results): not shown sound, so never pass.
 - drift:  among nodes with GPUs of one model, the node (or GPU) has a value of a property that most of them do not
           (driver, runtime, VBIOS, firmware, GPU count, PCIe link, power limit, ECC, partition mode).
 - lag:    a load-test figure of one of its GPUs is more than `threshold` below the median of the same GPU index on
@@ -10,12 +13,13 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
-from gpudiag.fleet.model import (FIGURES, FIRMWARE_PREFIX, GPU_PROPERTIES, NODE_PROPERTIES, NODE_SEVERITY, UNSOUND,
-                                 FleetVerdict, NodeFacts, NodeVerdict)
+from gpudiag.fleet.model import (FIGURES, FIRMWARE_PREFIX, GPU_PROPERTIES, KIND_STATUS, MAX_FAILURES, MAX_LISTED,
+                                 NODE_PROPERTIES, NODE_SEVERITY, UNSOUND, FleetVerdict, NodeFacts, NodeVerdict)
 
 MIN_PEERS = 3  # fewer nodes of a model have no meaningful median
 UNKNOWN_MODEL = "unknown model"
@@ -59,16 +63,20 @@ _SILENT_ADVICE = {
     "gpu": "The GPU does not answer: `gpudiag check --only inventory` on the node; a GPU off the bus or lost needs "
            "a reboot, then an RMA if it stays gone.",
 }
+_UNREAD_ADVICE = ("Nothing shows this node sound: see SOURCE for what could not be read; rerun when Prometheus answers "
+                  "in full, or run `gpudiag check` on the node.")
+_CONFLICT_ADVICE = ("Several reports claim this hostname: two nodes may share it (a cloned image), or a run wrote "
+                    "to two files. Give each node its own hostname and report file (`srun --output reports/%N.json`).")
 
 
 def judge(nodes: Iterable[NodeFacts], threshold: float = 0.05, source: str = "",
           warnings: Optional[list[str]] = None, complete: bool = True) -> FleetVerdict:
-    """The verdict on `nodes`. `complete` False (a query timed out, a partial answer) makes a fleet with no unsound
-    node `unknown` rather than `pass`: what was not read was not shown sound."""
+    """The verdict on `nodes`. `complete` False (a query timed out, a partial answer, a report skipped) makes a
+    fleet with no unsound node `unknown` rather than `pass`: what was not read was not shown sound."""
     nodes = sorted(nodes, key=lambda n: n.node)
     findings: dict[str, list[dict]] = {n.node: [] for n in nodes}
     for node in nodes:
-        findings[node.node] += _failures(node) + _silences(node)
+        findings[node.node] += _failures(node) + _silences(node) + _unread(node) + _conflicts(node)
     drift = find_drift(nodes)
     for group in drift:
         for minority in group["minority"]:
@@ -79,29 +87,61 @@ def judge(nodes: Iterable[NodeFacts], threshold: float = 0.05, source: str = "",
         findings[outlier["node"]].append(_lag_finding(outlier, threshold))
     verdicts = []
     for node in nodes:
-        kinds = [f["kind"] for f in findings[node.node]] + (["warn"] if node.warnings else [])
-        statuses = ["fail" if k == "unknown" else k for k in kinds] or ["pass"]
-        verdicts.append(NodeVerdict(node.node, max(statuses, key=NODE_SEVERITY.__getitem__), findings[node.node]))
+        statuses = [KIND_STATUS[f["kind"]] for f in findings[node.node]] + (["warn"] if node.warnings else [])
+        verdicts.append(NodeVerdict(node.node, max(statuses or ["pass"], key=NODE_SEVERITY.__getitem__),
+                                    findings[node.node]))
     if any(v.status in UNSOUND for v in verdicts):
         status = "fail"
+    elif not complete or any(v.status == "unknown" for v in verdicts):
+        status = "unknown"
     else:
         status = "warn" if any(v.status == "warn" for v in verdicts) else "pass"
-        status = status if complete else "unknown"
     return FleetVerdict(status, verdicts, drift, outliers, source, list(warnings or []), threshold, complete)
 
 
 def _failures(node: NodeFacts) -> list[dict]:
-    return [{"kind": f.status, "check": f.check, "gpu": f.gpu,
-             "pci_bus_id": f.pci_bus_id or node.bus_ids.get(f.gpu) if f.gpu is not None else f.pci_bus_id,
-             "action": f.action, "fault_code": f.fault_code, "message": f.message, "remediation": f.remediation}
-            for f in node.failures]
+    listed = [{"kind": f.status, "check": f.check, "gpu": f.gpu,
+               "pci_bus_id": f.pci_bus_id or node.bus_ids.get(f.gpu) if f.gpu is not None else f.pci_bus_id,
+               "action": f.action, "fault_code": f.fault_code, "message": f.message, "remediation": f.remediation}
+              for f in node.failures]
+    more = sum(node.more_failures.values())
+    if more:  # one finding stands for them: the node is drained whatever they are
+        kinds = ", ".join(f"{count:,} {status}" for status, count in sorted(node.more_failures.items()))
+        listed.append({"kind": "fail" if node.more_failures.get("fail") else "unknown", "check": None, "gpu": None,
+                       "pci_bus_id": None, "action": "drain", "fault_code": None, "more": more,
+                       "message": f"and {more:,} more failing or undecided check results ({kinds}), not listed: "
+                                  f"at most {MAX_FAILURES} a node",
+                       "remediation": "`gpudiag check` on the node lists them all."})
+    return listed
+
+
+def _unread(node: NodeFacts) -> list[dict]:
+    if not node.unread:
+        return []
+    more = f"; and {node.more_unread} more" if node.more_unread else ""
+    return [{"kind": "unread", "check": None, "gpu": None, "pci_bus_id": None, "action": "watch", "fault_code": None,
+             "message": "not shown sound: " + "; ".join(node.unread) + more, "remediation": _UNREAD_ADVICE}]
+
+
+def _conflicts(node: NodeFacts) -> list[dict]:
+    if not node.conflicts:
+        return []
+    return [{"kind": "conflict", "check": None, "gpu": None, "pci_bus_id": None, "action": "watch",
+             "fault_code": None, "message": f"{len(node.conflicts) + 1} reports claim this hostname; judged the worst "
+                                            f"of them ({'; '.join(node.conflicts)})", "remediation": _CONFLICT_ADVICE}]
 
 
 def _silences(node: NodeFacts) -> list[dict]:
-    return [{"kind": "silent", "check": None, "gpu": gpu, "pci_bus_id": bus_id or node.bus_ids.get(gpu),
-             "action": "reboot" if gpu is not None or bus_id else "drain", "fault_code": None, "message": why,
-             "remediation": _SILENT_ADVICE["gpu" if gpu is not None or bus_id else None]}
-            for gpu, bus_id, why in node.silent]
+    listed = [{"kind": "silent", "check": None, "gpu": gpu, "pci_bus_id": bus_id or node.bus_ids.get(gpu),
+               "action": "reboot" if gpu is not None or bus_id else "drain", "fault_code": None, "message": why,
+               "remediation": _SILENT_ADVICE["gpu" if gpu is not None or bus_id else None]}
+              for gpu, bus_id, why in node.silent]
+    if node.more_silent:
+        listed.append({"kind": "silent", "check": None, "gpu": None, "pci_bus_id": None, "action": "reboot",
+                       "fault_code": None, "more": node.more_silent,
+                       "message": f"and {node.more_silent:,} more GPUs that do not answer, not listed: at most "
+                                  f"{MAX_LISTED} a node", "remediation": _SILENT_ADVICE["gpu"]})
+    return listed
 
 
 # -- drift ------------------------------------------------------------------------------------------------------
@@ -179,7 +219,8 @@ def find_outliers(nodes: list[NodeFacts], threshold: float) -> list[dict]:
     samples: dict[tuple[str, str, int], list[tuple[float, NodeFacts]]] = defaultdict(list)
     for node in nodes:
         for (figure, gpu), value in node.figures.items():
-            samples[(node.model or UNKNOWN_MODEL, figure, gpu)].append((value, node))
+            if math.isfinite(value):  # the sources keep no other; a NaN would make every median NaN
+                samples[(node.model or UNKNOWN_MODEL, figure, gpu)].append((value, node))
     outliers = []
     for (model, figure, gpu), values in sorted(samples.items(), key=lambda item: item[0]):
         if len(values) < MIN_PEERS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections import Counter
+from typing import TextIO
 
 from gpudiag.fleet.model import FLEET_SCHEMA_VERSION, NODE_STATUSES, FleetVerdict, NodeVerdict
 from gpudiag.report.junit import _xml as xml_text
@@ -18,6 +19,16 @@ from gpudiag.report.text import clean
 
 def render(fmt: str, verdict: FleetVerdict) -> str:
     return {"json": render_json, "junit": render_junit}.get(fmt, render_text)(verdict)
+
+
+def write(fmt: str, verdict: FleetVerdict, out: TextIO) -> None:
+    """render() to `out`; JSON piece by piece (json.dumps with an indent would hold every piece of a large verdict
+    in a list before joining them: several times the output's size)."""
+    if fmt == "json":
+        json.dump(as_dict(verdict), out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render(fmt, verdict))
 
 
 def counts(verdict: FleetVerdict) -> dict[str, int]:
@@ -47,7 +58,8 @@ def render_json(verdict: FleetVerdict) -> str:
 # -- text -------------------------------------------------------------------------------------------------------
 
 _SECTIONS = (("fail", "FAILING", ("fail", "unknown")), ("silent", "SILENT", ("silent",)),
-             ("drift", "DRIFTING", ("drift",)), ("lag", "LAGGING", ("lag",)))
+             ("drift", "DRIFTING", ("drift",)), ("lag", "LAGGING", ("lag",)),
+             ("unknown", "NOT SHOWN SOUND", ("unread",)), ("conflict", "CONFLICTING REPORTS", ("conflict",)))
 
 
 def _where(finding: dict) -> str:
@@ -72,7 +84,7 @@ def render_text(verdict: FleetVerdict) -> str:
         lines += ["", f"{title} ({len({node.node for node, _ in rows})} node(s))"]
         advice_given: set[str] = set()
         for node, finding in rows:
-            what = finding.get("check") or finding.get("property") or finding.get("figure") or finding["kind"]
+            what = _what(finding)
             lines.append(f"  {node.node}{_where(finding)}: {what}: {finding['message']} -> {finding['action']}")
             advice = finding.get("remediation") or ""
             if advice and (finding["kind"] in ("fail", "unknown") or advice not in advice_given):
@@ -103,14 +115,24 @@ def _names(names: list[str], limit: int = 10) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def _what(finding: dict) -> str:
+    """What a finding is about: the check, the drifting property, the lagging figure, or its kind."""
+    if finding.get("more"):
+        return "more"
+    return finding.get("check") or finding.get("property") or finding.get("figure") or finding["kind"]
+
+
 # -- JUnit ------------------------------------------------------------------------------------------------------
 
-_FAILING_KINDS = {"fail": "failure", "silent": "failure", "drift": "failure", "lag": "failure", "unknown": "error"}
+# A finding's JUnit element: a failure, an error where gpudiag could not see (a check that could not decide, a part
+# of the node not read), none for a note (conflicting reports: the worst was judged).
+_FAILING_KINDS = {"fail": "failure", "silent": "failure", "drift": "failure", "lag": "failure", "unknown": "error",
+                  "unread": "error", "conflict": None}
 
 
 def _case_name(finding: dict) -> str:
-    what = finding.get("check") or (f"drift.{finding['property']}" if finding["kind"] == "drift" else None) \
-        or (f"lag.{finding['figure']}" if finding["kind"] == "lag" else "silent")
+    what = _what(finding)
+    what = f"{finding['kind']}.{what}" if finding["kind"] in ("drift", "lag") else what
     return what + (f"[{_where(finding).strip()}]" if _where(finding) else "")
 
 
@@ -130,7 +152,11 @@ def _suite(root: ET.Element, node: NodeVerdict) -> None:
                              time="0")
         text = "\n".join(p for p in (finding["message"], finding.get("remediation") or "",
                                      f"action: {finding['action']}") if p)
-        ET.SubElement(case, _FAILING_KINDS[finding["kind"]], message=xml_text(finding["message"]),
+        element = _FAILING_KINDS[finding["kind"]]
+        if element is None:
+            ET.SubElement(case, "system-out").text = xml_text(text)
+            continue
+        ET.SubElement(case, element, message=xml_text(finding["message"]),
                       type=xml_text(finding.get("fault_code") or finding["kind"])).text = xml_text(text)
 
 

@@ -1,65 +1,109 @@
 """Source: `gpudiag check --format json` reports (files, a directory of them, or `-`: a stream of reports).
 
-Each report is read through gpudiag.fileio's bounded reader (regular files only, a size cap, bounded nesting) and
-reduced to a NodeFacts at once, so memory grows with the fleet's facts, not with its reports. A stream (standard
-input: `srun ... gpudiag check --format json | gpudiag fleet -`) holds concatenated or newline-delimited reports;
-each is bounded like a file, and the stream as a whole by STREAM_MAX_BYTES.
+Each report is read through a bounded reader (regular files only, a size cap) and reduced to a NodeFacts as it is
+read (gpudiag.fleet.report_facts), so memory grows with the fleet's facts, not with its reports. A stream
+(standard input: `srun ... gpudiag check --format json | gpudiag fleet -`, `kubectl logs ... | gpudiag fleet -`)
+holds concatenated or newline-delimited reports; each is bounded like a file, and the stream as a whole by
+STREAM_MAX_BYTES.
+
+What cannot be read is skipped and counted, as node_exporter's textfile collector skips a file it cannot parse:
+a truncated report, a line of a pod's stderr between two reports. The run is then incomplete, and the node whose
+report it was (the hostname it got as far as naming, or the file's name) is `unknown`. Only a path the command line
+names that is not there, or not a file, is a usage error.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-from collections import Counter
-from typing import IO, Any, Iterable, Iterator, Optional
+from datetime import datetime, timezone
+from typing import IO, Iterable, Iterator, Optional
 
-from gpudiag.fileio import DocumentError, nesting_exceeds, read_json, read_text
-from gpudiag.fleet.model import FIRMWARE_PREFIX, Failure, NodeFacts, NothingToJudge, SourceError, ecc_mode, watts
+from gpudiag.fileio import DocumentError, read_text
+from gpudiag.fleet.jsonstream import Malformed, Reader
+from gpudiag.fleet.model import MAX_NOTES, NODE_SEVERITY, NodeFacts, NothingToJudge, SourceError
+from gpudiag.fleet.report_facts import Unreadable, read_report
 
 REPORT_MAX_BYTES = 16 << 20  # an 8-GPU level-2 report is ~100 KB; a kernel log full of events can grow it
 STREAM_MAX_BYTES = 4 << 30  # 2,000 nodes of the largest reports stay well inside
 MAX_FILES = 100_000
+MAX_WARNINGS = 100  # lines about skipped input; more are counted in one
 STDIN = "-"
 EXPECTED_MAX_BYTES = 4 << 20  # --nodes: 100,000 hostnames
-EMPTY = object()  # an empty report file
 _CHUNK = 1 << 20
 
-# active.* check → the figure it measures, and how to read it from `observed` (scaled to B/s, FLOP/s)
-_FIGURES = {
-    "active.pcie_h2d_bandwidth": ("copy_h2d", "gb_per_second", 1e9),
-    "active.pcie_d2h_bandwidth": ("copy_d2h", "gb_per_second", 1e9),
-    "active.stress": ("stress_fp32", "fp32_tflops", 1e12),
-}
+class _Read:
+    """One report read (or not): its node's facts, when it was collected, where it came from."""
+
+    def __init__(self, facts: NodeFacts, collected_at: str, origin: str, skipped: Optional[str] = None) -> None:
+        self.facts, self.collected_at, self.origin, self.skipped = facts, collected_at, origin, skipped
+
+    def rank(self) -> tuple[int, datetime]:
+        """Worse first, then newer: the report of a hostname that is judged."""
+        return NODE_SEVERITY[own_status(self.facts)], parsed_time(self.collected_at)
+
+
+def own_status(facts: NodeFacts) -> str:
+    """The status a report gives its node by itself (drift and lag need its peers)."""
+    if facts.failures or facts.more_failures:
+        return "fail"
+    if facts.silent:
+        return "silent"
+    if facts.unread:
+        return "unknown"
+    return "warn" if facts.warnings else "pass"
+
+
+_OLDEST = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def parsed_time(text: str) -> datetime:
+    """An ISO 8601 time as gpudiag writes it (`2026-12-01T22:44:03+00:00`; `Z` too), compared as a time and not as
+    text: `...T23:00:00-02:00` is later than `...T00:30:00+00:00` of the next day. Unreadable: the oldest."""
+    try:
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except (TypeError, ValueError):
+        return _OLDEST
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 def read_reports(paths: Iterable[str], stdin: Optional[IO[bytes]] = None,
                  expected: Optional[list[str]] = None) -> tuple[list[NodeFacts], list[str]]:
-    """The facts of every report under `paths`; one per hostname (the newest `collected_at` when a host has
-    several, with a warning). An empty report file is its node (the file's name) gone silent: `srun --output
-    reports/%N.json` leaves one where gpudiag crashed or was killed. `expected` (hostnames) names the nodes that
-    should have reported: a missing one is silent. SourceError for a bad path or report, NothingToJudge when none
-    was found."""
-    latest: dict[str, tuple[str, NodeFacts]] = {}
-    duplicates: Counter = Counter()
-    for origin, report in _documents(paths, stdin):
-        if report is EMPTY:
-            name = os.path.basename(origin)[:-len(".json")] if origin.endswith(".json") else os.path.basename(origin)
-            facts, collected_at = NodeFacts(node=name, silent=[(None, None, f"its report {origin} is empty: "
-                                                                "gpudiag wrote nothing there (crashed, killed, or "
-                                                                "never ran)")]), ""
-        else:
-            facts, collected_at = node_facts(report, origin)
-        previous = latest.get(facts.node)
-        if previous is not None:
-            duplicates[facts.node] += 1
-            if previous[0] > collected_at:
-                continue
-        latest[facts.node] = (collected_at, facts)
+    """The facts of every report under `paths`, one node per hostname, and warnings (lines starting
+    `incomplete:` for input that was skipped). Several reports of one hostname: the worst is judged (then the
+    newest), the conflict named on the node. An empty report file is its node (the file's name) gone silent:
+    `srun --output reports/%N.json` leaves one where gpudiag crashed or was killed. `expected` (hostnames) names
+    the nodes that should have reported: a missing one is silent. SourceError for a bad path, NothingToJudge when
+    nothing at all was found."""
+    latest: dict[str, _Read] = {}
+    claims: dict[str, int] = {}
+    skipped: list[str] = []
+    for read in _documents(paths, stdin):
+        if read.skipped is not None:
+            skipped.append(f"{read.origin}: {read.skipped}")
+        if not read.facts.node:  # nothing named: counted in `skipped` only
+            continue
+        host = read.facts.node
+        claims[host] = claims.get(host, 0) + 1
+        previous = latest.get(host)
+        if previous is None:
+            latest[host] = read
+            continue
+        worse, other = (read, previous) if read.rank() > previous.rank() else (previous, read)
+        worse.facts.conflicts = previous.facts.conflicts + read.facts.conflicts  # the claims so far
+        if len(worse.facts.conflicts) < MAX_NOTES:
+            worse.facts.conflicts.append(f"{other.origin}: {own_status(other.facts)}, collected "
+                                         f"{other.collected_at or 'at an unknown time'}")
+        latest[host] = worse
     if not latest:
-        raise NothingToJudge("no gpudiag reports found")
-    warnings = [f"{host}: {count + 1} reports, judged the newest" for host, count in sorted(duplicates.items())]
-    nodes = [facts for _, facts in latest.values()]
+        unread = f" ({len(skipped)} unreadable piece(s) of input skipped: {skipped[0]})" if skipped else ""
+        raise NothingToJudge(f"no gpudiag reports found{unread}")
+    warnings = [f"{host}: {count} reports claim this hostname; judged the worst ({latest[host].origin})"
+                for host, count in sorted(claims.items()) if count > 1]
+    warnings += [f"incomplete: {line}" for line in skipped[:MAX_WARNINGS]]
+    if len(skipped) > MAX_WARNINGS:
+        warnings.append(f"incomplete: and {len(skipped) - MAX_WARNINGS} more pieces of input skipped")
+    nodes = [read.facts for read in latest.values()]
     if expected is not None:
         nodes, extra = _against_expected(nodes, expected)
         warnings += [f"{host}: a report from a node not in the expected list" for host in extra]
@@ -82,8 +126,8 @@ def _against_expected(nodes: list[NodeFacts], expected: list[str]) -> tuple[list
 
 
 def read_expected(path: str) -> list[str]:
-    """Hostnames, one a line (`scontrol show hostnames "$SLURM_JOB_NODELIST"`, `kubectl get nodes -o name`); blank
-    lines and #comments are skipped; `node/` prefixes as kubectl prints them are dropped."""
+    """Hostnames, one a line (`scontrol show hostnames`, `kubectl get nodes -o name`); blank lines and #comments
+    are skipped; `node/` prefixes as kubectl prints them are dropped."""
     try:
         text = read_text(path, EXPECTED_MAX_BYTES)
     except DocumentError as exc:
@@ -95,7 +139,7 @@ def read_expected(path: str) -> list[str]:
     return hosts
 
 
-def _documents(paths: Iterable[str], stdin: Optional[IO[bytes]]) -> Iterator[tuple[str, Any]]:
+def _documents(paths: Iterable[str], stdin: Optional[IO[bytes]]) -> Iterator[_Read]:
     for path in paths:
         if path == STDIN:
             yield from read_stream(stdin, "standard input")
@@ -104,160 +148,92 @@ def _documents(paths: Iterable[str], stdin: Optional[IO[bytes]]) -> Iterator[tup
             if len(files) > MAX_FILES:
                 raise SourceError(f"{path}: more than {MAX_FILES} reports")
             for file in files:
-                yield file, _read_file(file)
+                yield _read_file(file, named=False)
         else:
-            yield path, _read_file(path)
+            yield _read_file(path, named=True)
 
 
-def _read_file(path: str) -> Any:
+def _stem(path: str) -> str:
+    name = os.path.basename(path)
+    return name[:-len(".json")] if name.endswith(".json") and len(name) > len(".json") else name
+
+
+def _read_file(path: str, named: bool) -> _Read:
+    """A report file. `named`: on the command line, where a path that is not there (or not a file) is a usage
+    error; in a directory it is skipped like any unreadable report."""
     try:
         st = os.stat(path)
-        if stat.S_ISREG(st.st_mode) and st.st_size == 0:
-            return EMPTY
-    except OSError:
-        pass  # read_json says what is wrong with it
+    except OSError as exc:
+        if named:
+            raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == 0:
+        return _Read(NodeFacts(node=_stem(path), silent=[(None, None, f"its report {path} is empty: gpudiag wrote "
+                                                                      "nothing there (crashed, killed, or never ran)")]),
+                     "", path)
     try:
-        return read_json(path, REPORT_MAX_BYTES)
+        text = read_text(path, REPORT_MAX_BYTES)
     except DocumentError as exc:
-        raise SourceError(f"{path}: {exc}") from None
+        if named and (st is None or not stat.S_ISREG(st.st_mode)):
+            raise SourceError(f"{path}: {exc}") from None
+        return _unreadable(path, str(exc), _stem(path))
+    reader = Reader(text=text)
+    try:
+        facts, collected_at = read_report(reader, path)
+        if reader.peek() != "":
+            raise Unreadable(f"text after the report at character {reader.offset}", facts.node)
+    except Unreadable as exc:
+        return _unreadable(path, str(exc), exc.hostname or _stem(path))
+    except Malformed as exc:
+        return _unreadable(path, f"not a readable report: {exc}", _stem(path))
+    return _Read(facts, collected_at, path)
 
 
-def read_stream(stream: Optional[IO[bytes]], name: str) -> Iterator[tuple[str, Any]]:
-    """Concatenated (or newline-delimited) JSON documents; each at most REPORT_MAX_BYTES, all STREAM_MAX_BYTES."""
+def _unreadable(origin: str, reason: str, node: Optional[str]) -> _Read:
+    facts = NodeFacts(node=node or "")
+    facts.add_unread(f"its report ({origin}) could not be read: {reason}")
+    return _Read(facts, "", origin, skipped=reason)
+
+
+def read_stream(stream: Optional[IO[bytes]], name: str) -> Iterator[_Read]:
+    """Concatenated (or newline-delimited) reports; each at most REPORT_MAX_BYTES, all STREAM_MAX_BYTES. Text that
+    is not a report (a stray line of a pod's stderr in `kubectl logs`), or a report cut short, is skipped to the
+    next line that starts with `{` (where the next report starts, pretty-printed or `jq -c`) and counted."""
     if stream is None:
         raise SourceError(f"{name}: no stream to read")
-    decoder = json.JSONDecoder()
-    buffer, total, count, eof = "", 0, 0, False
-    pending = b""
+    total = 0
+
+    def read(size: int) -> bytes:
+        nonlocal total
+        if total >= STREAM_MAX_BYTES:
+            return b""
+        data = stream.read(min(size, STREAM_MAX_BYTES - total))
+        total += len(data)
+        return data
+
+    reader, count = Reader(read, chunk=_CHUNK, errors="replace"), 0
     while True:
-        buffer = buffer.lstrip()
-        if buffer:
-            try:
-                document, end = decoder.raw_decode(buffer)
-            except RecursionError:
-                raise SourceError(f"{name}: report {count + 1}: nested too deeply") from None
-            except ValueError as exc:
-                if eof or len(buffer) > REPORT_MAX_BYTES:
-                    what = "too large" if len(buffer) > REPORT_MAX_BYTES else f"not JSON: {exc}"
-                    raise SourceError(f"{name}: report {count + 1}: {what}") from None
-            else:
-                count += 1
-                if nesting_exceeds(document, 64):
-                    raise SourceError(f"{name}: report {count}: nested too deeply")
-                buffer = buffer[end:]
-                yield f"{name} (report {count})", document
-                continue
-        if eof:
-            return
-        chunk = stream.read(_CHUNK)
-        total += len(chunk)
-        if total > STREAM_MAX_BYTES:
-            raise SourceError(f"{name}: more than {STREAM_MAX_BYTES >> 30} GiB")
-        if not chunk:
-            eof = True
-            chunk = b""
-        data = pending + chunk
-        try:  # a multi-byte character may straddle two chunks
-            text, pending = data.decode("utf-8"), b""
-        except UnicodeDecodeError as exc:
-            if exc.start < len(data) - 3 or eof:
-                raise SourceError(f"{name}: not UTF-8 text") from None
-            text, pending = data[:exc.start].decode("utf-8"), data[exc.start:]
-        buffer += text
+        found = reader.peek()
+        if found == "":
+            break
+        count += 1
+        origin = f"{name} (report {count})"
+        if found != "{":
+            text = reader.skip_to_line_starting("{").strip()
+            yield _unreadable(origin, f"not a report: {_quoted(text)}", None)
+            continue
+        try:
+            facts, collected_at = read_report(reader, origin, REPORT_MAX_BYTES)
+        except Unreadable as exc:
+            reader.skip_to_line_starting("{")
+            yield _unreadable(origin, str(exc), exc.hostname)
+            continue
+        yield _Read(facts, collected_at, origin)
+    if total >= STREAM_MAX_BYTES:
+        yield _unreadable(name, f"more than {STREAM_MAX_BYTES >> 30} GiB: the rest was not read", None)
 
 
-# -- one report → NodeFacts -------------------------------------------------------------------------------------
-
-
-def node_facts(report: Any, origin: str) -> tuple[NodeFacts, str]:
-    """The facts a `gpudiag check --format json` report holds (schema_version 1), and when it was collected."""
-    if not isinstance(report, dict) or not isinstance(report.get("results"), list):
-        raise SourceError(f"{origin}: not a gpudiag check report (no results list)")
-    if report.get("schema_version") != 1:
-        raise SourceError(f"{origin}: schema_version {report.get('schema_version')!r}, this gpudiag reads 1")
-    hostname = report.get("hostname")
-    if not isinstance(hostname, str) or not hostname.strip():
-        raise SourceError(f"{origin}: the report names no hostname")
-    facts = NodeFacts(node=hostname.strip())
-    models: Counter = Counter()
-    indices = set()
-    for result in report["results"]:
-        if not isinstance(result, dict) or not isinstance(result.get("check"), str):
-            raise SourceError(f"{origin}: a result without a check ID")
-        device = result.get("device") if isinstance(result.get("device"), dict) else None
-        gpu = device.get("index") if device and isinstance(device.get("index"), int) else None
-        if gpu is not None:
-            indices.add(gpu)
-            if isinstance(device.get("pci_bus_id"), str):
-                facts.bus_ids[gpu] = device["pci_bus_id"]
-            if isinstance(device.get("model"), str):
-                models[device["model"]] += 1
-        _judged(facts, result, gpu)
-        _properties(facts, result, gpu)
-    facts.model = min(models, key=lambda m: (-models[m], m)) if models else None
-    if "gpu_count" not in facts.properties and indices:
-        facts.properties["gpu_count"] = str(len(indices))
-    collected_at = report.get("collected_at")
-    return facts, collected_at if isinstance(collected_at, str) else ""
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _judged(facts: NodeFacts, result: dict, gpu: Optional[int]) -> None:
-    status = result.get("status")
-    if status in ("fail", "unknown"):
-        device = result.get("device") or {}
-        facts.failures.append(Failure(
-            check=result["check"], status=status, gpu=gpu, pci_bus_id=device.get("pci_bus_id") or None,
-            action=_text(result.get("action")) or ("drain" if status == "fail" else "watch"),
-            fault_code=result.get("fault_code") if isinstance(result.get("fault_code"), str) else None,
-            message=_text(result.get("message")), remediation=_text(result.get("remediation"))))
-    elif status == "warn":
-        facts.warnings.append(result["check"])
-
-
-def _properties(facts: NodeFacts, result: dict, gpu: Optional[int]) -> None:
-    check, observed, status = result["check"], result.get("observed"), result.get("status")
-    if not isinstance(observed, dict):
-        return
-    if check == "driver.library":
-        for name in ("driver_version", "runtime_version"):
-            if isinstance(observed.get(name), str) and observed[name]:
-                facts.properties[name] = observed[name]
-        if isinstance(observed.get("device_count"), int):
-            facts.properties["gpu_count"] = str(observed["device_count"])
-    elif check == "firmware.vbios_consistent":  # {version: [GPU indices]}
-        for version, members in observed.items():
-            for index in members if isinstance(members, list) else ():
-                if isinstance(index, int):
-                    facts.gpu_property(index, "vbios_version", version)
-    elif check == "firmware.versions_consistent" and status == "pass":  # {component: version}, alike on every GPU
-        for index in sorted(facts.bus_ids):
-            for component, version in observed.items():
-                if isinstance(version, str):
-                    facts.gpu_property(index, FIRMWARE_PREFIX + component, version)
-    elif gpu is None:
-        return
-    elif check == "pcie.link_generation":
-        # The slot's maximum: what the platform allows (BIOS setting, riser, retimer). The GPU's own maximum is its
-        # model's, and the exporter does not always have it (sysfs vs NVML), so it is not compared.
-        slot_max = observed.get("slot_max")
-        facts.gpu_property(gpu, "pcie_slot_max", slot_max if isinstance(slot_max, str) else None)
-    elif check == "power.limit":
-        facts.gpu_property(gpu, "power_limit", watts(observed.get("limit_watts")))
-    elif check == "ecc.mode":
-        facts.gpu_property(gpu, "ecc_mode", ecc_mode(observed.get("enabled")))
-    elif check == "inventory.partition_mode":
-        facts.gpu_property(gpu, "partition_mode", json.dumps(observed, sort_keys=True))
-    elif check == "active.p2p_bandwidth" and isinstance(observed.get("gb_per_second"), (int, float)):
-        value = observed["gb_per_second"] * 1e9
-        key = ("p2p_min", gpu)
-        facts.figures[key] = min(value, facts.figures.get(key, value))
-    elif check in _FIGURES:
-        figure, field, scale = _FIGURES[check]
-        if isinstance(observed.get(field), (int, float)) and not isinstance(observed.get(field), bool):
-            facts.figures[(figure, gpu)] = observed[field] * scale
-
-
+def _quoted(text: str, limit: int = 80) -> str:
+    """The start of skipped text, to say what it was (cleaned of controls when shown: gpudiag.report.text)."""
+    first = text.splitlines()[0] if text else ""
+    return repr(first[:limit] + ("…" if len(first) > limit or "\n" in text else ""))

@@ -1,0 +1,216 @@
+"""One `gpudiag check --format json` report (schema_version 1) → its node's facts, read result by result.
+
+The report is read member by member (gpudiag.fleet.jsonstream) and each result reduced as it is read, so that a
+report of 435,000 results costs what its node keeps (model.NodeFacts: at most MAX_FAILURES failures listed, the
+rest counted), not a tree of 435,000 dicts. Every field is taken only with the type it should have: a result that
+is not a check result, a number that is not finite, a value that is too long is unreadable (the node is then
+`unknown`), never judged and never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any, Optional
+
+from gpudiag.fleet.jsonstream import Malformed, Reader
+from gpudiag.fleet.model import (FIRMWARE_PREFIX, MAX_GPUS, MAX_VALUE_CHARS, Failure, NodeFacts, ecc_mode, finite,
+                                 watts)
+
+RESULT_MAX_CHARS = 1 << 20  # one result; gpudiag's largest (a kernel log's event counts) is a few KB
+HEAD_MAX_CHARS = 1 << 20  # any other member (summary, versions)
+HOSTNAME_MAX_CHARS = 253  # a DNS name
+MAX_MODELS = 16  # distinct GPU models counted in one report
+MAX_FIRMWARE = 64  # firmware components kept per GPU (an MI300X lists about 30)
+
+# active.* check → the figure it measures, and how to read it from `observed` (scaled to B/s, FLOP/s)
+_FIGURES = {
+    "active.pcie_h2d_bandwidth": ("copy_h2d", "gb_per_second", 1e9),
+    "active.pcie_d2h_bandwidth": ("copy_d2h", "gb_per_second", 1e9),
+    "active.stress": ("stress_fp32", "fp32_tflops", 1e12),
+}
+
+
+class Unreadable(Exception):
+    """The report cannot be read (cut short, not a report, another schema): its node is unknown. `hostname` is
+    the report's own where it was read before the fault."""
+
+    def __init__(self, reason: str, hostname: Optional[str] = None) -> None:
+        super().__init__(reason)
+        self.hostname = hostname
+
+
+def read_report(reader: Reader, origin: str, max_chars: Optional[int] = None) -> tuple[NodeFacts, str]:
+    """The report that comes next in `reader` (at most `max_chars` of text): its facts, and its `collected_at`."""
+    start, head, facts = reader.offset, {}, _Facts()
+    try:
+        if reader.peek() != "{":
+            raise Malformed("not a JSON object: not a gpudiag check report")
+        results = False
+        for key in reader.members():
+            if key == "results":
+                results = True
+                for result in reader.values(RESULT_MAX_CHARS):
+                    facts.add(result)
+                    if max_chars is not None and reader.offset - start > max_chars:
+                        raise Malformed(f"over {max_chars:,} characters")
+            elif key in ("schema_version", "hostname", "collected_at"):
+                head[key] = reader.value(HEAD_MAX_CHARS)
+            else:
+                reader.value(HEAD_MAX_CHARS)
+    except Malformed as exc:
+        raise Unreadable(f"not a readable report: {exc}", _hostname(head)) from None
+    if not results:
+        raise Unreadable("not a gpudiag check report (no results list)", _hostname(head))
+    return _checked(head, facts, origin)
+
+
+def node_facts(report: Any, origin: str) -> tuple[NodeFacts, str]:
+    """The same from a report already parsed (a dict)."""
+    if not isinstance(report, dict) or not isinstance(report.get("results"), list):
+        raise Unreadable("not a gpudiag check report (no results list)")
+    facts = _Facts()
+    for result in report["results"]:
+        facts.add(result)
+    return _checked(report, facts, origin)
+
+
+def _hostname(head: dict) -> Optional[str]:
+    hostname = head.get("hostname")
+    if isinstance(hostname, str) and hostname.strip() and len(hostname.strip()) <= HOSTNAME_MAX_CHARS:
+        return hostname.strip()
+    return None
+
+
+def _checked(head: dict, facts: "_Facts", origin: str) -> tuple[NodeFacts, str]:
+    hostname = _hostname(head)
+    if head.get("schema_version") != 1:
+        version = head.get("schema_version")
+        raise Unreadable(f"schema_version {repr(version)[:20]}, this gpudiag reads 1", hostname)
+    if hostname is None:
+        raise Unreadable("the report names no hostname (or not one of at most 253 characters)")
+    collected_at = head.get("collected_at")
+    return facts.done(hostname), collected_at if isinstance(collected_at, str) else ""
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _label(value: Any, limit: int = 64) -> Optional[str]:
+    return value if isinstance(value, str) and value and len(value) <= limit else None
+
+
+class _Facts:
+    """A NodeFacts being built from results, one at a time."""
+
+    def __init__(self) -> None:
+        self.facts = NodeFacts(node="")
+        self.models: Counter = Counter()
+        self.unreadable = 0
+
+    def done(self, hostname: str) -> NodeFacts:
+        facts = self.facts
+        facts.node = hostname
+        facts.model = min(self.models, key=lambda m: (-self.models[m], m)) if self.models else None
+        if "gpu_count" not in facts.properties and facts.gpus:
+            facts.properties["gpu_count"] = str(len(facts.gpus))
+        if self.unreadable:
+            facts.add_unread(f"{self.unreadable:,} result(s) that are not check results")
+        return facts
+
+    def add(self, result: Any) -> None:
+        device = result.get("device") if isinstance(result, dict) else None
+        if (not isinstance(result, dict) or _label(result.get("check"), 200) is None
+                or not (device is None or isinstance(device, dict))):
+            self.unreadable += 1
+            return
+        gpu = device.get("index") if device is not None else None
+        gpu = gpu if isinstance(gpu, int) and not isinstance(gpu, bool) and gpu >= 0 else None
+        bus_id = _label(device.get("pci_bus_id")) if device is not None else None
+        if gpu is not None and self.facts.known_gpu(gpu):
+            if bus_id is not None:
+                self.facts.bus_ids[gpu] = bus_id
+            model = _label(device.get("model"), MAX_VALUE_CHARS)
+            if model is not None and (model in self.models or len(self.models) < MAX_MODELS):
+                self.models[model] += 1
+        self._judged(result, gpu, bus_id)
+        try:
+            self._properties(result, gpu)
+        except (RecursionError, ValueError, TypeError) as exc:  # json.dumps of an observed nested too deep
+            self.facts.add_unread(f"{result['check']}: its observed values cannot be read ({type(exc).__name__})")
+
+    def _judged(self, result: dict, gpu: Optional[int], bus_id: Optional[str]) -> None:
+        status = result.get("status")
+        if status in ("fail", "unknown"):
+            self.facts.add_failure(Failure(
+                check=result["check"], status=status, gpu=gpu, pci_bus_id=bus_id,
+                action=_label(result.get("action")) or ("drain" if status == "fail" else "watch"),
+                fault_code=_label(result.get("fault_code"), 200),
+                message=_text(result.get("message")), remediation=_text(result.get("remediation"))))
+        elif status == "warn":
+            self.facts.add_warning(result["check"])
+        elif status not in ("pass", "skip"):
+            self.unreadable += 1  # a status gpudiag does not write: not judged, and not shown sound
+
+    def _properties(self, result: dict, gpu: Optional[int]) -> None:
+        facts = self.facts
+        check, observed, status = result["check"], result.get("observed"), result.get("status")
+        if not isinstance(observed, dict):
+            return
+        if check == "driver.library":
+            for name in ("driver_version", "runtime_version"):
+                value = observed.get(name)
+                if isinstance(value, str) and value:
+                    if len(value) > MAX_VALUE_CHARS:
+                        facts.add_unread(f"{name}: a value of {len(value):,} characters")
+                    else:
+                        facts.properties[name] = value
+            count = observed.get("device_count")
+            if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= MAX_GPUS:
+                facts.properties["gpu_count"] = str(count)
+        elif check == "firmware.vbios_consistent":  # {version: [GPU indices]}
+            for version, members in observed.items():
+                for index in members if isinstance(members, list) else ():
+                    if isinstance(index, int) and not isinstance(index, bool):
+                        facts.gpu_property(index, "vbios_version", version)
+        elif check == "firmware.versions_consistent" and status == "pass":  # {component: version}, alike on every GPU
+            components = [(c, v) for c, v in observed.items() if isinstance(v, str) and len(c) <= 64][:MAX_FIRMWARE]
+            for index in sorted(facts.bus_ids):
+                for component, version in components:
+                    facts.gpu_property(index, FIRMWARE_PREFIX + component, version)
+        elif gpu is None:
+            return
+        elif check == "pcie.link_generation":
+            # The slot's maximum: what the platform allows (BIOS setting, riser, retimer). The GPU's own maximum is its
+            # model's, and the exporter does not always have it (sysfs vs NVML), so it is not compared.
+            slot_max = observed.get("slot_max")
+            facts.gpu_property(gpu, "pcie_slot_max", slot_max if isinstance(slot_max, str) else None)
+        elif check == "power.limit":
+            limit = observed.get("limit_watts")
+            if limit is not None and finite(limit) is None:
+                facts.add_unread(f"power limit of GPU {gpu}: {str(limit)[:20]} is not a finite number")
+            facts.gpu_property(gpu, "power_limit", watts(limit))
+        elif check == "ecc.mode":
+            facts.gpu_property(gpu, "ecc_mode", ecc_mode(observed.get("enabled")))
+        elif check == "inventory.partition_mode":
+            facts.gpu_property(gpu, "partition_mode", json.dumps(observed, sort_keys=True))
+        elif check == "active.p2p_bandwidth":
+            value = self._number(observed, "gb_per_second", 1e9, check, gpu)
+            if value is not None and facts.known_gpu(gpu):
+                key = ("p2p_min", gpu)
+                facts.figures[key] = min(value, facts.figures.get(key, value))
+        elif check in _FIGURES:
+            figure, name, scale = _FIGURES[check]
+            value = self._number(observed, name, scale, check, gpu)
+            if value is not None:
+                facts.figure(figure, gpu, value, check)
+
+    def _number(self, observed: dict, name: str, scale: float, check: str, gpu: int) -> Optional[float]:
+        """observed[name] x scale as a finite number; absent is None, anything else unreadable (never compared)."""
+        raw = observed.get(name)
+        value = finite(raw)
+        value = None if value is None else finite(value * scale)
+        if raw is not None and value is None:
+            self.facts.add_unread(f"{check} on GPU {gpu}: {name} {str(raw)[:20]} is not a finite number: not compared")
+        return value
