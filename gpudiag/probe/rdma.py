@@ -48,11 +48,12 @@ def read_network(root: Path = Path("/"), until: Optional[float] = None, pci_gpus
     if names is None:
         if class_dir.exists():  # there, but could not be listed (recorded)
             info.class_present = True
-        elif reader.path("sys/class").is_dir():
+        elif reader.path("sys/class").is_dir() or reader.path("sys/devices").is_dir():
             info.readable, info.class_present = True, False  # ib_core not loaded, or no RDMA devices
-        else:
-            info.errors.append(ProbeError(source=f"sysfs:{reader.shown(reader.path('sys/class'))}",
-                                          kind=ErrorKind.NOT_FOUND, message="no sysfs: the RDMA NICs were not read"))
+        else:  # no sysfs mounted (an empty /sys in a container), or a --root without one
+            info.errors.append(ProbeError(source="sysfs:/sys", kind=ErrorKind.NOT_FOUND,
+                                          message="no sysfs (neither /sys/class nor /sys/devices): the RDMA NICs were "
+                                                  "not read"))
     else:
         info.readable, info.class_present, info.devices_skipped = True, True, more
         if more:
