@@ -171,3 +171,37 @@ def test_the_deadline_bounds_the_read(tmp_path):
     hgx_h100_ib(tmp_path)
     info = read_network(tmp_path, time.monotonic() - 1)
     assert info.devices == [] and info.devices_skipped == 9 and "deadline" in info.incomplete
+
+
+def test_a_netdev_that_refuses_its_speed_while_down_is_read_again(tmp_path, monkeypatch):
+    """net-sysfs.c speed_show: EINVAL while the interface is not running. Unlike a restricted counter it is not
+    remembered: the next read, with the link up, gets the speed."""
+    from tests.rdma_tree import h200_roce
+
+    h200_roce(tmp_path)
+    speed = tmp_path / "sys/class/net/enp25s0np0/speed"
+    original = open
+
+    def refusing(file, *args, **kwargs):
+        if os.fspath(file) == os.fspath(speed):
+            raise OSError(errno.EINVAL, "Invalid argument", os.fspath(file))
+        return original(file, *args, **kwargs)
+
+    import builtins
+
+    skip: set[str] = set()
+    monkeypatch.setattr(builtins, "open", refusing)
+    down = read(tmp_path, skip=skip).device("mlx5_0").ports[0].netdev
+    assert down.speed_mbps is None and not skip
+    monkeypatch.undo()
+    assert read(tmp_path, skip=skip).device("mlx5_0").ports[0].netdev.speed_mbps == 400000
+
+
+def test_a_config_space_read_that_is_denied_is_unreadable_and_recorded(tmp_path, monkeypatch):
+    node = hgx_h100_ib(tmp_path)
+    root_port = sorted(node.root_ports)[0]
+    deny_reads(monkeypatch, tmp_path / f"sys/bus/pci/devices/{root_port}/config")
+    info = read(tmp_path)
+    bridge = next(b for b in info.bridges if b.pci_bus_id == root_port)
+    assert bridge.acs_state == "unreadable" and bridge.acs is None
+    assert [e.kind for e in info.errors] == [ErrorKind.NO_PERMISSION]

@@ -140,7 +140,7 @@ def _counters(reader: BoundedReader, directory: Path, cap: int, values: dict[str
         if not _COUNTER_NAME.fullmatch(name):
             reader.record(path, ErrorKind.ERROR, f"unexpected counter name {name!r} in {reader.shown(directory)}")
             continue
-        text = reader.attribute(path)
+        text = reader.attribute(path, remember=True)
         if isinstance(text, Unsupported) or text == NO_PMA:
             unsupported.append(name)
         elif text is not None:

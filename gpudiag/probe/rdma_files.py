@@ -48,11 +48,13 @@ class BoundedReader(FileReader):
         super().__init__(root, errors)
         self.skip = skip if skip is not None else set()
 
-    def raw(self, path: Path, limit: int = MAX_ATTRIBUTE_BYTES) -> Union[bytes, Unsupported, None]:
+    def raw(self, path: Path, limit: int = MAX_ATTRIBUTE_BYTES,
+            remember: bool = False) -> Union[bytes, Unsupported, None]:
         """The file's first `limit` bytes; None when missing (or unreadable: recorded); Unsupported for the errnos
-        that mean "not offered"."""
+        that mean "not offered". `remember`: an EINVAL is kept in `skip` (counters only: a netdev's speed refuses
+        reads only while it is down)."""
         key = os.fspath(path)
-        if key in self.skip:
+        if remember and key in self.skip:
             return Unsupported("refused an earlier read (EINVAL)")
         try:
             with open(path, "rb") as handle:
@@ -64,15 +66,15 @@ class BoundedReader(FileReader):
             return None
         except OSError as exc:
             if exc.errno in UNSUPPORTED_ERRNOS:
-                if exc.errno == errno.EINVAL:
+                if remember and exc.errno == errno.EINVAL:
                     self.skip.add(key)
                 return Unsupported(os.strerror(exc.errno or 0) or "not supported")
             self._failed(path, exc)
             return None
 
-    def attribute(self, path: Path) -> Union[str, Unsupported, None]:
+    def attribute(self, path: Path, remember: bool = False) -> Union[str, Unsupported, None]:
         """An attribute's first line, stripped; None when missing, unreadable or empty."""
-        data = self.raw(path)
+        data = self.raw(path, remember=remember)
         if data is None or isinstance(data, Unsupported):
             return data
         text = data.decode("utf-8", errors="replace")

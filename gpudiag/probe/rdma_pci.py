@@ -65,9 +65,14 @@ def read_bridges(reader: BoundedReader, devices: list[RdmaDevice], gpus: Iterabl
 
 
 def _acs(reader: BoundedReader, bridge: PciBridge, config_path: Path) -> None:
+    recorded = len(reader.errors)
     data = reader.raw(config_path, MAX_CONFIG_BYTES)
+    if isinstance(data, Unsupported):
+        reader.record(config_path, ErrorKind.ERROR, f"{reader.shown(config_path)} refused the read ({data.why})")
     if data is None or isinstance(data, Unsupported):
-        bridge.acs_state = "error" if data is not None or config_path.exists() else "unreadable"
+        failed = reader.errors[recorded:]  # a denied read is "unreadable", any other failure an "error"
+        denied = not failed or all(e.kind == ErrorKind.NO_PERMISSION for e in failed)
+        bridge.acs_state = "unreadable" if denied else "error"
         return
     bridge.config_bytes_read = len(data)
     if len(data) <= _UNPRIVILEGED_CONFIG_BYTES:
