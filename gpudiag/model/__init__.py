@@ -64,6 +64,15 @@ from gpudiag.model.node import (
     PciGpu,
     PcieDpmLevel,
 )
+from gpudiag.model.network import (
+    AcsControl,
+    GpuDirectInputs,
+    NetDev,
+    NetworkInfo,
+    PciBridge,
+    RdmaDevice,
+    RdmaPort,
+)
 from gpudiag.model.results import CheckResult, DeviceRef
 from gpudiag.model.serialize import SchemaError, from_dict, to_dict
 
@@ -74,5 +83,6 @@ __all__ = [
     "ClockInfo", "DeviceSnapshot", "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo",
     "PeerLink", "PowerInfo", "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo",
     "BootFault", "BootHistory", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo", "NodeSnapshot", "PciGpu", "PcieDpmLevel",
+    "AcsControl", "GpuDirectInputs", "NetDev", "NetworkInfo", "PciBridge", "RdmaDevice", "RdmaPort",
     "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
 ]

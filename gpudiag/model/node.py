@@ -8,6 +8,7 @@ from typing import Optional
 from gpudiag.model.active import ActiveResults
 from gpudiag.model.common import SNAPSHOT_SCHEMA_VERSION, ProbeError, Vendor
 from gpudiag.model.device import DeviceSnapshot, PeerLink
+from gpudiag.model.network import NetworkInfo
 
 
 @dataclass
@@ -112,7 +113,8 @@ class KernelEvent:
     detail: Optional[str] = None
     wall_time: Optional[float] = None  # epoch seconds, where the log line carries a wall clock (dmesg -T/iso, syslog)
     boot: Optional[str] = None  # the boot the line came from, where the log spans boots (journal _BOOT_ID, kern.log)
-    decoded: Optional[str] = None  # what the line decodes to beyond its kind: an ACA STATUS's set bits, a GHES port
+    decoded: Optional[str] = None  # what the line decodes to beyond its kind: an ACA STATUS's set bits, a GHES port;
+    # on a NIC record (KernelLogInfo.nic_events), the netdev or RDMA device the line names
 
 
 @dataclass
@@ -133,6 +135,9 @@ class KernelLogInfo:
     first_unreadable: Optional[str] = None
     formats: dict[str, int] = field(default_factory=dict)  # driver lines read, by the line format they came in
     boots: int = 0  # boots the log spans, where it says (0: one boot, or not known)
+    # The RDMA NIC drivers' records (gpudiag/probe/kernel_log_nic.py), kept apart from the GPU events above, which the
+    # GPU checks, the exporter's event counts and the service journal read.
+    nic_events: list[KernelEvent] = field(default_factory=list)
 
 
 @dataclass
@@ -185,6 +190,7 @@ class NodeSnapshot:
     active: Optional[ActiveResults] = None  # load tests, when they were run (gpudiag check --level 2)
     boot_history: Optional[BootHistory] = None  # earlier boots' driver events, where the node keeps them
     collectors: list[CollectorRun] = field(default_factory=list)
+    network: Optional[NetworkInfo] = None  # the RDMA NICs (probe/rdma.py); None: not collected
 
     def backend(self, name: str) -> Optional[BackendInfo]:
         return next((b for b in self.backends if b.name == name), None)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
-from gpudiag.probe.kernel_log_events import MAX_RECORD_CHARS, EventReader, split_line
+from gpudiag.probe.kernel_log_events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
 from gpudiag.probe.kernel_log_formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
 
 log = logging.getLogger(__name__)
@@ -115,10 +115,11 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
     return info
 
 
-# Only lines with one of these can be a GPU driver's record: the rest are counted and passed over unparsed.
+# Only lines with one of these can be a GPU or NIC driver's record: the rest are counted and passed over unparsed.
 def _has_marker(line: str) -> bool:
     return ("NVRM" in line or "amdgpu" in line or "pcieport" in line or "SXid" in line
-            or "[Hardware Error]" in line or "[drm] VRAM is lost" in line)
+            or "[Hardware Error]" in line or "[drm] VRAM is lost" in line
+            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line)  # the RDMA NICs' (kernel_log_nic.py)
 
 
 _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")
@@ -146,7 +147,8 @@ def _read(split: LogLine, info: KernelLogInfo, reader: EventReader) -> None:
         return
     info.formats[split.fmt or "bare"] = info.formats.get(split.fmt or "bare", 0) + 1
     try:
-        info.events.extend(reader.feed(split))
+        for event in reader.feed(split):
+            (info.nic_events if event.kind in NIC_EVENT_KINDS else info.events).append(event)
     except Exception as exc:  # noqa: BLE001 - hostile input: one bad record must not hide the others
         info.records_skipped += 1
         log.debug("kernel log record skipped: %s", exc)

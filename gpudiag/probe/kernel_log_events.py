@@ -28,10 +28,11 @@ from gpudiag.probe.kernel_log_amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
 from gpudiag.probe.kernel_log_formats import LogLine, split_line, wall_seconds
 from gpudiag.probe.kernel_log_ghes import GhesRecords
 from gpudiag.probe.kernel_log_nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
+from gpudiag.probe.kernel_log_nic import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
 from gpudiag.probe.kernel_log_text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 
 __all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
-           "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
+           "NIC_EVENT_KINDS", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
 
 # ---------------------------------------------------------------------------------------------------------------
 # PCIe hot-plug (drivers/pci/hotplug/pciehp_ctrl.c, ctrl_info → pci_info on the port: "pcieport <port>: pciehp: …"):
@@ -63,6 +64,8 @@ def parse_event(message: str, seconds: Optional[float] = None) -> Optional[Kerne
         return sxid_event(message, seconds)
     if message.startswith("pcieport "):
         return _pcie_slot_event(message, seconds)
+    if message.startswith(NIC_PREFIXES):  # RDMA NICs (kernel_log_nic.py): kept apart, in KernelLogInfo.nic_events
+        return nic_event(message, seconds)
     return amdgpu_event(message, seconds)
 
 
