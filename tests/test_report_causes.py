@@ -140,3 +140,14 @@ def test_a_node_supplied_stand_in_cannot_merge_or_forge_text():
     results[1].message = "GPU 1 (0000:39:00.0)\x00label\x00 link at x8"
     text = render_text(snapshot, results)
     assert "\x00" not in text and "\ufffd" in text and "GPUs 0, 1" not in text
+
+
+def test_a_cause_that_follows_from_another_is_never_named_as_a_cause():
+    """No rule makes chains today; should one, a consequence names the first cause, whose block shows it."""
+    gpu = DeviceRef(1, None, "0000:26:00.0", Vendor.AMD, "AMD Instinct MI300X")
+    visible = CheckResult("inventory.gpus_visible", Status.FAIL, "lost", gpu, observed={"reachable": False})
+    link = CheckResult("topology.link_errors", Status.FAIL, "xgmi", gpu, fault_code="GPUDIAG-PCIE-SLOT-LOST",
+                       observed={"xgmi_wafl": {"uncorrected": 3}})
+    ecc = CheckResult("ecc.uncorrected", Status.FAIL, "ecc", gpu, observed={"by_block": {"xgmi_wafl": {
+        "uncorrected": 3}}})
+    assert causes.follows_from([visible, link, ecc]) == [[], [0], [0]]

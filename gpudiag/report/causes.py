@@ -167,6 +167,12 @@ def follows_from(results: list[CheckResult]) -> list[list[int]]:
                 causes[position] = [first_with[error]]
             else:
                 first_with[error] = position
+    for position, roots in enumerate(causes):  # a cause that follows from another: name the first cause
+        seen = {position}
+        while len(roots) == 1 and causes[roots[0]] and roots[0] not in seen:
+            seen.add(roots[0])
+            roots = causes[roots[0]]
+        causes[position] = roots
     return causes
 
 
