@@ -73,8 +73,10 @@ log() { logger -t gpudiag-healthcheck -- "$*" 2>/dev/null; echo "gpudiag-healthc
 # A JSON report in two lines: its status (pass, warn, fail, unknown; "unreadable" when it is not a report), then one
 # short reason. For failures the strongest action, then fault code and bus ID of the first few ("gpudiag reset:
 # GPUDIAG-XID-48 0000:3b:00.0, GPUDIAG-PCIE-DOWNTRAINED 0000:19:00.0 (+1 more)"); for undecided checks their IDs and
-# bus IDs and the first one's message ("gpudiag undecided: kernel_log.xid (cannot read /dev/kmsg: …)"). Only IDs
-# and a bounded, printable message reach the reason: it goes to scontrol and to the scheduler's node list.
+# bus IDs and the first one's message ("gpudiag undecided: kernel_log.xid (cannot read /dev/kmsg: …)"). Only the
+# causes are named: a result the report says follows from another (`caused_by`: a lost GPU's short GPU count, its
+# Xid 79) is said by its cause, which names the GPU. A GPU without a bus ID is named by its index. Only IDs and a
+# bounded, printable message reach the reason: it goes to scontrol and to the scheduler's node list.
 summarize() {
   "$PYTHON" -c '
 import json, sys
@@ -90,10 +92,16 @@ except (OSError, ValueError, AttributeError, TypeError) as exc:
 def text(value, limit):
     return "".join(c if c.isprintable() else " " for c in str(value))[:limit]
 
+def where(result):
+    device = result.get("device") if isinstance(result.get("device"), dict) else {}
+    index = device.get("index")
+    return device.get("pci_bus_id") or (f"GPU {index}" if isinstance(index, int) else None)
+
 def listing(chosen):
-    items = list(dict.fromkeys(text(" ".join(str(x) for x in (r.get("fault_code") or r.get("check"),
-                                                                 (r.get("device") or {}).get("pci_bus_id")) if x), 60)
-                               for r in chosen))
+    # causes first: a result that follows from another one (caused_by) is said by naming its cause
+    causes = [r for r in chosen if not r.get("caused_by")] or chosen
+    items = list(dict.fromkeys(text(" ".join(str(x) for x in (r.get("fault_code") or r.get("check"), where(r))
+                                             if x), 60) for r in causes))
     return ", ".join(items[:3]) + (f" (+{len(items) - 3} more)" if len(items) > 3 else "")
 
 failed = [r for r in results if r.get("status") == "fail"]

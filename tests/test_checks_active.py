@@ -202,6 +202,53 @@ def test_skipped_busy_gpus_skip_and_setup_errors_are_unknown_not_failures():
     assert stress.status == Status.FAIL and "CUDA_ERROR_ECC_UNCORRECTABLE" in stress.message
 
 
+def _untested(error: ProbeError, vendor: Vendor = Vendor.NVIDIA) -> list:
+    """Every load test of both GPUs carrying `error`, as active/runner._fail_untested leaves them."""
+    active = healthy_active()
+    for entry in active.devices:
+        entry.h2d = entry.d2h = CopyBandwidth(error=error)
+        entry.hbm, entry.memtest = HbmBandwidth(error=error), MemtestResult(passes_requested=4, error=error)
+        entry.stress = StressResult(seconds_requested=30, error=error)
+    snapshot = node(active)
+    for device in snapshot.devices:
+        device.vendor = vendor
+    results = active_checks(snapshot, DEFAULT_EXPECTATIONS)
+    return [r for r in results if r.status == Status.UNKNOWN]
+
+
+def test_a_missing_runtime_library_says_what_to_install_and_not_to_give_more_time():
+    """Issue 27: `check --level 2` without libcuda.so.1 advised --timeout on every load test of every GPU."""
+    nvidia = _untested(ProbeError("cuda.load", ErrorKind.NOT_FOUND, "libcuda.so.1 (the NVIDIA driver's user-space "
+                                  "library) could not be loaded (libcuda.so.1: cannot open shared object file)"))
+    assert len(nvidia) == 12  # h2d, d2h, hbm, memtest, stress, compute on 2 GPUs
+    assert {r.message.split(": ", 1)[1] for r in nvidia} == {
+        "the load tests could not run: libcuda.so.1 (the NVIDIA driver's user-space library) could not be loaded "
+        "(libcuda.so.1: cannot open shared object file)"}
+    assert {r.expected for r in nvidia} == {"the GPU runtime loads and initialises"}
+    (advice,) = {r.remediation for r in nvidia}
+    assert "--timeout" not in advice and "more time" not in advice
+    assert "libnvidia-compute-<branch>" in advice and "libcuda1" in advice and "nvidia-driver-cuda-libs" in advice
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in advice and "ldconfig -p | grep libcuda.so.1" in advice
+    amd = _untested(ProbeError("hip.load", ErrorKind.NOT_FOUND, "libamdhip64.so (ROCm's HIP runtime) could not be "
+                               "loaded"), Vendor.AMD)
+    (advice,) = {r.remediation for r in amd}
+    assert "hip-runtime-amd" in advice and "--timeout" not in advice and "/opt/rocm/lib" in advice
+
+
+@pytest.mark.parametrize("error, says, never", [
+    (ProbeError("active", ErrorKind.TIMEOUT, "stopped early: deadline reached"), "--timeout", "install"),
+    (ProbeError("cuda.cuModuleLoadDataEx", ErrorKind.ERROR, "CUDA_ERROR_NO_BINARY_FOR_GPU"),
+     "must match the kernel driver", "--timeout"),
+    (ProbeError("cuda.cuInit", ErrorKind.NOT_FOUND, "the CUDA driver sees no device"),
+     "must match the kernel driver", "--timeout"),
+])
+def test_a_test_that_could_not_run_gets_the_remedy_of_its_cause(error, says, never):
+    results = _untested(error)
+    assert results and all(says in r.remediation and never not in r.remediation for r in results)
+    runtime_wide = error.source == "cuda.cuInit"  # every test of the GPU stopped by it: one wording
+    assert all(("the load tests could not run" in r.message) == runtime_wide for r in results)
+
+
 def test_a_test_that_never_finished_is_unknown_with_the_run_error():
     active = healthy_active()
     active.devices[1].stress = None

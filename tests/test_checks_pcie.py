@@ -418,6 +418,20 @@ def test_a_gpu_on_the_bus_only_without_a_link_reading_skips_naming_sysfs():
                               "generation not readable from sysfs")
 
 
+@pytest.mark.parametrize("width", [0, 63])
+def test_the_width_of_a_link_whose_speed_reads_unknown_is_never_a_failure(width):
+    """sysfs reads "Unknown" and x0 for a link that is down, and x63 (all ones) from a GPU gone from the bus
+    (drivers/pci/pci-sysfs.c: both from Link Status; tests/test_probe_host.py reads them): issue 27 saw a lost GPU
+    fail pcie.link_width as `Gen? x0`, and x63 would have passed as wider than x16."""
+    snap = _bus_only_gpu1(current_link_generation=None, current_link_width=width)
+    (result,) = node_level(run(snap, "pcie.link_width"))
+    assert result.status == Status.UNKNOWN
+    assert f"the link's speed reads Unknown (the link is down or did not answer), so its width x{width}" in (
+        result.message)
+    assert "inventory.gpus_visible" in result.remediation and "lspci -vvv -s 0000:3b:00.0" in result.remediation
+    assert for_gpu(run(snap, "pcie.link_width"), 0).status == Status.PASS
+
+
 def test_replay_counter_of_a_gpu_on_the_bus_only_skips():
     snap = _bus_only_gpu1()
     (result,) = node_level(run(snap, "pcie.replay_errors"))

@@ -231,6 +231,34 @@ def test_end_to_end_with_the_real_gpudiag(bench):
                     "GPUDIAG-FABRIC-LINK-DOWN 0000:4c:00.0 (+5 more)")
 
 
+def test_the_reason_names_the_cause_and_its_bus_id_not_what_follows_from_it(bench):
+    """Issue 27: a lost GPU's reason must say which GPU to pull. The short GPU count and the Xid 79 that follow
+    from the loss (the report's caused_by) are not named beside it; a GPU without a bus ID is named by index."""
+    from gpudiag.model import ErrorKind, ProbeError
+    from gpudiag.probe.kernel_log_events import parse_event
+
+    tmp_path, env = bench
+    snapshot = nvidia_h200_8x()
+    lost = snapshot.devices[4]
+    lost.reachable = False
+    lost.errors.append(ProbeError("nvml.device", ErrorKind.GPU_LOST, "the GPU is lost"))
+    snapshot.kernel_log.events.append(parse_event(f"NVRM: Xid (PCI:{lost.pci_bus_id[:-2]}): 79, pid=4242, "
+                                                  f"name=python3, Ch 00000008"))
+    save_snapshot(snapshot, tmp_path / "node.json")
+    real = _script(tmp_path / "real-gpudiag", f'PYTHONPATH="{REPO}" exec "{sys.executable}" -m gpudiag "$@"\n')
+    env = {**env, "GPUDIAG": str(real), "GPUDIAG_ARGS": f"--replay {tmp_path / 'node.json'}"}
+    assert healthcheck(env, "--report", GPUDIAG_PROFILE="h200-8x") == (
+        1, f"gpudiag reboot: GPUDIAG-INVENTORY-GPU-MISSING {lost.pci_bus_id}")
+    report = {"schema_version": 1, "status": "fail", "results": [
+        {"check": "inventory.gpu_count", "status": "fail", "device": None, "action": "drain",
+         "fault_code": "GPUDIAG-INVENTORY-GPU-COUNT", "caused_by": ["inventory.gpus_visible GPU 4"]},
+        {"check": "inventory.gpus_visible", "status": "fail", "device": {"index": 4, "pci_bus_id": None},
+         "action": "reboot", "fault_code": "GPUDIAG-INVENTORY-GPU-MISSING", "caused_by": []}]}
+    (tmp_path / "lost.json").write_text(json.dumps(report))
+    assert healthcheck(bench[1], "--report", FAKE_RC="1", FAKE_REPORT="lost.json") == (
+        1, "gpudiag reboot: GPUDIAG-INVENTORY-GPU-MISSING GPU 4")
+
+
 def test_the_nhc_check_dies_only_on_failure(bench):
     tmp_path, env = bench
     driver = (f'die() {{ echo "DIE $1 $2"; }}\nlog() {{ echo "LOG $1"; }}\n. "{NHC}"\n'

@@ -8,15 +8,21 @@ from gpudiag.report.text import render_text
 from tests.snapshots import nvidia_h200_node
 
 
-def test_a_gpu_that_stopped_answering_is_one_entry_naming_every_check():
+def test_a_gpu_that_stopped_answering_is_one_entry_and_its_checks_follow_from_it():
     snapshot = nvidia_h200_node()
     lost = snapshot.devices[1]
     lost.reachable = False
     lost.errors.append(ProbeError("nvml.device", ErrorKind.GPU_LOST, "the GPU is lost"))
-    text = render_text(snapshot, run_checks(snapshot))
-    unknown_entries = [line for line in text.splitlines() if line.startswith("UNKN")]
-    assert len(unknown_entries) == 1 and "checks  GPU 1" in unknown_entries[0]
-    assert "pcie.link_generation" in text and "thermal.temperature" in text  # the checks it stands for are named
+    results = run_checks(snapshot)
+    text = render_text(snapshot, results)
+    entries = [line for line in text.splitlines() if line.startswith(("FAIL", "UNKN"))]
+    assert entries == ["FAIL  inventory.gpus_visible  GPU 1 0000:3b:00.0"]
+    unknown = sum(r.status.value == "unknown" for r in results)
+    assert f"        UNKN  {unknown} checks: driver, pcie, ecc" in text  # what follows from it, in one line
+    long_form = render_text(snapshot, results, verbose=True)
+    (entry,) = [line for line in long_form.splitlines() if line.startswith("UNKN")]
+    assert f"{unknown} checks  GPU 1" in entry and "follows from inventory.gpus_visible 0000:3b:00.0" in long_form
+    assert "pcie.link_generation" in long_form and "thermal.temperature" in long_form  # each check named
 
 
 def test_failures_lead_and_a_healthy_node_is_short():

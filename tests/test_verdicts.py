@@ -52,10 +52,12 @@ def test_every_result_of_a_run_has_a_verdict_and_the_json_carries_it():
     report = json.loads(render_json(snap, results))
     assert report["schema_version"] == 1
     width = next(r for r in report["results"] if r["check"] == "pcie.link_width" and r["device"]["index"] == 1)
-    assert list(width)[-3:] == ["remediation", "action", "fault_code"]
+    # the documented keys in their order, then those added within schema version 1 (issue 27: caused_by)
+    assert list(width)[-4:] == ["remediation", "action", "fault_code", "caused_by"] and width["caused_by"] == []
     assert (width["status"], width["action"], width["fault_code"]) == ("fail", "drain", "GPUDIAG-PCIE-WIDTH-DEGRADED")
     lost = next(r for r in report["results"] if r["check"] == "ecc.mode" and r["device"]["index"] == 0)
     assert (lost["status"], lost["action"], lost["fault_code"]) == ("unknown", "reset", "GPUDIAG-GPU-UNREACHABLE")
+    assert lost["caused_by"] == [f"inventory.gpus_visible {snap.devices[0].pci_bus_id}"]
     passing = next(r for r in report["results"] if r["status"] == "pass")
     assert (passing["action"], passing["fault_code"]) == ("none", None)
 

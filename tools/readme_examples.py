@@ -1,7 +1,8 @@
 """The README's two failing checklists, printed by today's gpudiag over the test fakes.
 
-The README shows what `gpudiag check` prints on a failing 8x H200 node (GPU 7 fell off the bus, GPU 3 trained at
-Gen4 in P0, GPU 2 has a pending row remap, GPU 6 has two NVLinks down, Xid 63 and Xid 79 in the kernel log) and on
+The README shows what `gpudiag check` prints on a failing 8x H200 node (GPU 7 fell off the bus, GPUs 3 and 5 trained
+at Gen4 in P0, GPU 2 has a pending row remap, GPU 6 has two NVLinks down, Xid 63 and Xid 79 in the kernel log: the
+checklist leads with the lost GPU, what follows from it under it, and one block for the two slow links) and on
 an 8x MI300X node whose GPU 3 sits in a Gen4 slot. Both are built here from the same fakes the tests use, so the
 README can be checked against the code (tests/test_readme_examples.py) and rewritten when a change moves a count.
 
@@ -47,6 +48,7 @@ def nvidia_example() -> list[str]:
     node = FakeNode.hgx_h200(8)
     node.gpus[7].lose_after_calls = 4  # enumerated, then lost: the first call it fails is nvmlDeviceGetSerial
     node.gpus[3].pcie_downtrained(4, 16)
+    node.gpus[5].pcie_downtrained(4, 16)
     node.gpus[2].remap_pending = True
     node.gpus[6].nvlink_down(4, 5)
     with tempfile.TemporaryDirectory() as tmp:

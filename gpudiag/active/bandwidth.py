@@ -121,7 +121,7 @@ def peer_matrix(session: Session, members: list[tuple[int, int]]) -> list[PeerBa
             buffers[ordinal], streams[ordinal] = res.alloc(nbytes), res.stream()
             events[ordinal] = (res.event(), res.event())
         access = _enable_peer_access(session, [o for _, o in members])
-        for result in results:
+        for done, result in enumerate(results, 1):
             src, dst = ordinal_of[result.src], ordinal_of[result.dst]
             result.p2p_enabled = access[(src, dst)]
             with recording("active.p2p", result.copy):
@@ -132,6 +132,7 @@ def peer_matrix(session: Session, members: list[tuple[int, int]]) -> list[PeerBa
             if result.src < result.dst:
                 with recording("active.p2p_bidirectional", result.copy):
                     result.bidirectional_gb_per_second = _both_ways(session, src, dst, buffers, streams, events)
+            session.progress.remaining.advance("p2p", done / len(results))
             session.progress.say(f"GPU {result.src} -> GPU {result.dst}: {_figure(result)}")
     return results
 

@@ -73,6 +73,7 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
             result.passes_completed += 1
             result.patterns.append(kernels.pattern_name(mode, seed))
             result.seconds = round(time.monotonic() - started, 3)
+            session.progress.remaining.advance("memtest", (number + 1) / options.memtest_passes, key=device.index)
             session.progress.say(f"GPU {device.index}: memory test pass {number + 1}/{options.memtest_passes} "
                                  f"({result.patterns[-1]}): {result.mismatched_words} mismatching words so far")
     result.ecc_corrected_after, result.ecc_uncorrected_after = ecc_counts(session, device, fresh=True)

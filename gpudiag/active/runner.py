@@ -18,6 +18,7 @@ import time
 from typing import Callable, Optional
 
 from gpudiag.active.bandwidth import host_copies, peer_matrix
+from gpudiag.active.eta import PACES, STRESS_OVERHEAD_SECONDS, Remaining
 from gpudiag.active.hbm import hbm_bandwidth
 from gpudiag.active.memtest import memtest
 from gpudiag.active.options import ActiveOptions
@@ -63,7 +64,7 @@ def run_active(snapshot: NodeSnapshot, options: Optional[ActiveOptions] = None) 
     results = ActiveResults(tests=list(options.tests),
                             started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     control = Control(until=None if options.deadline_seconds is None else began + options.deadline_seconds)
-    progress = Progress(options.progress)
+    progress = Progress(options.progress, Remaining(control.until))
     trackers: list[CallTracker] = []
     done = threading.Event()
 
@@ -163,23 +164,53 @@ def _run_vendor(session: Session, devices: list[DeviceSnapshot], entries: list[A
             progress.say(f"GPU {device.index} ({device.pci_bus_id}) skipped: {reason}")
         else:
             planned.append((entry, device, ordinals[device.pci_bus_id]))
+    remaining = progress.remaining
+    remaining.plan(_phases(options, planned))
     if "pcie" in options.tests:
-        for entry, device, ordinal in planned:
+        remaining.begin("pcie")
+        for done, (entry, device, ordinal) in enumerate(planned, 1):
             entry.h2d, entry.d2h = host_copies(session, ordinal, device)
             links = {(c.link_generation, c.link_width) for c in (entry.h2d, entry.d2h) if c.link_generation}
             seen = f", link under load Gen{max(links)[0]} x{max(links)[1]}" if links else ""
+            remaining.advance("pcie", done / len(planned))
             progress.say(f"GPU {device.index}: host->device {entry.h2d.gb_per_second} GB/s, "
                          f"device->host {entry.d2h.gb_per_second} GB/s{seen}")
     if "p2p" in options.tests and len(planned) >= 2:
+        remaining.begin("p2p")
         results.peers.extend(peer_matrix(session, [(entry.index, ordinal) for entry, _, ordinal in planned]))
     if "hbm" in options.tests:
+        remaining.begin("hbm")
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "hbm", hbm_bandwidth(session, ordinal, device)))
     if "memtest" in options.tests:
+        remaining.begin("memtest")
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "memtest", memtest(session, ordinal, device)))
     if "stress" in options.tests:
+        remaining.begin("stress")
         before = _kernel_events(session)
         _on_each(planned, lambda entry, device, ordinal: setattr(entry, "stress", stress(session, ordinal, device)))
         _attach_new_events(planned, before, _kernel_events(session) if before is not None else None)
+
+
+def _phases(options: ActiveOptions, planned: list[Planned]) -> list[tuple[str, float]]:
+    """The phases this run will go through and how long each should take at PACES (active/eta.py): the host copies
+    and the pairs one after the other, the rest on every GPU at once."""
+    count = len(planned)
+    if not count:
+        return []
+    copies = 1 + options.copy_batches * options.copy_repeats  # a warm-up copy, then the timed batches
+    largest = max((d.memory.total_bytes or 0) if d.memory else 0 for _, d, _ in planned)
+    sweeps = 2 + (4 if options.memtest_inversions else 0)  # fill and check; moving inversions add four
+    phases = [
+        ("pcie", "pcie" in options.tests, count * 2 * copies * options.copy_bytes / PACES["copy"]),
+        ("p2p", "p2p" in options.tests and count >= 2,
+         count * (count - 1) * 2 * copies * options.p2p_bytes / PACES["copy"]),
+        ("hbm", "hbm" in options.tests,
+         (1 + options.copy_batches * options.hbm_repeats) * 2 * options.hbm_bytes / PACES["hbm"]),
+        ("memtest", "memtest" in options.tests,
+         options.memtest_passes * sweeps * options.memtest_fraction * largest / PACES["memtest"]),
+        ("stress", "stress" in options.tests, options.stress_seconds + STRESS_OVERHEAD_SECONDS),
+    ]
+    return [(name, seconds) for name, wanted, seconds in phases if wanted]
 
 
 MAX_STRESS_EVENTS = 20  # per GPU: a flood of Xids says enough in its first lines

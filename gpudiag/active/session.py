@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, TextIO
 
+from gpudiag.active.eta import Remaining, human
 from gpudiag.active.options import ActiveOptions
 from gpudiag.active.runtime import GpuCallError, GpuRuntime, RuntimeUnavailable
 from gpudiag.model import DeviceSnapshot, ErrorKind, ProbeError, TelemetrySample
@@ -22,17 +23,20 @@ class Stopped(Exception):
 
 
 class Progress:
-    """`gpudiag: active: …` lines on the progress stream (stderr), whole lines even from parallel tests."""
+    """`gpudiag: active: …` lines on the progress stream (stderr), whole lines even from parallel tests; once the
+    run is planned each ends with what is left of it ("(about 1 min 5 s left)": active/eta.py)."""
 
-    def __init__(self, stream: Optional[TextIO]):
+    def __init__(self, stream: Optional[TextIO], remaining: Optional[Remaining] = None):
         self._stream = stream
         self._lock = threading.Lock()
+        self.remaining = remaining or Remaining()
 
     def say(self, message: str) -> None:
         if self._stream is None:
             return
+        left = self.remaining.seconds_left()
         with self._lock:
-            self._stream.write(f"gpudiag: active: {message}\n")
+            self._stream.write(f"gpudiag: active: {message}{'' if left is None else f' (about {human(left)} left)'}\n")
             self._stream.flush()
 
 

@@ -91,6 +91,7 @@ def stress(session: Session, ordinal: int, device: DeviceSnapshot) -> StressResu
             load.verify(*calibration, reference=(CALIBRATION_ITERATIONS, False))
             load.reset_counter()  # the calibration launch's traffic is not counted
         seconds = _planned_seconds(session, device)
+        session.progress.remaining.expect("stress", seconds + 1.0, key=device.index)  # and its last samples
         session.progress.say(f"GPU {device.index}: {spec.precision.upper()} stress ({spec.kernel}) for {seconds:g} s "
                              f"({grid} blocks x {block} threads, {iterations} iterations a launch"
                              f"{', every result verified' if load is not None else ''})")

@@ -23,6 +23,7 @@ from gpudiag.checks.common import (
     passed,
     for_each_gpu,
     skipped,
+    unknown,
     warned,
 )
 from gpudiag.expect import Expectations
@@ -158,11 +159,30 @@ def _judge_generation(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[L
                        lambda under_load: _trained_low(gpu, facts, target, f"Gen{target}", under_load))
 
 
+def _width_of_no_link(gpu: PhysicalGpu, facts: LinkFacts) -> CheckResult:
+    """A width read while the link's speed is unknown is no trained width. sysfs reads both from one register,
+    Link Status (drivers/pci/pci-sysfs.c: current_link_speed is "Unknown" for a speed code it does not know,
+    current_link_width the Negotiated Link Width field): the PCIe spec leaves that field undefined while the link is
+    down, and a GPU gone from the bus answers the read with all ones (x63). So "x0" or "x63" beside an Unknown
+    speed is not judged: a lost GPU is inventory.gpus_visible's finding, not a link width failure."""
+    if gpu.device is not None:
+        return _unreadable(LINK_WIDTH, gpu, "PCIe link width")
+    return unknown(LINK_WIDTH, None, f"{gpu.label}: the link's speed reads Unknown (the link is down or did not "
+                                     f"answer), so its width x{facts.current_width} is no trained width",
+                   observed=facts.observed(), expected="a trained link: a known speed and width",
+                   remediation=(f"See inventory.gpus_visible for this GPU. Confirm with `lspci -vvv -s "
+                                f"{gpu.pci_bus_id} | grep -e LnkCap -e LnkSta`: a link that stays down points at the "
+                                f"GPU, its riser/cable or the slot's power."))
+
+
 def _judge_width(gpu: PhysicalGpu, expect: Expectations, loaded: Optional[LoadedLink]) -> CheckResult:
     device, facts = gpu.device, LinkFacts.of(gpu)
     target_generation, target = facts.targets(expect)
     if facts.current_width is None or target is None:
         return _unreadable(LINK_WIDTH, gpu, "PCIe link width")
+    library_width = gpu.device.pcie.current_width if gpu.device is not None else None
+    if library_width is None and gpu.pci is not None and gpu.pci.current_link_generation is None:
+        return _width_of_no_link(gpu, facts)
     observed = facts.observed()
     expected = generation_width(target_generation, target)
     link = f"{observed['current']} of {expected}"

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from gpudiag.fleet.model import FLEET_SCHEMA_VERSION, NODE_STATUSES, FleetVerdict, NodeVerdict
 from gpudiag.report.junit import _xml as xml_text
+from gpudiag.report.grouping import gpu_ranges
 from gpudiag.report.text import clean
 
 
@@ -72,24 +73,83 @@ def _where(finding: dict) -> str:
     return f" {finding['pci_bus_id']}" if finding.get("pci_bus_id") else ""
 
 
+# Where a remediation names its finding's check (`gpudiag check --only pcie.link_width`, the Prometheus source's):
+# findings alike but for their check are one line, the command naming them all.
+_CHECK = "\x00check\x00"
+
+
+def _alike(finding: dict) -> tuple:
+    check = finding.get("check") or ""
+    advice = finding.get("remediation") or ""
+    return (finding["kind"], finding["message"], finding["action"], advice.replace(check, _CHECK) if check else advice,
+            finding.get("more"), check == "")
+
+
+def _grouped(findings: list[dict]) -> list[tuple[list[str], list[dict]]]:
+    """One node's findings as (checks, findings) groups: alike findings (_alike) of the same checks on several GPUs,
+    and of several checks on the same GPUs, are one group (a lost GPU's 27 undecided checks; one check failing on
+    each of eight GPUs); a group never claims a check on a GPU it was not found on."""
+    by_key: dict[tuple, dict[str, list[dict]]] = {}
+    for finding in findings:
+        by_key.setdefault(_alike(finding), {}).setdefault(_what(finding), []).append(finding)
+    groups: list[tuple[list[str], list[dict]]] = []
+    for per_check in by_key.values():
+        by_gpus: dict[tuple, tuple[list[str], list[dict]]] = {}
+        for check, found in per_check.items():
+            gpus = tuple(dict.fromkeys((f.get("gpu"), f.get("pci_bus_id")) for f in found))
+            if gpus not in by_gpus:
+                by_gpus[gpus] = ([], [])
+                groups.append(by_gpus[gpus])
+            by_gpus[gpus][0].append(check)
+            by_gpus[gpus][1].extend(found)
+    return sorted(groups, key=lambda group: group[1][0]["kind"] != "fail")  # what failed leads, then the undecided
+
+
+def _group_where(found: list[dict]) -> str:
+    gpus = list(dict.fromkeys((f.get("gpu"), f.get("pci_bus_id")) for f in found))
+    if len(gpus) == 1 or any(gpu is None for gpu, _ in gpus):
+        return _where(found[0])
+    buses = [bus for _, bus in gpus if bus]
+    listed = f" ({', '.join(buses)})" if buses and len(buses) <= 3 else ""
+    return f" GPUs {gpu_ranges([gpu for gpu, _ in gpus])}{listed}"
+
+
+def _families(checks: list[str]) -> list[str]:
+    return list(dict.fromkeys(c.split(".", 1)[0] for c in checks))
+
+
+def _group_advice(checks: list[str], finding: dict) -> str:
+    """The advice of a group: a command naming the finding's check names them all (families, past three), as
+    `gpudiag check --only` takes them."""
+    advice = finding.get("remediation") or ""
+    check = finding.get("check")
+    if not check or len(checks) == 1:
+        return advice
+    return advice.replace(check, ",".join(checks if len(checks) <= 3 else _families(checks)))
+
+
 def render_text(verdict: FleetVerdict) -> str:
     tally = ", ".join(f"{count} {status}" for status, count in counts(verdict).items())
     incomplete = "" if verdict.complete else " INCOMPLETE (see SOURCE)"
     lines = [f"gpudiag fleet: {verdict.status.upper()}{incomplete}: {len(verdict.nodes)} node(s): {tally} "
              f"({verdict.source})"]
     for _, title, kinds in _SECTIONS:
-        rows = [(node, f) for node in verdict.nodes for f in node.findings if f["kind"] in kinds]
+        rows = [(node, [f for f in node.findings if f["kind"] in kinds]) for node in verdict.nodes]
+        rows = [(node, found) for node, found in rows if found]
         if not rows:
             continue
-        lines += ["", f"{title} ({len({node.node for node, _ in rows})} node(s))"]
+        lines += ["", f"{title} ({len(rows)} node(s))"]
         advice_given: set[str] = set()
-        for node, finding in rows:
-            what = _what(finding)
-            lines.append(f"  {node.node}{_where(finding)}: {what}: {finding['message']} -> {finding['action']}")
-            advice = finding.get("remediation") or ""
-            if advice and (finding["kind"] in ("fail", "unknown") or advice not in advice_given):
-                lines.append(f"      {advice}")
-                advice_given.add(advice)
+        for node, found in rows:
+            for checks, group in _grouped(found):
+                finding = group[0]
+                what = checks[0] if len(checks) == 1 else f"{len(checks)} checks ({', '.join(_families(checks))})"
+                lines.append(f"  {node.node}{_group_where(group)}: {what}: {finding['message']} -> "
+                             f"{finding['action']}")
+                advice = _group_advice(checks, finding)
+                if advice and (finding["kind"] in ("fail", "unknown") or advice not in advice_given):
+                    lines.append(f"      {advice}")
+                    advice_given.add(advice)
     if verdict.drift:
         lines += ["", "DRIFT BY MODEL"]
         for group in verdict.drift:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 from gpudiag.model import REPORT_SCHEMA_VERSION, CheckResult, NodeSnapshot, to_dict
 from gpudiag.report import summarize
+from gpudiag.report.causes import caused_by
 
 
 def report_dict(snapshot: NodeSnapshot, results: list[CheckResult], collected_by: str = "direct") -> dict:
@@ -18,12 +20,14 @@ def report_dict(snapshot: NodeSnapshot, results: list[CheckResult], collected_by
         "collected_at": snapshot.collected_at,
         "gpudiag_version": snapshot.gpudiag_version,
         "summary": {status.value: count for status, count in sorted(summary.counts.items(), key=lambda i: i[0].value)},
-        "results": [result_dict(result) for result in results],
+        # every result, each with the results it follows from (report/causes.py; [] for a finding of its own)
+        "results": [result_dict(result, causes) for result, causes in zip(results, caused_by(results))],
     }
 
 
-def result_dict(result: CheckResult) -> dict:
-    """One result, keys in the documented order; `since` only where the service said when the state began."""
+def result_dict(result: CheckResult, follows_from: Optional[list[str]] = None) -> dict:
+    """One result, keys in the documented order; `since` only where the service said when the state began.
+    `caused_by`: the results this one follows from, as `"<check> <bus ID | GPU n | node>"` (report/causes.py)."""
     out = {
         "check": result.check,
         "status": result.status.value,
@@ -34,6 +38,7 @@ def result_dict(result: CheckResult) -> dict:
         "remediation": result.remediation,
         "action": result.action or "none",  # what automation does: checks/verdicts.py ACTIONS
         "fault_code": result.fault_code,
+        "caused_by": list(follows_from or []),
     }
     if result.since is not None:
         out["since"] = result.since

@@ -14,8 +14,8 @@ import textwrap
 from collections import Counter, defaultdict
 from typing import Any, Optional
 
-from gpudiag.model import CheckResult, NodeSnapshot, Status
-from gpudiag.report import family_of, summarize, worst_first
+from gpudiag.model import STATUS_SEVERITY, CheckResult, NodeSnapshot, Status
+from gpudiag.report import causes, family_of, grouping, summarize
 
 WIDTH = 100
 _INDENT = " " * 6
@@ -55,17 +55,66 @@ def render_text(snapshot: NodeSnapshot, results: list[CheckResult], verbose: boo
                 collected_by: str = "direct") -> str:
     """The checklist. Every string that comes from the node passes through clean() (the results here, the header
     in _header and _inventory_line, observed/expected in _compact): a GPU process named with escape sequences could
-    otherwise rewrite the operator's terminal."""
+    otherwise rewrite the operator's terminal.
+
+    By default a finding is said once (report/grouping.py: alike on several checks or GPUs, one block) and leads
+    with its cause (report/causes.py: what follows from it is a line under it); `verbose` shows every result in
+    full, each GPU on its own."""
     results = [_cleaned(r) for r in results]
     paint = _painter(color)
     lines = _header(snapshot, results, paint, collected_by)
-    attention = [r for r in worst_first(results) if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
-    for group in _same_finding(attention):
-        lines.append("")
-        lines.extend(_detailed(group, paint))
+    lines.extend(_attention(results, verbose, paint))
     lines.append("")
     lines.extend(_passed_block(results, verbose, paint))
     return "\n".join(lines) + "\n"
+
+
+def _attention(results: list[CheckResult], verbose: bool, paint) -> list[str]:
+    """The blocks of the results that need attention, worst first, each cause with what follows from it."""
+    roots = causes.follows_from(results)
+    at = {id(r): p for p, r in enumerate(results)}
+    order = sorted((p for p, r in enumerate(results) if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)),
+                   key=lambda p: -STATUS_SEVERITY[results[p].status])
+    lines: list[str] = []
+    if verbose:  # the long form: each GPU's results on their own, what follows from what said in words
+        for found in grouping.group([results[p] for p in order], across_gpus=False):
+            block = _detailed(found, paint)
+            firsts = {causes.reference(results[r]) for m in found.members for r in roots[at[id(m)]]}
+            if firsts:
+                block[1:1] = _wrapped("follows from " + ", ".join(sorted(firsts)))
+            lines += ["", *block]
+        return lines
+    # A result that says what its cause says (the same runtime error on every load test) joins the cause's block;
+    # the others are lines under it.
+    alike = {p for p in order if roots[p] and grouping.same_finding(results[p], results[roots[p][0]])}
+    following = {root: [p for p in after if p not in alike] for root, after in causes.consequences(results).items()}
+    for found in grouping.group([results[p] for p in order if not roots[p] or p in alike]):
+        after = [results[q] for m in found.members for q in following.get(at[id(m)], [])]
+        lines += ["", *_detailed(found, paint), *_consequences(after, found, paint)]
+    return lines
+
+
+def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent)
+
+
+def _consequences(after: list[CheckResult], root: grouping.Group, paint) -> list[str]:
+    """A line for each thing that follows from a finding: its status, its checks, what it says (and where, when
+    that is not where the finding is)."""
+    if not after:
+        return []
+    lines = [f"{_INDENT}because of it (--verbose shows each in full):"]
+    for found in grouping.group(sorted(after, key=lambda r: -STATUS_SEVERITY[r.status])):
+        where = "" if found.subjects == root.subjects else f" ({found.where()})"
+        if len(found.checks) > 1:
+            said = f"{len(found.checks)} checks{where}: " + ", ".join(dict.fromkeys(family_of(c) for c in found.checks))
+        else:
+            said = f"{found.checks[0]}{where}: {found.said()}"
+        tag = _TAGS[found.status]
+        wrapped = textwrap.wrap(said, WIDTH, initial_indent=f"{_INDENT}  {tag}  ", subsequent_indent=_INDENT + " " * 8)
+        wrapped[0] = wrapped[0].replace(tag, paint(found.status, tag), 1)
+        lines.extend(wrapped)
+    return lines
 
 
 def _painter(color: bool):
@@ -116,44 +165,33 @@ def _inventory_line(snapshot: NodeSnapshot) -> str:
 
 
 def _where(result: CheckResult) -> str:
-    if result.device is None:
-        return "node"
     device = result.device
-    return f"GPU {device.index} {device.pci_bus_id or ''}".rstrip()
+    return "node" if device is None else f"GPU {device.index} {device.pci_bus_id or ''}".rstrip()
 
 
-def _same_finding(results: list[CheckResult]) -> list[list[CheckResult]]:
-    """Results that say the same thing about the same device, differing only in the check (a GPU that stopped
-    answering makes every per-device check unknown for one reason): shown once, naming every check."""
-    groups: dict[tuple, list[CheckResult]] = {}
-    for result in results:
-        key = (result.status, _where(result), result.message, _compact(result.observed), _compact(result.expected),
-               result.remediation)
-        groups.setdefault(key, []).append(result)
-    return list(groups.values())
-
-
-def _detailed(group: list[CheckResult], paint) -> list[str]:
-    result = group[0]
-    checks = ", ".join(r.check for r in group)
-    head = result.check if len(group) == 1 else f"{len(group)} checks"
-    lines = [f"{paint(result.status, _TAGS[result.status])}  {head}  {_where(result)}"]
-    if len(group) > 1:
-        lines.extend(textwrap.wrap(f"checks: {checks}", WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT))
-    lines.extend(textwrap.wrap(result.message, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT) or [])
+def _detailed(found: grouping.Group, paint) -> list[str]:
+    result = found.first
+    head = found.checks[0] if len(found.checks) == 1 else f"{len(found.checks)} checks"
+    lines = [f"{paint(found.status, _TAGS[found.status])}  {head}  {found.where()}"]
+    if len(found.checks) > 1:
+        lines.extend(_wrapped(f"checks: {', '.join(found.checks)}"))
+    if found.many_gpus:
+        lines.extend(_wrapped(f"bus IDs: {', '.join(found.bus_ids())}"))
+    lines.extend(_wrapped(found.text("message")))
     seen = []
-    if result.observed is not None:
-        seen.append(f"observed: {_compact(result.observed)}")
-    if result.expected is not None:
-        seen.append(f"expected: {_compact(result.expected)}")
+    for name in ("observed", "expected"):
+        value = found.value(name)
+        if value is not None:
+            seen.append(f"{name}: {_compact(value)}")
     if seen:
-        lines.extend(textwrap.wrap("   ".join(seen), WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT))
-    since = min((r.since for r in group if r.since), default=None)
+        lines.extend(_wrapped("   ".join(seen)))
+    since = min((r.since for r in found.members if r.since), default=None)
     if since:
         lines.append(_INDENT + since_phrase(result.status, since))
     if result.remediation:
         lines.extend(
-            textwrap.wrap(result.remediation, WIDTH, initial_indent=_INDENT + "→ ", subsequent_indent=_INDENT + "  ")
+            textwrap.wrap(found.text("remediation"), WIDTH, initial_indent=_INDENT + "→ ",
+                          subsequent_indent=_INDENT + "  ")
         )
     return lines
 
