@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 # Checklist order: from "is there a driver at all" down to "what runs on it".
 REGISTRY: tuple[Check, ...] = (
     driver.CHECKS + recovery.CHECKS + amd_platform.DRIVER_CHECKS + inventory.CHECKS + amd_platform.INVENTORY_CHECKS
-    + pcie.CHECKS + amd_platform.PCIE_CHECKS + ecc.CHECKS + thermal.CHECKS + power.CHECKS
+    + pcie.CHECKS + ecc.CHECKS + thermal.CHECKS + power.CHECKS
     + topology.CHECKS + fabric.CHECKS + firmware.CHECKS + kernel_log.CHECKS + host.CHECKS + workload.CHECKS
     + active.CHECKS  # judged from snapshot.active (`check --level 2`); skipped with that hint otherwise
     + baseline.CHECKS  # judged against Expectations.baseline (`check --baseline FILE`); skipped otherwise
