@@ -35,6 +35,7 @@ from gpudiag.checks.common import (
     verdict,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
 from gpudiag.checks.pcie_power import LoadedLink, PowerState, confirm_under_load, power_state, under_load, vendor_of
 from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PcieInfo, Status, Vendor
@@ -369,4 +370,52 @@ CHECKS = (
     Check(REPLAY_ERRORS, replay_errors, "PCIe replay counter below threshold"),
     Check(AER, aer, "no uncorrectable AER errors, correctable below threshold"),
     Check(LINK_RECOVERY, link_recovery, "PCIe L0->Recovery and NAK counters below threshold (AMD)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "pcie.link_generation": {F: ("drain", "GPUDIAG-PCIE-DOWNTRAINED"), W: ("watch", "GPUDIAG-PCIE-DOWNTRAINED")},
+    "pcie.link_width": {F: ("drain", "GPUDIAG-PCIE-WIDTH-DEGRADED")},
+    "pcie.replay_errors": {W: ("watch", "GPUDIAG-PCIE-REPLAYS")},
+    "pcie.aer": {F: ("drain", "GPUDIAG-PCIE-AER-UNCORRECTABLE"), W: ("watch", "GPUDIAG-PCIE-AER-CORRECTABLE")},
+    "pcie.link_recovery": {F: ("drain", "GPUDIAG-PCIE-LINK-RECOVERY"), W: ("watch", "GPUDIAG-PCIE-LINK-RECOVERY")},
+}
+_REFERENCE = {
+    "pcie.link_generation": (
+        "current and maximum link speed of the GPU and its slot (library, sysfs current/max_link_speed), the "
+        "P-state and pp_dpm_pcie, and at --level 2 the link under load",
+        "Reseat the GPU and its riser or cable, set the slot's BIOS link speed to Auto/the GPU's generation, check "
+        "riser and retimer ratings and firmware; confirm under load (`gpudiag check --level 2`)."),
+    "pcie.link_width": (
+        "current and maximum link width of the GPU and its slot",
+        "A link with fewer lanes than it trained for: reseat the GPU and riser or cable, check the slot's "
+        "bifurcation setting in the BIOS; swap slots to tell a bad slot from a bad GPU."),
+    "pcie.replay_errors": (
+        "the PCIe replay counter (NVML) since the driver loaded",
+        "A marginal link (riser, retimer, connector): watch the rate, reseat or replace the riser or cable."),
+    "pcie.aer": (
+        "the AER counters of the GPU's function in sysfs (aer_dev_fatal, aer_dev_nonfatal, aer_dev_correctable)",
+        "Uncorrectable errors: drain, reseat the GPU and riser, update BIOS and retimer firmware; a stream of "
+        "correctable errors marks a marginal link to watch."),
+    "pcie.link_recovery": (
+        "AMD gpu_metrics PCIe L0-to-Recovery and NAK counters since the driver loaded",
+        "A link that keeps dropping into Recovery has a signal-integrity fault: reseat or replace the riser, "
+        "retimer or cable, update the retimer firmware."),
+}
+_SETTINGS = {
+    "pcie.link_generation": ("expected_pcie_generation",),
+    "pcie.link_width": ("expected_pcie_width",),
+    "pcie.replay_errors": ("pcie_replay_warn_count",),
+    "pcie.aer": ("aer_correctable_warn_count",),
+    "pcie.link_recovery": ("pcie_recovery_warn_count", "pcie_recovery_fail_count_per_day", "pcie_replay_warn_count"),
+}
+FAMILY = Family(
+    "pcie", order=30, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )
