@@ -58,7 +58,8 @@ def test_an_incomplete_declaration_fails_loudly(overrides, said):
 def test_two_families_of_one_order_or_name_are_refused(monkeypatch):
     import importlib
 
-    clash = toy(order=checks.DECLARED[0].order)
+    clash = Family("order_clash", checks.DECLARED[0].order, (_check("order_clash.one"),),
+                   verdicts={"order_clash.one": {}}, reference={"order_clash.one": ("its file", "Fix the toy.")})
     real = importlib.import_module
 
     def with_toy(name, *args):
