@@ -292,8 +292,8 @@ def test_a_selector_that_is_not_label_matchers_is_refused(capsys, selector):
 @pytest.mark.parametrize("argv, fragment", [
     (("--prometheus", "ftp://x"), "not an http"),
     (("--prometheus", "http://127.0.0.1:9", "--password-file", "/etc/hostname"), "needs --username"),
-    (("--prometheus", "http://127.0.0.1:9", "--bearer-token-file", "/nonexistent"), "cannot read"),
+    (("--prometheus", "http://127.0.0.1:9", "--bearer-token-file", "{missing}"), "cannot read"),
 ])
-def test_bad_connection_options_are_one_line_exit_2(capsys, argv, fragment):
-    code, out, err = run(capsys, *argv)
+def test_bad_connection_options_are_one_line_exit_2(capsys, tmp_path, argv, fragment):
+    code, out, err = run(capsys, *(arg.replace("{missing}", str(tmp_path / "missing")) for arg in argv))
     assert (code, out) == (2, "") and fragment in err and err.count("\n") == 1
