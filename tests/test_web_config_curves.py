@@ -62,7 +62,7 @@ def test_one_curve_or_several_limit_the_handshake(tmp_path, monkeypatch, curves,
     exporter = Exporter("127.0.0.1:0", load_web_config(web_config(tmp_path, *curves)), nvidia_h200_node,
                         interval_seconds=60, collect_timeout_seconds=2, judge=lambda s: [],
                         watcher_factory=None).start()
-    monkeypatch.undo()  # the test's own clients name their one curve with set_ecdh_curve
+    monkeypatch.undo()
     try:
         wait_for(lambda: exporter.state.health()[0])
         for curve in accepted:

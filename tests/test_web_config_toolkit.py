@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag.exporter import openssl_ctx
 from gpudiag.exporter import web_errors as E
 from gpudiag.exporter.server import Exporter
 from gpudiag.exporter.web_config import WebConfigError, load_web_config
@@ -120,7 +121,8 @@ def client(cert: str = "", ciphers: str = "", curve: str = "", max_version=None)
         context.set_ciphers(ciphers)
         context.maximum_version = ssl.TLSVersion.TLSv1_2
     if curve:
-        context.set_ecdh_curve(curve)
+        # Through SSL_CTX_set1_groups_list like the server: set_ecdh_curve refuses X25519 on Debian 12's python3.
+        openssl_ctx.set_groups(context, [curve])
     if max_version is not None:
         context.maximum_version = max_version
     return context
