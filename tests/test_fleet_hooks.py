@@ -164,6 +164,7 @@ def worst_case_seconds() -> int:
     return default + kill_after
 
 
+@pytest.mark.slow
 def test_the_run_stays_inside_nhcs_and_slurms_limits(bench):
     """NHC's watchdog kills its whole run after 30 s (nhc: TIMEOUT=${TIMEOUT:-30}); slurmd kills a
     HealthCheckProgram after 60 s (slurm.conf(5)). gpudiag gets a probe deadline of its own inside the script's."""

@@ -48,6 +48,7 @@ NODES = (("healthy", ()), ("downtrained", ("--downtrain", "1")), ("older", ("--d
 
 
 @needs_prometheus
+@pytest.mark.slow
 def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometheus(capsys, tmp_path):
     procs, targets = [], {}
     prometheus = None
@@ -199,6 +200,7 @@ def test_a_partial_answer_is_reported_and_not_a_pass(capsys, stand_in):
     assert (whole["status"], whole["complete"]) == ("pass", True)  # the same fleet, answered in full
 
 
+@pytest.mark.slow
 def test_a_slow_prometheus_is_given_up_on_and_the_verdict_is_incomplete(capsys, stand_in):
     calls = []
 

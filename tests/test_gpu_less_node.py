@@ -267,6 +267,7 @@ def test_promtool_lints_the_metrics_of_a_node_without_gpus(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (apt-get install prometheus)")
+@pytest.mark.slow
 def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
     """The shipped rules, evaluated by a real Prometheus over a real `gpudiag serve` on a node with no GPU: the
     alert goes pending at once (it fires after its `for: 2m`), and the one for another vendor's library does not."""

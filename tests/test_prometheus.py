@@ -34,6 +34,8 @@ from tests.tools_support import load_tool
 from tests.prometheus_support import PROMETHEUS, free_port, query, start_prometheus, stop  # noqa: F401
 from tests.snapshots import amd_mi300x_node, cpx_partitioned
 
+pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
+
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
 RULE_TESTS = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.test.yml"

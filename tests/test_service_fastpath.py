@@ -49,6 +49,7 @@ def run_both(argv: list[str]) -> tuple[tuple, tuple]:
     return captured(fastpath.main), captured(cli.main)
 
 
+@pytest.mark.slow
 def test_fast_and_full_paths_write_the_same_bytes_and_exit_codes(tmp_path):
     node = FakeNode.hgx_h200(2)
     node.gpus[1].hang = "nvmlDeviceGetPowerUsage"  # GPU 1 fails (and has a `since`), the node fails: exit 1

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from gpudiag import cli
 from gpudiag.service.journal import CURRENT, PREVIOUS
 from gpudiag.service import state_dir
@@ -35,6 +37,7 @@ def absorbed(exporter, events: int) -> None:
     wait_for(lambda: exporter.collections.latest is not had, timeout=20)
 
 
+@pytest.mark.slow
 def test_a_flood_of_xid_31_neither_flushes_an_xid_48_nor_a_failing_since(tmp_path, capsys):
     node = FakeNode.hgx_h200(2)
     bus = [gpu.bus_id for gpu in node.gpus]

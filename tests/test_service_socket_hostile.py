@@ -26,6 +26,8 @@ from tests.exporter_support import wait_for
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.service_support import raw, running_service
 
+pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
+
 REPO = Path(__file__).resolve().parent.parent
 
 

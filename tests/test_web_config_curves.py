@@ -76,6 +76,7 @@ def test_one_curve_or_several_limit_the_handshake(tmp_path, monkeypatch, curves,
 
 @pytest.mark.skipif(not _system_python_refuses_x25519_by_name(),
                     reason="no /usr/bin/python3 whose set_ecdh_curve refuses X25519 (Debian 12's does)")
+@pytest.mark.slow
 def test_a_real_serve_on_debians_python_serves_x25519_alone(tmp_path):
     """`gpudiag serve --web-config` with `curve_preferences: [X25519]` as its own process under Debian 12's
     python3 (gpudiag's dependencies from this venv): it serves, over X25519 and nothing else."""

@@ -313,6 +313,7 @@ def test_serve_takes_web_config_file_flag_and_refuses_a_bad_file_in_one_line():
     assert proc.stderr.strip().count("\n") == 0 and "without a Client Auth Policy" in proc.stderr
 
 
+@pytest.mark.slow
 def test_serve_with_the_toolkit_inline_config_answers_https(tmp_path):
     (tmp_path / "sys").mkdir()  # an empty node: no GPU, nothing to wait on
     proc = subprocess.Popen([sys.executable, "-m", "gpudiag", "serve", "--listen", "127.0.0.1:0", "--root",
