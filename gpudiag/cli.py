@@ -1,11 +1,5 @@
-"""The `gpudiag` command. The only place that exits; exit codes are part of the contract (docs/architecture.md):
-
-0 no check failed (warnings allowed) · 1 at least one check failed · 2 usage or configuration error ·
-3 nothing could be probed (no usable backend and no GPU on the PCI bus) · 4 internal error.
-
-Nothing probed is 3 only while no check failed: where the profile or baseline expects GPUs, a node with none is
-a verdict (inventory.gpu_count / baseline.inventory fail), exit 1, as the JSON report's status says.
-"""
+"""The `gpudiag` command; its exit codes are gpudiag/exitcodes.py's ExitCode, part of the contract
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +13,7 @@ from typing import List, Optional
 import typer
 
 from gpudiag import cli_habits as habits
+from gpudiag.exitcodes import ExitCode
 from gpudiag.install import install_service
 # cli_service and cli_fleet import UsageProblem from here
 from gpudiag.node_collect import UsageProblem, collect, collect_options, exit_for_failure, start_logging
@@ -28,8 +23,6 @@ try:  # typer 0.2x ships its own copy of click; older typer uses click itself
     from typer import _click as click
 except ImportError:  # pragma: no cover - depends on the installed typer
     import click
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_PROBED, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 app = typer.Typer(
     rich_markup_mode=None,
@@ -159,7 +152,7 @@ def snapshot(
 
     node = collect(root, kernel_log, timeout)
     _write_output(output, snapshot_json(node), "snapshot")
-    raise habits.nothing_probed_exit() if habits.nothing_probed(node) else typer.Exit(EXIT_OK)
+    raise habits.nothing_probed_exit() if habits.nothing_probed(node) else typer.Exit(ExitCode.OK)
 
 
 @app.command()
@@ -180,13 +173,13 @@ def baseline(
     node = _load_replay(replay) if replay is not None else collect(root, kernel_log, timeout)
     if habits.nothing_probed(node):
         print("gpudiag: error: nothing could be probed: no GPU to record a baseline of", file=sys.stderr)
-        raise typer.Exit(EXIT_NOTHING_PROBED)
+        raise typer.Exit(ExitCode.NOTHING_PROBED)
     failing = sorted({r.check for r in run_checks(node) if summarize([r]).failed})
     if failing:  # a baseline is only as good as the node it was taken from
         log.warning("this node fails %s: is it really known-good?", ", ".join(failing))
     golden = baseline_of(node)
     _write_output(output, baseline_json(golden), f"baseline of {len(golden.gpus)} GPU(s)")
-    raise typer.Exit(EXIT_OK)
+    raise typer.Exit(ExitCode.OK)
 
 
 @app.command()
@@ -245,7 +238,7 @@ def textfile(
     from gpudiag.report.verdict import tell_ending
 
     code = tell_ending(node, results)
-    raise typer.Exit(EXIT_NOTHING_PROBED if code == EXIT_NOTHING_PROBED else EXIT_OK)  # the failures are in the file
+    raise typer.Exit(ExitCode.NOTHING_PROBED if code == ExitCode.NOTHING_PROBED else ExitCode.OK)  # the failures are in the file
 
 
 @app.command()
@@ -269,15 +262,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     start_logging(debug)
     try:
         # With standalone_mode=False click returns the code of a typer.Exit instead of exiting.
-        return app(args=argv, prog_name="gpudiag", standalone_mode=False) or EXIT_OK
+        return app(args=argv, prog_name="gpudiag", standalone_mode=False) or ExitCode.OK
     except typer.Exit as exc:
         return exc.exit_code
     except click.exceptions.UsageError as exc:
         print(f"gpudiag: error: {exc.format_message()}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except typer.Abort:
         print("gpudiag: aborted", file=sys.stderr)
-        return 130
+        return ExitCode.ABORTED
     except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
         return exit_for_failure(exc, debug)
 

@@ -17,11 +17,12 @@ from typing import Callable, Optional
 
 import typer
 
+from gpudiag.exitcodes import ExitCode
 from gpudiag.cli import RootOption, SocketOption, UsageProblem, app
 
 log = logging.getLogger("gpudiag")
 
-DIRECT, SERVICE, REPLAY = "direct", "service", "replay"
+DIRECT, SERVICE = "direct", "service"
 
 
 def obtain(root: Path, socket: Optional[Path], timeout: Optional[float], level: int, direct: bool,
@@ -156,7 +157,7 @@ def history(
         from gpudiag.service.history_text import render_history
 
         sys.stdout.write(render_history(entries, source))
-    raise typer.Exit(0)
+    raise typer.Exit(ExitCode.OK)
 
 
 def _read_journal(root: Path, state_dir: Optional[Path], seconds: Optional[float], gpu: Optional[int]) -> list:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-EXIT_ABORTED = 130  # 0, 1 and 3: report/verdict.py; 0, 2 and 4 on a failure: node_collect.exit_for_failure
+from gpudiag.exitcodes import ExitCode
 
 
 def check(request: dict, root: str, timeout: "float | None") -> int:
@@ -31,7 +31,7 @@ def check(request: dict, root: str, timeout: "float | None") -> int:
         return _check(request, root, timeout)
     except KeyboardInterrupt:  # as click turns it into an Abort
         print("gpudiag: aborted", file=sys.stderr)
-        return EXIT_ABORTED
+        return ExitCode.ABORTED
     except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
         return exit_for_failure(exc, debug)
 

@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from gpudiag.exitcodes import ExitCode
+
 DEFAULT_SOCKET = "/run/gpudiag/gpudiag.sock"  # gpudiag/service/__init__.py; a test keeps the two equal
 MAX_REQUEST_BYTES = 4096  # gpudiag/service/protocol.py
 MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/judge.py) and the JSON
@@ -178,20 +180,17 @@ def main(argv: "list | None" = None) -> "int | None":
                          f"probing directly\n")
         return _direct(request, root, timeout)
     stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("exit")
-    if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (0, 1, 2, 3):
+    if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.NOTHING_PROBED):
         return None
     try:
         sys.stdout.write(stdout)
         sys.stdout.flush()
     except BrokenPipeError:
-        return 0
+        return ExitCode.OK
     except OSError as exc:
         return unwritable(exc)
     sys.stderr.write(stderr)
     return code
-
-
-EXIT_INTERNAL = 4  # cli/ExitCode.INTERNAL: gpudiag could not finish its job
 
 
 def unwritable(exc: OSError) -> int:
@@ -202,7 +201,7 @@ def unwritable(exc: OSError) -> int:
         sys.stderr.flush()
     except OSError:
         pass
-    return EXIT_INTERNAL
+    return ExitCode.INTERNAL
 
 
 def _direct(request: dict, root: str, timeout: "float | None") -> int:
@@ -233,7 +232,7 @@ def leave(code: int) -> None:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        code = 0
+        code = ExitCode.OK
     except OSError as exc:
         code = unwritable(exc)
     try:

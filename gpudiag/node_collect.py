@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
+from gpudiag.exitcodes import ExitCode
+
 PASSIVE_DEFAULT_TIMEOUT = 10.0
 
 
@@ -30,14 +32,14 @@ def exit_for_failure(exc: Exception, debug: bool) -> int:
     exit 4 instead of a traceback (GPUDIAG_DEBUG=1 raises it again)."""
     if isinstance(exc, UsageProblem):
         print(f"gpudiag: error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if isinstance(exc, BrokenPipeError):
-        return 0
+        return ExitCode.OK
     if debug:
         raise exc
     print(f"gpudiag: internal error: {type(exc).__name__}: {exc} (set GPUDIAG_DEBUG=1 for the traceback)",
           file=sys.stderr)
-    return 4
+    return ExitCode.INTERNAL
 
 
 @contextlib.contextmanager

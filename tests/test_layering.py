@@ -19,7 +19,7 @@ ALLOWED = {
     "checks": {"model", "checks", "expect", "baseline"},
     "expect": {"model", "expect", "baseline"},
     "baseline": {"model", "baseline", "fileio"},  # golden node facts: data an expectation is checked against
-    "report": {"model", "report", "checks", "expect"},
+    "report": {"model", "report", "checks", "expect", "exitcodes"},
     "recording": {"model", "fileio", "recording"},
 }
 

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from gpudiag.exitcodes import ExitCode
 from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
 from gpudiag.exporter.poller import Poller, collect_and_judge
 from gpudiag.exporter.state import ExporterState, WatcherFactory
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = ":9858"
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -176,7 +176,7 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
         web = load_web_config(web_config) if web_config is not None else WebConfig()
     except WebConfigError as exc:
         print(f"gpudiag: error: --web-config: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     collector = Collector(options)
     try:
         exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
@@ -184,11 +184,11 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
                             socket_required=socket_required, service_options={"expect": expectations})
     except SocketBindError as exc:
         print(f"gpudiag: error: cannot listen on {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except (ValueError, OSError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         print(f"gpudiag: error: cannot listen on {listen}: {reason}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -205,4 +205,4 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
     if not closed.done:
         log.warning("closing the vendor libraries did not finish; exiting anyway")
     print("gpudiag: stopped", file=sys.stderr, flush=True)
-    return EXIT_OK
+    return ExitCode.OK

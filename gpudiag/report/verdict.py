@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from gpudiag.exitcodes import ExitCode
 from gpudiag.model import CheckResult, NodeSnapshot
 
 NOTHING_PROBED = "nothing could be probed: no usable GPU library and no GPU on the PCI bus"
@@ -24,11 +25,11 @@ def ending(snapshot: NodeSnapshot, results: list) -> tuple[int, Optional[str]]:
 
     failed = summarize(results).failed
     if not nothing_probed(snapshot):
-        return (1 if failed else 0), None
+        return (ExitCode.FAILED if failed else ExitCode.OK), None
     if failed:
-        return 1, ("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against the "
+        return ExitCode.FAILED, ("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against the "
                    "expected node, that fails")
-    return 3, None
+    return ExitCode.NOTHING_PROBED, None
 
 
 def tell_ending(snapshot: NodeSnapshot, results: list) -> int:
@@ -39,7 +40,7 @@ def tell_ending(snapshot: NodeSnapshot, results: list) -> int:
     code, warning = ending(snapshot, results)
     if warning:
         logging.getLogger("gpudiag").warning(warning)
-    if code == 3:
+    if code == ExitCode.NOTHING_PROBED:
         print(f"gpudiag: error: {NOTHING_PROBED}", file=sys.stderr)
     return code
 

@@ -14,6 +14,7 @@ import json
 import threading
 from typing import Optional
 
+from gpudiag.exitcodes import ExitCode
 from gpudiag.service.protocol import ProtocolError
 
 FORMATS = ("text", "json", "junit")
@@ -21,7 +22,6 @@ MAX_IDS = 64  # --only/--skip entries
 MAX_PARAMS = 32
 MAX_TEXT = 256  # one check ID, profile name or KEY=VALUE
 MAX_RENDERED_BYTES = 16 << 20  # the answer's cap: a report for a large node is a few hundred kB
-EXIT_USAGE = 2  # the others: report/verdict.ending
 
 
 def _strings(request: dict, key: str, limit: int) -> list[str]:
@@ -94,7 +94,7 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
         if fields["profile"] is not None or fields["params"]:
             expectations = load_expectations(fields["profile"], fields["params"])
     except (ValueError, ProfileError) as exc:  # the same one line and exit 2 as gpudiag check's own
-        return _line({"ok": True, "exit": EXIT_USAGE, "stdout": "", "stderr": f"gpudiag: error: {exc}\n"})
+        return _line({"ok": True, "exit": ExitCode.USAGE, "stdout": "", "stderr": f"gpudiag: error: {exc}\n"})
     from gpudiag.service.runtime import MAX_AGE_SECONDS
 
     collection, problem = collections.get(MAX_AGE_SECONDS, wait)
