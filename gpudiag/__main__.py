@@ -1,3 +1,3 @@
-from gpudiag.fastpath import run
+from gpudiag.cli.fastpath import run
 
 run()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.model import NodeSnapshot
 from gpudiag.recording import load_snapshot, save_snapshot
 from tests.fakes.fake_nvml import FakeNode, installed, library_missing

@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.cli import main
+from gpudiag.cli.app import main
 from gpudiag.expect import Expectations
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.probe import CollectOptions, collect

@@ -348,7 +348,7 @@ def test_parse_listen_rejects(listen):
 
 
 def test_the_cli_default_listen_address_is_the_documented_one():
-    from gpudiag import cli
+    from gpudiag.cli import app as cli
 
     default = next(p.default for p in __import__("inspect").signature(cli.serve).parameters.values()
                    if p.name == "listen").default

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.exporter.server import Exporter, judge_against
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig

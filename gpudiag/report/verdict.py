@@ -69,7 +69,7 @@ def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], onl
 
 def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
                   open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool) -> int:
-    """`gpudiag check`'s ending, for the typer CLI and gpudiag/direct.py alike: the report on stdout, then
+    """`gpudiag check`'s ending, for the typer CLI and gpudiag/cli/direct.py alike: the report on stdout, then
     `tell_ending`."""
     import sys
 

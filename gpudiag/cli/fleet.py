@@ -1,5 +1,5 @@
 """`gpudiag fleet`: judge many nodes at once, from their `gpudiag check --format json` reports or from the
-Prometheus that scrapes them. Registered on the app by one import line in gpudiag/cli.py.
+Prometheus that scrapes them. Registered on the app by gpudiag/cli/app.py.
 
 Exit codes as `check`: 0 every node sound (warnings allowed) · 1 some node fails, is silent, drifts or lags, or the
 answer was incomplete · 2 usage (a bad flag, selector, report or credential file) · 3 nothing to judge (Prometheus
@@ -13,14 +13,14 @@ from typing import List, Optional
 
 import typer
 
-from gpudiag.cli import OutputFormat, UsageProblem, app
+from gpudiag.cli.node_collect import UsageProblem
+from gpudiag.cli.options import OutputFormat
 from gpudiag.exitcodes import ExitCode
 
 DEFAULT_THRESHOLD_PERCENT = 5.0
 DEFAULT_SELECTOR = '{job=~"gpudiag.*"}'  # as gpudiag.fleet.prometheus (not imported here: the CLI starts fast)
 
 
-@app.command()
 def fleet(
     reports: Optional[List[str]] = typer.Argument(
         None, metavar="[REPORT]...", help="`gpudiag check --format json` reports: files, directories of *.json, or - "

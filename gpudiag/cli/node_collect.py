@@ -1,5 +1,5 @@
-"""Probing the node and reading what it should be, for every command that judges one: the typer CLI (gpudiag/cli.py)
-and `gpudiag check` without typer (gpudiag/direct.py), so that the two collect and judge alike. No typer here."""
+"""Probing the node and reading what it should be, for every command that judges one: the typer CLI (gpudiag/cli/app.py)
+and `gpudiag check` without typer (gpudiag/cli/direct.py), so that the two collect and judge alike. No typer here."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def start_logging(debug: bool) -> None:
 
 
 def exit_for_failure(exc: Exception, debug: bool) -> int:
-    """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/direct.py alike:
+    """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/cli/direct.py alike:
     bad input is one line and exit 2, a reader that left early (a broken pipe) exit 0, anything else one line and
     exit 4 instead of a traceback (GPUDIAG_DEBUG=1 raises it again)."""
     if isinstance(exc, UsageProblem):

@@ -1,8 +1,8 @@
-"""The habits a command-line tool is expected to have, kept out of cli.py so that it stays one screen of commands:
+"""The habits a command-line tool is expected to have, kept out of the command modules:
 `--version`/`-V`, `-h`, help for a bare `gpudiag`, refusing options that cannot apply, and a stdout that cannot
 encode the checklist's symbols.
 
-Nothing here may import more than cli.py already does: `gpudiag check` is timed against `nvidia-smi -q`.
+Nothing here may import more than gpudiag/cli/app.py already does: `gpudiag check` is timed against `nvidia-smi -q`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import typer
 
 from gpudiag.exitcodes import ExitCode
 
-try:  # as in cli.py: typer 0.2x ships its own copy of click
+try:  # as in gpudiag/cli/app.py: typer 0.2x ships its own copy of click
     from typer._click.exceptions import UsageError
     from typer._click.globals import get_current_context
 except ImportError:  # pragma: no cover - depends on the installed typer
