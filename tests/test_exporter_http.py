@@ -15,7 +15,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpudiag.exporter.server import DEFAULT_LISTEN, Exporter, parse_listen, serve
+from gpudiag.cli.serving import Exporter, serve
+from gpudiag.exporter.listen import DEFAULT_LISTEN, parse_listen
 from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_config
 from gpudiag.probe import CollectOptions
 from tests.exporter_support import value, wait_for

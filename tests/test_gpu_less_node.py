@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.cli import app as cli
-from gpudiag.exporter.server import Exporter, judge_against
+from gpudiag.cli.serving import Exporter, judge_against
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.model import CheckResult, DeviceRef, NodeSnapshot, Status, normalize_pci_bus_id

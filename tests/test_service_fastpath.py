@@ -188,7 +188,7 @@ class OneCollection:
 def test_answers_are_made_once_per_collection_unless_they_age(monkeypatch):
     from gpudiag.recording import load_snapshot
     from gpudiag.report import verdict
-    from gpudiag.service.judge import Answers, answer_check, parse_check
+    from gpudiag.service.check_answers import Answers, answer_check, parse_check
 
     calls = []
     real = verdict.judge_and_render

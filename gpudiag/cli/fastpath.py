@@ -20,7 +20,7 @@ from gpudiag.exitcodes import ExitCode
 
 DEFAULT_SOCKET = "/run/gpudiag/gpudiag.sock"  # gpudiag/service/__init__.py; a test keeps the two equal
 MAX_REQUEST_BYTES = 4096  # gpudiag/service/protocol.py
-MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/judge.py) and the JSON
+MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/check_answers.py) and the JSON
 CONNECT_TIMEOUT_SECONDS = 0.25  # gpudiag/service/client.py
 FORMATS = ("text", "json", "junit")
 # option -> the request field it sets; a value option takes the next argument or `--opt=value`

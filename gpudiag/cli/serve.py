@@ -14,7 +14,7 @@ from gpudiag.cli.options import (BaselineOption, KernelLogOption, ParamOption, P
 
 
 def serve(
-    # The default is gpudiag.exporter.server.DEFAULT_LISTEN, spelled out so that the CLI does not import the
+    # The default is gpudiag.exporter.listen.DEFAULT_LISTEN, spelled out so that the CLI does not import the
     # exporter (and prometheus_client) for every command; a test keeps the two equal.
     listen: str = typer.Option(":9858", "--listen", help="HOST:PORT to serve /metrics and /healthz on; :PORT is every interface."),
     web_config: Optional[Path] = typer.Option(None, "--web-config", "--web.config.file", help="TLS, basic auth, rate limit, headers (exporter-toolkit web-config YAML)."),
@@ -29,7 +29,7 @@ def serve(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
-    from gpudiag.exporter import serve as run_exporter
+    from gpudiag.cli.serving import serve as run_exporter
     from gpudiag.service import socket_path, state_dir as journal_dir
 
     expectations = read_expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2

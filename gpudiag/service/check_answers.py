@@ -15,7 +15,7 @@ import threading
 from typing import Optional
 
 from gpudiag.exitcodes import ExitCode
-from gpudiag.service.protocol import ProtocolError
+from gpudiag.service.protocol import MAX_AGE_SECONDS, ProtocolError
 
 FORMATS = ("text", "json", "junit")
 MAX_IDS = 64  # --only/--skip entries
@@ -95,7 +95,6 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
             expectations = load_expectations(fields["profile"], fields["params"])
     except (ValueError, ProfileError) as exc:  # the same one line and exit 2 as gpudiag check's own
         return _line({"ok": True, "exit": ExitCode.USAGE, "stdout": "", "stderr": f"gpudiag: error: {exc}\n"})
-    from gpudiag.service.runtime import MAX_AGE_SECONDS
 
     collection, problem = collections.get(MAX_AGE_SECONDS, wait)
     if collection is None or problem is not None:
