@@ -13,7 +13,7 @@ from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.profile import load_expectations
+from gpudiag.expect.profile import load_expectations
 from tests.fakes import amd_node
 from tests.fakes.amd_node import FakeAmdNode
 from tests.fakes.fake_amdsmi import installed

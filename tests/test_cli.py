@@ -11,7 +11,7 @@ import pytest
 
 from gpudiag.cli import app as cli
 from gpudiag.model import NodeSnapshot
-from gpudiag.recording import load_snapshot, save_snapshot
+from gpudiag.model.recording import load_snapshot, save_snapshot
 from tests.fakes.fake_nvml import FakeNode, installed, library_missing
 from tests.nvidia_node import sysfs_for
 

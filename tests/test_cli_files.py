@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpudiag import fileio
-from gpudiag.profile import load_expectations
-from gpudiag.recording import load_snapshot, save_snapshot
+from gpudiag.expect.profile import load_expectations
+from gpudiag.model.recording import load_snapshot, save_snapshot
 from tests.acceptance_nodes import nvidia_h200_8x
 from tests.test_cli import RECORDED, run
 

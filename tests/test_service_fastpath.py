@@ -186,7 +186,7 @@ class OneCollection:
 
 
 def test_answers_are_made_once_per_collection_unless_they_age(monkeypatch):
-    from gpudiag.recording import load_snapshot
+    from gpudiag.model.recording import load_snapshot
     from gpudiag.report import verdict
     from gpudiag.service.check_answers import Answers, answer_check, parse_check
 

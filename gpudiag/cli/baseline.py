@@ -25,7 +25,7 @@ def baseline(
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:
     """Record this known-good node as a golden baseline (JSON) that `check --baseline FILE` compares its siblings with."""
-    from gpudiag.baseline import baseline_json
+    from gpudiag.expect.baseline import baseline_json
     from gpudiag.checks import run_checks
     from gpudiag.checks.baseline_of import baseline_of
     from gpudiag.report import summarize

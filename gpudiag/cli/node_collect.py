@@ -112,8 +112,8 @@ def expectations(profile: Optional[str], params: list[str], baseline_file: Optio
         return None  # the defaults: no TOML parser or baseline reader to import on the common path
     import dataclasses
 
-    from gpudiag.baseline import BaselineError, load_baseline
-    from gpudiag.profile import ProfileError, load_expectations
+    from gpudiag.expect.baseline import BaselineError, load_baseline
+    from gpudiag.expect.profile import ProfileError, load_expectations
 
     try:
         expectations = load_expectations(profile, params)

@@ -43,7 +43,7 @@ def split_ids(values: Optional[List[str]]) -> list[str]:
 
 
 def load_replay(path: Path):
-    from gpudiag.recording import RecordingError, load_snapshot
+    from gpudiag.model.recording import RecordingError, load_snapshot
 
     try:
         return load_snapshot(path)

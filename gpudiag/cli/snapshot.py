@@ -19,7 +19,7 @@ def snapshot(
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:
     """Print everything the probes read, as JSON: what a bug report needs, and a recording `check --replay` reads."""
-    from gpudiag.recording import snapshot_json
+    from gpudiag.model.recording import snapshot_json
 
     node = node_collect.collect(root, kernel_log, timeout)
     write_output(output, snapshot_json(node), "snapshot")

@@ -21,7 +21,7 @@ def ending(snapshot: NodeSnapshot, results: list) -> tuple[int, Optional[str]]:
     NOTHING_PROBED) when nothing could be probed and no check could fail for it. A profile or baseline that expects
     GPUs makes a node without any a FAIL (exit 1, with the warning): zero GPUs where eight should be is a verdict,
     not a probe problem."""
-    from gpudiag.report import summarize
+    from gpudiag.report.summary import summarize
 
     failed = summarize(results).failed
     if not nothing_probed(snapshot):

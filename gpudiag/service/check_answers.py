@@ -41,7 +41,7 @@ def _flag(request: dict, key: str) -> bool:
 
 def parse_check(request: dict) -> dict:
     """The request's fields, validated (a ProtocolError goes back to the peer)."""
-    from gpudiag.profile import is_profile_path
+    from gpudiag.expect.profile import is_profile_path
 
     fmt = request.get("format", "text")
     if fmt not in FORMATS:
@@ -86,7 +86,7 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
     "fallback": "failed" | "stale"} when there is no fresh collection (the client then probes directly, as
     `gpudiag check` does when the service's collection did not finish)."""
     from gpudiag.checks import resolve_selection
-    from gpudiag.profile import ProfileError, load_expectations
+    from gpudiag.expect.profile import ProfileError, load_expectations
 
     try:
         resolve_selection(fields["only"], fields["skip"])

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from gpudiag.baseline import NodeBaseline
+from gpudiag.expect.baseline import NodeBaseline
 
 GIB = 1024**3
 
