@@ -1,6 +1,7 @@
 """The layering of docs/architecture.md, for every package and root module of gpudiag: each imports only what
-LAYERS allows (lazy imports count too), no two of them import each other, no modules import each other in a circle,
-and nothing above probe/ touches a vendor library. A new package fails here until it has its row in LAYERS."""
+tests/layers.py LAYERS allows (lazy imports count too), no two of them import each other, no modules import each
+other in a circle, and nothing above probe/ touches a vendor library. A new package fails here until it has its row
+in LAYERS."""
 
 from __future__ import annotations
 
@@ -12,28 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "gpudiag"
 VENDOR_MODULES = {"pynvml", "amdsmi"}
 
-# What each package (or root module) may import from gpudiag, lowest first: the one table of allowed imports.
-# docs/architecture.md's layer table is generated from it (tools/gen_docs.py). "__init__" is gpudiag/__init__.py
-# (`__version__`); the leaves (exitcodes, fileio) import nothing of gpudiag and anyone may use them.
-LAYERS = {
-    "__init__": set(),
-    "exitcodes": set(),
-    "fileio": set(),
-    "profiles": set(),
-    "model": {"fileio"},
-    "probe": {"__init__", "model", "fileio"},
-    "active": {"model", "probe"},
-    "expect": {"model", "fileio"},
-    "checks": {"model", "expect"},
-    "report": {"model", "checks", "expect", "exitcodes"},
-    "daemon": {"model", "probe"},
-    "exporter": {"__init__", "model", "probe", "checks", "daemon", "fileio"},
-    "service": {"__init__", "model", "expect", "checks", "report", "daemon", "fileio", "exitcodes"},
-    "fleet": {"model", "checks", "report", "fileio"},
-    "cli": {"__init__", "model", "probe", "active", "expect", "checks", "report", "daemon", "exporter", "service",
-            "fleet", "fileio", "exitcodes"},
-    "__main__": {"cli"},
-}
+from tests.layers import LAYERS
 
 
 def unit_of(path: Path) -> str:
@@ -93,7 +73,7 @@ def unit_of_module(module: str) -> str:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_follow_the_layer_table(path):
     unit = unit_of(path)
-    assert unit in LAYERS, f"{unit} has no row in tests/test_layering.py LAYERS: say what it may import"
+    assert unit in LAYERS, f"{unit} has no row in tests/layers.py LAYERS: say what it may import"
     imported = {unit_of_module(m) for m in imported_modules(path) if not m.startswith("vendor:")} - {unit}
     assert imported <= LAYERS[unit], f"{unit} may not import {sorted(imported - LAYERS[unit])}"
 
