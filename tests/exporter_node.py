@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
         fake_root(root, node)
     fake = installed(node)
     fake.__enter__()  # held in `fake` until the process exits: a collected generator would uninstall it
-    from gpudiag.cli import main as gpudiag_main
+    from gpudiag.cli.app import main as gpudiag_main
 
     return gpudiag_main(["serve", "--root", str(root), *serve_args])
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.model import NodeSnapshot
-from gpudiag.recording import load_snapshot, save_snapshot
+from gpudiag.model.recording import load_snapshot, save_snapshot
 from tests.fakes.fake_nvml import FakeNode, installed, library_missing
 from tests.nvidia_node import sysfs_for
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpudiag.recording import save_snapshot
+from gpudiag.model.recording import save_snapshot
 from tests.acceptance_nodes import nvidia_h200_8x
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.nvidia_node import sysfs_for

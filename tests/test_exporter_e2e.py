@@ -19,7 +19,7 @@ import pynvml
 import pytest
 
 import gpudiag.probe
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from tests.exporter_node import fake_root, xid_line

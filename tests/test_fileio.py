@@ -121,8 +121,8 @@ def test_modes_honour_the_umask(tmp_path, umask, mask, public):
 
 
 def test_snapshots_and_baselines_are_saved_private(tmp_path, umask):
-    from gpudiag.baseline import NodeBaseline, save_baseline
-    from gpudiag.recording import save_snapshot
+    from gpudiag.expect.baseline import NodeBaseline, save_baseline
+    from gpudiag.model.recording import save_snapshot
     from tests.snapshots import amd_mi300x_node
 
     umask(0o022)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig
 from tests.exporter_support import wait_for
 from tests.fleet_support import run, statuses

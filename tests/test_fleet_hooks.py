@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.recording import save_snapshot
+from gpudiag.model.recording import save_snapshot
 from tests.acceptance_nodes import nvidia_h200_8x
 
 REPO = Path(__file__).resolve().parent.parent

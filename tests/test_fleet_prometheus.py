@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.fleet import NodeFacts
 from gpudiag.fleet.prometheus import read_prometheus
 from gpudiag.fleet.prometheus_api import Connection
@@ -278,7 +278,7 @@ def test_a_redirect_is_not_followed_with_the_credentials(capsys, stand_in, tmp_p
 
 
 def test_the_default_selector_is_the_prometheus_modules():
-    from gpudiag import cli_fleet
+    from gpudiag.cli import fleet as cli_fleet
     from gpudiag.fleet import prometheus
 
     assert cli_fleet.DEFAULT_SELECTOR == prometheus.DEFAULT_SELECTOR

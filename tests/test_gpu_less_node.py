@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
-from gpudiag.exporter.server import Exporter, judge_against
+from gpudiag.cli import app as cli
+from gpudiag.cli.serving import Exporter, judge_against
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.model import CheckResult, DeviceRef, NodeSnapshot, Status, normalize_pci_bus_id
 from gpudiag.probe import CollectOptions, Collector
-from gpudiag.profile import load_expectations
+from gpudiag.expect.profile import load_expectations
 from tests.exporter_node import fake_root
 from tests.exporter_support import parse, series, value, wait_for
 from tests.fakes.fake_nvml import FakeNode, installed, library_missing

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli, install
+from gpudiag.cli import app as cli, install
 from tests.test_systemd_units import ANALYZE, SYSTEMD, UNITS, needs_analyze, settings_of
 
 REPO = Path(__file__).resolve().parent.parent

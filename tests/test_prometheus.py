@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from gpudiag.exporter import catalog
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.probe import CollectOptions, Collector

@@ -16,7 +16,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.service import socket_path
 from tests.exporter_node import fake_root, xid_line
 from tests.exporter_support import wait_for
@@ -84,7 +84,7 @@ def test_service_stopped_or_stale_socket_falls_back_to_a_direct_probe(tmp_path, 
 def test_check_through_the_service_loads_no_vendor_library(tmp_path):
     node = FakeNode.hgx_h200(2)
     fake_root(tmp_path, node)
-    probe = ("import json, sys\nfrom gpudiag.cli import main\ncode = main(sys.argv[1:])\n"
+    probe = ("import json, sys\nfrom gpudiag.cli.app import main\ncode = main(sys.argv[1:])\n"
              "print(json.dumps(sorted(m for m in ('pynvml', 'amdsmi') if m in sys.modules)), file=sys.stderr)\n"
              "sys.exit(code)\n")
     with installed(node), running_service(tmp_path):

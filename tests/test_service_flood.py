@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.service.journal import CURRENT, PREVIOUS
 from gpudiag.service import state_dir
 from tests.exporter_node import fake_root, xid_line

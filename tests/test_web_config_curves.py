@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.exporter_process import ExporterProcess
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import load_web_config
 from tests.exporter_support import wait_for
 from tests.snapshots import nvidia_h200_node

@@ -18,7 +18,7 @@ import pytest
 
 from gpudiag.exporter import openssl_ctx
 from gpudiag.exporter import web_errors as E
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfigError, load_web_config
 from tests.exporter_support import wait_for
 from tests.snapshots import nvidia_h200_node

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from gpudiag.exporter.poller import Collection
+from gpudiag.daemon.poller import Collection
 log = logging.getLogger(__name__)
 
 
