@@ -45,6 +45,18 @@ def _gpudiag(ctx: typer.Context, version: bool = habits.VersionOption) -> None:
     habits.help_when_bare(ctx)  # bare `gpudiag`: the help on stdout, exit 0
 
 
+class LogLevel(str, Enum):
+    debug = "debug"
+    info = "info"
+    warn = "warn"
+    error = "error"
+
+
+class LogFormat(str, Enum):
+    logfmt = "logfmt"
+    json = "json"
+
+
 class OutputFormat(str, Enum):
     text = "text"
     json = "json"
@@ -204,15 +216,20 @@ def serve(
     baseline_file: Optional[Path] = BaselineOption,
     socket: Optional[Path] = SocketOption,
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
+    log_level: LogLevel = typer.Option(LogLevel.info, "--log.level", help="Log only lines at this level or above, on stderr: debug, info (GPUs lost and back, checks changing status, ...), warn, error."),
+    log_format: LogFormat = typer.Option(LogFormat.logfmt, "--log.format", help="Log lines as logfmt (key=value) or as one JSON object each."),
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
     from gpudiag.exporter import serve as run_exporter
+    from gpudiag.exporter.log_format import daemon_logging
     from gpudiag.service import socket_path, state_dir as journal_dir
 
-    expectations = read_expectations(profile, params or [], baseline_file)  # a bad profile stops it here, exit 2
-    options = collect_options(root, kernel_log, timeout, state_dir=state_dir)
-    raise typer.Exit(run_exporter(listen, web_config, options, interval, expectations, socket_path(root, socket),
-                                  journal_dir(root, state_dir), socket is not None))
+    with daemon_logging(log_level.value, log_format.value):  # what changes is told on stderr (docs/monitoring.md)
+        expectations = read_expectations(profile, params or [], baseline_file)  # a bad profile stops it: exit 2
+        options = collect_options(root, kernel_log, timeout, state_dir=state_dir)
+        code = run_exporter(listen, web_config, options, interval, expectations, socket_path(root, socket),
+                            journal_dir(root, state_dir), socket is not None)
+    raise typer.Exit(code)
 
 
 @app.command()
