@@ -7,7 +7,8 @@ Also a runnable script, for tests that need `gpudiag serve` as a real process (s
                                   [--lose-while FILE] -- <serve arguments>
 
 GPUS up to 8 are an HGX H200 board; more (the exporter benchmark's 64) sit on made-up buses. `--lose-while FILE`:
-the last GPU is lost from the bus while FILE exists (the test makes and removes it), `--name` names it.
+the last GPU is lost from the bus while FILE exists (the test makes and removes it), `--name` names it (a JSON
+string).
 
 It installs the fake and runs the CLI. Deliberately without the context manager's clean-up: a call hung in the
 fake stays hung until the process exits, as a call hung in a real driver would.
@@ -15,6 +16,7 @@ fake stays hung until the process exits, as a call hung in a real driver would.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -71,8 +73,8 @@ def main(argv: list[str]) -> int:
         node.driver_version = own[own.index("--driver") + 1]
     if "--downtrain" in own:  # that GPU's link trained at Gen4 in a Gen5 slot
         node.gpus[int(own[own.index("--downtrain") + 1])].pcie_downtrained(generation=4, width=16)
-    if "--name" in own:  # what the driver calls it: text from outside, as hostile as any
-        node.gpus[-1].name = own[own.index("--name") + 1]
+    if "--name" in own:  # what the driver calls it: text from outside, as hostile as any (JSON: a NUL fits)
+        node.gpus[-1].name = json.loads(own[own.index("--name") + 1])
     if "--lose-while" in own:
         _lose_while(node.gpus[-1], Path(own[own.index("--lose-while") + 1]))
     if not (root / "sys").exists():  # a second serve over the same node (tests of two instances) finds it made

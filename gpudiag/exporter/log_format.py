@@ -13,8 +13,9 @@ lone surrogate from undecodable bytes) is written as an escape: no value can end
 own. Keys are gpudiag's own, and reduced to `[A-Za-z0-9_.-]` all the same. A value is cut at MAX_VALUE_CHARS, a
 traceback at MAX_TRACE_CHARS.
 
-A record's fields are `extra={"fields": {...}}` on the logging call; `extra={"bound": KEY}` puts it under the rate
-bound of that key (gpudiag/exporter/log_bound.py).
+A record's fields are `extra={"fields": {...}}` on the logging call, in that order; a field whose value is None
+is left out (not known, or not about a GPU). `extra={"bound": KEY}` puts the record under the rate bound of that key
+(gpudiag/exporter/log_bound.py).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def record_fields(record: logging.LogRecord, formatter: logging.Formatter) -> li
         ("source", f"{record.filename}:{record.lineno}"), ("msg", _cut(record.getMessage(), MAX_VALUE_CHARS))]
     fields = getattr(record, "fields", None)
     for key, value in (fields.items() if isinstance(fields, dict) else ()):
+        if value is None:  # not known, or not about a GPU: a field left out says so
+            continue
         key = _UNSAFE_KEY.sub("_", str(key))[:64] or "_"
         if key in RESERVED:  # a field cannot stand in for the record's own time, level, source or message
             key = f"field_{key}"
@@ -78,8 +81,6 @@ def record_fields(record: logging.LogRecord, formatter: logging.Formatter) -> li
 
 
 def logfmt_value(value: object) -> str:
-    if value is None:
-        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
