@@ -216,8 +216,8 @@ def serve(
     baseline_file: Optional[Path] = BaselineOption,
     socket: Optional[Path] = SocketOption,
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
-    log_level: LogLevel = typer.Option(LogLevel.info, "--log.level", help="Log only lines at this level or above, on stderr: debug, info (GPUs lost and back, checks changing status, ...), warn, error."),
-    log_format: LogFormat = typer.Option(LogFormat.logfmt, "--log.format", help="Log lines as logfmt (key=value) or as one JSON object each."),
+    log_level: LogLevel = typer.Option(LogLevel.info, "--log.level", help="The least severe lines logged on stderr: debug, info (every change told once: a GPU lost and back, a check failing and passing again), warn (only what went wrong), error."),
+    log_format: LogFormat = typer.Option(LogFormat.logfmt, "--log.format", help="Log lines as logfmt (key=value, as node_exporter writes them) or one JSON object each."),
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
     from gpudiag.exporter import serve as run_exporter

@@ -2,7 +2,8 @@
 
 Modules: catalog (every metric's name, type, labels), families / device_metrics / node_metrics (series from a
 snapshot and check results), events (Xid and kernel-log counters), poller (background collection with a deadline),
-state (what a scrape renders), http_server, web_config (TLS, basic auth), server (`serve`), textfile.
+state (what a scrape renders), http_server, web_config (TLS, basic auth), server (`serve`), textfile, changes /
+log_format / log_bound (what changed, told once per change on the log, bounded).
 """
 
 from gpudiag.exporter.server import DEFAULT_LISTEN, Exporter, serve
