@@ -70,7 +70,8 @@ def test_gpus_unlisted_while_their_library_is_down_are_the_backends_line_only():
     tracker = ChangeTracker()
     tracker.observe(cycle_of(node()))
     down = node()
-    down.backends[0].available, down.backends[0].error = False, ProbeError("nvml.open", ErrorKind.ERROR, "Driver Not Loaded")
+    down.backends[0].available = False
+    down.backends[0].error = ProbeError("nvml.open", ErrorKind.ERROR, "Driver Not Loaded")
     down.devices = []
     lines = tracker.observe(cycle_of(down, results=[]))
     assert messages(lines) == [("backend down", None, None)]

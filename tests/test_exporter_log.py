@@ -239,3 +239,19 @@ def test_a_certificate_reload_is_one_line_with_its_files(tmp_path, caplog):
         ("INFO", "TLS certificate reloaded")]
     assert caplog.records[1].fields == {"cert_file": str(tmp_path / "server.crt"),
                                         "key_file": str(tmp_path / "server.key")}
+
+
+def test_a_failure_repeated_every_collection_is_held_to_the_bound_with_its_traceback(capsys):
+    def broken_checks(snapshot):
+        raise ValueError("a check module's bug, every collection")
+
+    with daemon_logging("info", "logfmt"):
+        exporter = Exporter("127.0.0.1:0", WebConfig(), nvidia_h200_node, 0.1, 0.1, judge=broken_checks,
+                            watcher_factory=None).start()
+        try:
+            wait_for(lambda: completed(exporter) >= 12, timeout=15)
+        finally:
+            exporter.stop()
+    failures = [line for msg, line in told(capsys.readouterr().err) if msg == "running the checks failed"]
+    assert len(failures) == 4  # a window's worth (gpudiag/exporter/log_bound.py), not one a collection
+    assert all("ValueError: a check module's bug" in line["exception"] for line in failures)

@@ -54,7 +54,7 @@ def collect_and_judge(collect: Callable[[], NodeSnapshot], judge: Callable[[Node
     try:
         results, error = judge(snapshot), None
     except Exception as exc:  # noqa: BLE001 - a failing check must not take the measurements down with it
-        log.exception("running the checks failed")
+        log.exception("running the checks failed", extra={"bound": ("checks failed",)})
         results, error = [], f"{type(exc).__name__}: {exc}"
     checks_run = CollectorRun("checks", error is None, round(time.monotonic() - started, 4), error)
     return Collection(snapshot, results, checks_run, time.time())
@@ -94,7 +94,7 @@ class Poller:
             try:
                 self._on_cycle(self.run_cycle())
             except Exception:  # noqa: BLE001 - the loop must outlive a bug in one cycle
-                log.exception("collection cycle failed")
+                log.exception("collection cycle failed", extra={"bound": ("cycle failed",)})
             next_due += self._interval
             now = time.monotonic()
             if next_due < now:  # a slow cycle: skip the missed slots rather than run back to back
