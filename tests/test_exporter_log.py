@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pynvml
+import pytest
 
 import gpudiag.probe
 from gpudiag.exporter.log_format import daemon_logging
@@ -88,6 +89,7 @@ class Serve:
         return err
 
 
+@pytest.mark.slow
 def test_serve_logs_one_line_when_a_gpu_is_lost_and_one_when_it_returns(tmp_path):
     serve = Serve(tmp_path)
     lines = records(serve.lose_and_return())  # every line is logfmt (the strict reader fails on anything else)
@@ -102,6 +104,7 @@ def test_serve_logs_one_line_when_a_gpu_is_lost_and_one_when_it_returns(tmp_path
     assert all(line["ts"].endswith("Z") and ":" in line["source"] for line in lines)
 
 
+@pytest.mark.slow
 def test_serve_in_json_at_warn_is_one_object_a_line_and_a_hostile_gpu_name_stays_a_value(tmp_path):
     err = Serve(tmp_path, "--log.format", "json", "--log.level", "warn", name=HOSTILE_NAME).lose_and_return()
     lines = records(err, "json")  # one JSON object a line, or json.loads fails
@@ -110,6 +113,7 @@ def test_serve_in_json_at_warn_is_one_object_a_line_and_a_hostile_gpu_name_stays
     assert lines[0]["name"] == HOSTILE_NAME and lines[0]["gpu"] == 1 and lines[0]["bus_id"] == GPU1
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_log_level_it_does_not_know(tmp_path):
     done = subprocess.run([sys.executable, "-m", "gpudiag", "serve", "--log.level", "verbose"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
@@ -127,6 +131,7 @@ def completed(exporter: Exporter, outcome: str = "complete") -> float:
     return value(exporter.state.render().decode(), "gpudiag_collections_total", outcome=outcome) or 0
 
 
+@pytest.mark.slow
 def test_a_backend_down_then_up_and_checks_changing_status_are_one_line_each(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gpudiag.probe, "REOPEN_BACKOFF_SECONDS", 0.2)
     node = FakeNode.hgx_h200(2)
@@ -167,6 +172,7 @@ def test_a_backend_down_then_up_and_checks_changing_status_are_one_line_each(tmp
     assert "hung in nvml.nvmlDeviceGetPowerUsage" in lines[5][1]["error"]
 
 
+@pytest.mark.slow
 def test_a_collection_overrunning_or_failing_is_one_line_and_one_when_they_complete_again(capsys):
     release, calls = threading.Event(), []
 
@@ -241,6 +247,7 @@ def test_a_certificate_reload_is_one_line_with_its_files(tmp_path, caplog):
                                         "key_file": str(tmp_path / "server.key")}
 
 
+@pytest.mark.slow
 def test_a_failure_repeated_every_collection_is_held_to_the_bound_with_its_traceback(capsys):
     def broken_checks(snapshot):
         raise ValueError("a check module's bug, every collection")
