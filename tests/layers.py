@@ -16,7 +16,7 @@ LAYERS = {
     "checks": {"model", "expect"},
     "report": {"model", "checks", "expect", "exitcodes"},
     "daemon": {"model", "probe"},
-    "exporter": {"__init__", "model", "probe", "checks", "daemon", "fileio"},
+    "exporter": {"__init__", "model", "probe", "checks", "report", "daemon", "fileio"},
     "service": {"__init__", "model", "expect", "checks", "report", "daemon", "fileio", "exitcodes"},
     "fleet": {"model", "checks", "report", "fileio"},
     "cli": {"__init__", "model", "probe", "active", "expect", "checks", "report", "daemon", "exporter", "service",

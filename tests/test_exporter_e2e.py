@@ -211,7 +211,7 @@ def test_sigterm_exits_promptly_with_a_call_hung(tmp_path):
         code = proc.wait(timeout=10)
         assert code == 0
         assert time.monotonic() - started < 3.0
-        assert "gpudiag: stopped" in proc.stderr.read()
+        assert "msg=stopped" in proc.stderr.read()
         assert proc.stdout.read() == ""  # the daemon writes nothing to stdout
     finally:
         if proc.poll() is None:

@@ -320,7 +320,7 @@ def test_serve_with_the_toolkit_inline_config_answers_https(tmp_path):
                              str(tmp_path), "--web.config.file", str(TOOLKIT / "web_config_noAuth_tlsInline.good.yml")],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stderr.readline()  # "gpudiag: serving https://127.0.0.1:PORT/metrics …"
+        line = proc.stderr.readline()  # msg="serving https://127.0.0.1:PORT/metrics" …
         assert "serving https://" in line, line
         port = int(line.split("https://127.0.0.1:")[1].split("/")[0])
         conn = http.client.HTTPSConnection("localhost", port, timeout=10, context=client())

@@ -90,7 +90,7 @@ def _run_one(check: Check, snapshot: NodeSnapshot, expectations: Expectations) -
     try:
         return [assign(result) for result in check.run(snapshot, expectations)]
     except Exception as exc:  # a bug in one check must not take the checklist down
-        log.exception("check %s raised", check.id)
+        log.exception("check %s raised", check.id, extra={"bound": ("check raised", check.id)})
         error = f"{type(exc).__name__}: {exc}"
         return [with_verdict(unknown(check.id, None, f"internal error in check {check.id}: {error}",
                                      observed=error, expected="the check completes",

@@ -17,6 +17,18 @@ from gpudiag.cli.node_collect import UsageProblem
 log = logging.getLogger("gpudiag")
 
 
+class LogLevel(str, Enum):
+    debug = "debug"
+    info = "info"
+    warn = "warn"
+    error = "error"
+
+
+class LogFormat(str, Enum):
+    logfmt = "logfmt"
+    json = "json"
+
+
 class OutputFormat(str, Enum):
     text = "text"
     json = "json"

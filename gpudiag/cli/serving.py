@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from gpudiag.daemon.fresh import FreshCollections
 from gpudiag.daemon.poller import Poller, collect_and_judge
 from gpudiag.exitcodes import ExitCode
+from gpudiag.exporter.changes import ChangeLog
 from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
 from gpudiag.exporter.listen import bind, parse_listen
 from gpudiag.exporter.state import ExporterState, WatcherFactory
@@ -74,7 +75,8 @@ class Exporter:
                                    watcher_factory=watcher_factory)
         # One collection at a time, shared by the poller and the socket's clients (gpudiag/daemon/fresh.py).
         self.collections = FreshCollections(lambda: collect_and_judge(collect, judge))
-        self.poller = Poller(self.collections.collect, self.state.on_cycle, interval_seconds, cycle_deadline)
+        self.changes = ChangeLog()  # what changed, told once per change on the log (gpudiag/exporter/changes.py)
+        self.poller = Poller(self.collections.collect, self._on_cycle, interval_seconds, cycle_deadline)
         self.service: Optional[Service] = None
         if socket_path is not None:
             try:
@@ -129,6 +131,10 @@ class Exporter:
             self.http.shutdown()  # returns within one poll interval
         self.http.server_close()
 
+    def _on_cycle(self, cycle) -> None:
+        self.state.on_cycle(cycle)  # first: it gives a lost GPU the identity it had, which its log line names
+        self.changes.observe(cycle)
+
     def _health(self) -> tuple[bool, str]:
         if not self.poller.alive:
             return False, "the collection loop is not running"
@@ -164,8 +170,8 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     exporter.start()
-    print(f"gpudiag: serving {exporter.url}/metrics (collecting every {interval_seconds:g}s)"
-          + (f" and local clients on {socket_path}" if exporter.service else ""), file=sys.stderr, flush=True)
+    log.info(f"serving {exporter.url}/metrics", extra={"fields": {
+        "interval_seconds": interval_seconds, "socket": str(socket_path) if exporter.service else None}})
     while not stop.wait(1.0):
         pass
     exporter.stop()
@@ -173,5 +179,5 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
     closed = deadline.run_one(lambda tracker: collector.close(), 2.0, "close")
     if not closed.done:
         log.warning("closing the vendor libraries did not finish; exiting anyway")
-    print("gpudiag: stopped", file=sys.stderr, flush=True)
+    log.info("stopped")
     return ExitCode.OK

@@ -3,7 +3,8 @@ node_exporter textfile.
 
 Modules: catalog (every metric's name, type, labels), families / device_metrics / node_metrics (series from a
 snapshot and check results), events (Xid and kernel-log counters), state (what a scrape renders), http_server,
-web_config (TLS, basic auth), listen (`--listen`, binding), textfile.
+web_config (TLS, basic auth), listen (`--listen`, binding), textfile, changes / log_format / log_bound (what changed,
+told once per change on the log, bounded).
 """
 
 from gpudiag.exporter.listen import DEFAULT_LISTEN
