@@ -97,7 +97,8 @@ def test_every_check_has_a_summary():
 # Layering: checks are pure functions of the snapshot (docs/architecture.md, "The flow").
 _FORBIDDEN_MODULES = {"pynvml", "amdsmi", "os", "pathlib", "io", "glob", "shutil", "subprocess", "socket", "ctypes",
                       "psutil"}
-_LAYER_FILES = sorted(Path(checks.__file__).parent.glob("*.py")) + [Path(checks.__file__).parent.parent / "expect.py"]
+_LAYER_FILES = sorted(Path(checks.__file__).parent.glob("*.py")) + [
+    Path(checks.__file__).parent.parent / "expect" / "__init__.py"]
 
 
 @pytest.mark.parametrize("path", _LAYER_FILES, ids=lambda p: p.name)

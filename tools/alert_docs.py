@@ -64,15 +64,17 @@ OWN_REMEDIATION = {
                            "to do for the case at hand; the [check reference](reference/checks.md) has every check's "
                            "remediation, action and fault code.",
     "GpudiagCheckUnknown": "`gpudiag check --only <check>` on the node says which call or file failed; "
-                           "gpudiag_probe_errors and the exporter's journal say why (a permission, a deadline, a hung "
-                           "driver call). An unknown check has not shown the GPU healthy: treat the GPU as suspect "
+                           "gpudiag_probe_errors and the exporter's log (`journalctl -u gpudiag-exporter`: its `check "
+                           "status changed`, `GPU hung` and `backend down` lines) say why (a permission, a deadline, a "
+                           "hung driver call). An unknown check has not shown the GPU healthy: treat the GPU as suspect "
                            "until it decides.",
     "GpudiagExporterDown": "Check `systemctl status gpudiag-exporter` and its journal, `curl -s "
                            "http://NODE:9858/healthz`, the firewall, the TLS / basic-auth settings of the scrape, and "
                            "whether scrapes time out (scrape_duration_seconds near scrape_timeout: a flood of slow or "
                            "abusive clients). Until it answers, run `gpudiag check --direct` on the node.",
-    "GpudiagCollectorFailing": "The exporter's journal and gpudiag_probe_errors say why (a hung driver call, a "
-                               "permission, a deadline); `gpudiag check` on the node shows which checks went unknown. "
+    "GpudiagCollectorFailing": "The exporter's log (`journalctl -u gpudiag-exporter`: its `collection overrun`, "
+                               "`GPU hung` and `backend down` lines, each once, with the GPU's index and bus ID) and "
+                               "gpudiag_probe_errors say why (a hung driver call, a permission, a deadline); `gpudiag check` on the node shows which checks went unknown. "
                                "A GPU call that stays hung needs the GPU reset or the node rebooted.",
     "GpudiagCollectionStale": "gpudiag_collections_total by outcome shows the overruns; restart the service "
                               "(`systemctl restart gpudiag-exporter`), then reload the driver or reboot if a vendor "

@@ -20,6 +20,7 @@ from typing import Iterable, Optional
 
 from gpudiag.checks.common import Check, unknown
 from gpudiag.checks.family import Family, FamilyError
+from gpudiag.checks import verdicts
 from gpudiag.checks.verdicts import INTERNAL_ERROR, assign, with_verdict
 from gpudiag.expect import DEFAULT_EXPECTATIONS, Expectations
 from gpudiag.model import CheckResult, NodeSnapshot, Status
@@ -56,14 +57,15 @@ _BY_ID = {c.id: c for c in REGISTRY}
 if len(_BY_ID) != len(REGISTRY):
     raise FamilyError("duplicate check ID in the registry")
 # check ID -> {status: (action, fault code)} (gpudiag.checks.verdicts.TABLE; docs/reference/verdicts.md).
-VERDICTS: dict[str, dict[Status, tuple[str, str]]] = {
-    check_id: dict(family.verdicts[check_id]) for family in DECLARED for check_id in family.ids}
+VERDICTS: dict[str, dict[Status, tuple[str, str]]] = verdicts.TABLE
+VERDICTS.update({check_id: dict(family.verdicts[check_id]) for family in DECLARED for check_id in family.ids})
 # check ID -> (what it reads, what to do about a finding): docs/reference/checks.md.
 REFERENCE: dict[str, tuple[str, str]] = {
     check_id: family.reference[check_id] for family in DECLARED for check_id in family.ids}
 # check ID -> the Expectations fields (profile keys) it judges with; a check not listed has none.
 SETTINGS: dict[str, tuple[str, ...]] = {
-    check_id: family.settings[check_id] for family in DECLARED for check_id in family.ids if check_id in family.settings}
+    check_id: family.settings[check_id] for family in DECLARED for check_id in family.ids
+    if check_id in family.settings}
 
 
 def _expand(names: Iterable[str], option: str) -> set[str]:
@@ -106,7 +108,7 @@ def _run_one(check: Check, snapshot: NodeSnapshot, expectations: Expectations) -
     try:
         return [assign(result) for result in check.run(snapshot, expectations)]
     except Exception as exc:  # a bug in one check must not take the checklist down
-        log.exception("check %s raised", check.id)
+        log.exception("check %s raised", check.id, extra={"bound": ("check raised", check.id)})
         error = f"{type(exc).__name__}: {exc}"
         return [with_verdict(unknown(check.id, None, f"internal error in check {check.id}: {error}",
                                      observed=error, expected="the check completes",

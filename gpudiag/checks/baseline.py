@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Optional
 
-from gpudiag.baseline import GpuBaseline, NodeBaseline, PeerBaseline
+from gpudiag.expect.baseline import GpuBaseline, NodeBaseline, PeerBaseline
 from gpudiag.checks.baseline_of import baseline_of
 from gpudiag.checks.common import (
     VENDOR_NAMES,

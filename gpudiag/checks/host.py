@@ -145,7 +145,7 @@ def kernel_modules(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckRe
     if not required:
         return [skipped(KERNEL_MODULES, None, "no kernel modules required (required_kernel_modules)")]
     # The host probe records only the modules it is told to look for (probe/host.py MODULES_OF_INTEREST); the
-    # profile loader (gpudiag/profile.py) refuses to require any other, so absent here means not loaded.
+    # profile loader (gpudiag/expect/profile.py) refuses to require any other, so absent here means not loaded.
     loaded = snapshot.host.modules_loaded
     missing = [m for m in required if m not in loaded]
     observed = {"loaded": {m: loaded[m] for m in required if m in loaded}, "missing": missing}

@@ -10,7 +10,7 @@ A link below its maximum is excused only on evidence of power saving, and a read
 - pcie.link_recovery: gpu_metrics' L0 -> Recovery and NAK counters (amdsmi_get_pcie_info "pcie_metric"). The
   thresholds are AMD node-scraper's (warn above 1, error above 3 L0 -> Recovery transitions,
   nodescraper/plugins/inband/amdsmi/analyzer_args.py), with the error limit scaled by days since boot because the
-  count is cumulative (expect.py, pcie_recovery_*).
+  count is cumulative (gpudiag/expect/__init__.py, pcie_recovery_*).
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ Actions, weakest first (a node's action is its results' strongest):
 - rma:    drain and replace the hardware; the vendor's RMA criteria are met.
 
 Most checks mean one thing per status, so one table maps (check ID, status) to both: `TABLE`, built from the rows
-each family declares beside its checks (gpudiag/checks/family.py) and shown whole in docs/reference/verdicts.md. A check whose results of one
-status call for different actions sets them itself (`with_verdict`, e.g. kernel-log findings by Xid); `assign`
-leaves those alone. A check or status the table does not list gets the status's default and a code derived from
-its ID, so that every non-pass result carries both.
+each family declares beside its checks (gpudiag/checks/family.py) and shown whole in docs/reference/verdicts.md.
+A check whose results of one status call for different actions sets them itself (`with_verdict`, e.g. kernel-log
+findings by Xid); `assign` leaves those alone. A check or status the table does not list gets the status's default
+and a code derived from its ID, so that every non-pass result carries both.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ ACTION_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
 
 # For a status the table does not list (pass and skip need nothing: `assign` sets "none" before looking here).
 _DEFAULT_ACTION = {Status.WARN: "watch", Status.UNKNOWN: "watch", Status.FAIL: "drain"}
+
+# check ID -> {status: (action, fault code)}, every check in checklist order: filled once, from the rows each family
+# declares beside its checks, by gpudiag/checks/__init__.py (which runs before any module of the package can be
+# used; this module cannot import the families, which import it).
+TABLE: dict[str, dict[Status, tuple[str, str]]] = {}
 
 # A GPU that stopped answering its library (checks.common.unreachable): reset it, whatever the check was.
 UNREACHABLE = ("reset", "GPUDIAG-GPU-UNREACHABLE")
@@ -59,25 +64,10 @@ def assign(result: CheckResult) -> CheckResult:
     if result.status in (Status.PASS, Status.SKIP):
         result.action, result.fault_code = "none", None
         return result
-    action, code = _table().get(result.check, {}).get(result.status) or (
+    action, code = TABLE.get(result.check, {}).get(result.status) or (
         _DEFAULT_ACTION[result.status], derived_code(result.check, result.status))
     result.action, result.fault_code = action, code
     return result
-
-
-def _table() -> dict[str, dict[Status, tuple[str, str]]]:
-    # The families' rows, gathered by the package (gpudiag/checks/__init__.py), which every family module imports
-    # before this one is called: this module is imported by the family modules, so it cannot import them.
-    from gpudiag.checks import VERDICTS
-
-    return VERDICTS
-
-
-def __getattr__(name: str):
-    """`TABLE`: check ID -> {status: (action, fault code)}, every check in checklist order (the families' rows)."""
-    if name == "TABLE":
-        return _table()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def strongest(actions: list[Optional[str]]) -> str:

@@ -18,6 +18,7 @@ import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 
@@ -375,9 +376,8 @@ def _family_modules(path: list[str], package: str) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=None)
 def family_modules() -> tuple[ModuleType, ...]:
     """The families' metric modules, imported (which defines their metrics), in name order."""
-    import gpudiag.exporter as package
-
-    return tuple(importlib.import_module(name) for name in sorted(_family_modules(package.__path__, package.__name__)))
+    names = _family_modules([str(Path(__file__).parent)], __name__.rpartition(".")[0])
+    return tuple(importlib.import_module(name) for name in sorted(names))
 
 
 def all_metrics() -> dict[str, MetricSpec]:

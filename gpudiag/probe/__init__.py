@@ -363,7 +363,8 @@ class Collector:
             elif outcome.done and isinstance(outcome.error, DeviceLost):
                 devices.append(lost_device(vendor, backend.name, index, outcome))
             elif outcome.done:
-                log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error)
+                log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error,
+                            extra={"bound": ("probe failed", backend.name, index)})  # each collection: bounded
                 devices.append(unreachable_device(vendor, backend.name, index, outcome))
             elif outcome.started:
                 self._slots[vendor].hung[index] = outcome
