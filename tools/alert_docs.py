@@ -1,7 +1,7 @@
 """docs/reference/alerts.md and docs/runbook.md, written by tools/gen_docs.py from the shipped rule files
 (monitoring/prometheus/*.yml), the inhibitions of monitoring/alertmanager/gpudiag-alertmanager.yml and the checks'
-own reference (gpudiag/checks/reference.py: what each check reads and what to do; verdicts.py: its action and fault
-code). An alert raised by a check has that check's remediation as its "what to do": one truth, the check's. The few
+own reference (the families' declarations, gpudiag/checks/family.py: what each check reads and what to do, its action
+and fault code). An alert raised by a check has that check's remediation as its "what to do": one truth, the check's. The few
 alerts no check stands behind (the exporter's own health, the fleet) say theirs here, in OWN_REMEDIATION; an
 unreadable kernel log's is asked of kernel_log.xid itself.
 """
@@ -17,7 +17,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpudiag.checks.reference import REFERENCE  # noqa: E402
+from gpudiag.checks import REFERENCE  # noqa: E402
 from gpudiag.checks.verdicts import TABLE  # noqa: E402
 from gpudiag.model import Status  # noqa: E402
 
