@@ -16,7 +16,7 @@ from gpudiag.cli import habits, node_collect
 from gpudiag.cli.node_collect import UsageProblem
 from gpudiag.cli.node_collect import expectations as read_expectations
 from gpudiag.cli.options import (BaselineOption, KernelLogOption, OutputFormat, ParamOption, ProfileOption, RootOption,
-                                 SocketOption, StressSecondsOption, TimeoutOption, load_replay, split_ids)
+                                 SocketOption, StressSecondsOption, LevelTimeoutOption, load_replay, split_ids)
 
 
 def check(
@@ -24,7 +24,7 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Run only these check IDs or families (repeat or comma-separate)."),
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these check IDs or families."),
-    timeout: Optional[float] = TimeoutOption,
+    timeout: Optional[float] = LevelTimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
     replay: Optional[Path] = typer.Option(None, "--replay", help="Judge a recorded snapshot instead of this node."),
@@ -47,6 +47,7 @@ def check(
     from gpudiag.report.verdict import print_verdict
 
     habits.refuse_ignored_options(replay, as_json, fmt.value)
+    habits.refuse_stress_without_load_tests(level)
     only_ids, skip_ids = split_ids(only), split_ids(skip)
     try:
         selected = resolve_selection(only_ids, skip_ids)

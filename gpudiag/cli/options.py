@@ -39,7 +39,9 @@ RootOption = typer.Option(Path("/"), "--root", help="Read ROOT/sys, ROOT/proc an
 KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
-TimeoutOption = typer.Option(
+# Only the commands with --level (check, textfile) mention it: the others have no load tests to wait for.
+TimeoutOption = typer.Option(None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10).")
+LevelTimeoutOption = typer.Option(
     None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
 )
 # What the node should be: `check`, `serve` and `textfile` judge against the same expectations (node_collect.py).

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gpudiag.cli.node_collect import collect_options
+from gpudiag.cli.node_collect import UsageProblem, collect_options
 from gpudiag.cli.node_collect import expectations as read_expectations
 from gpudiag.cli.options import (BaselineOption, KernelLogOption, LogFormat, LogLevel, ParamOption, ProfileOption,
                                  RootOption, SocketOption, TimeoutOption)
@@ -16,7 +16,7 @@ from gpudiag.cli.options import (BaselineOption, KernelLogOption, LogFormat, Log
 def serve(
     # The default is gpudiag.exporter.listen.DEFAULT_LISTEN, spelled out so that the CLI does not import the
     # exporter (and prometheus_client) for every command; a test keeps the two equal.
-    listen: str = typer.Option(":9858", "--listen", help="HOST:PORT to serve /metrics and /healthz on; :PORT is every interface."),
+    listen: str = typer.Option(":9858", "--listen", help="HOST:PORT to serve /metrics, /healthz, /livez and a landing page at / on; :PORT is every interface."),
     web_config: Optional[Path] = typer.Option(None, "--web-config", "--web.config.file", help="TLS, basic auth, rate limit, headers (exporter-toolkit web-config YAML)."),
     interval: float = typer.Option(15.0, "--interval", min=0.5, help="Seconds between collections."),
     timeout: Optional[float] = TimeoutOption,
@@ -35,6 +35,9 @@ def serve(
     from gpudiag.exporter.log_format import daemon_logging
     from gpudiag.service import socket_path, state_dir as journal_dir
 
+    if socket is not None and not socket.parent.exists():
+        # The socket is made here, its directory is not: a typo must not leave a tree of directories behind.
+        raise UsageProblem(f"--socket {socket}: no such directory {socket.parent}")
     with daemon_logging(log_level.value, log_format.value):  # what changes is told on stderr (docs/monitoring.md)
         expectations = read_expectations(profile, params or [], baseline_file)  # a bad profile stops it: exit 2
         options = collect_options(root, kernel_log, timeout, state_dir=state_dir)
