@@ -116,7 +116,7 @@ def test_dry_run_shows_everything_and_writes_nothing(tmp_path, gpudiag_exe, caps
     assert (code, err) == (0, "") and list(root.iterdir()) == []
     for unit in UNITS:
         assert f"--- would write {root}/etc/systemd/system/{unit} (mode 0644)" in out
-    assert f"ExecStart={gpudiag_exe} serve --listen" in out and "u gpudiag - " in out
+    assert f"ExecStart={gpudiag_exe} serve --socket" in out and "u gpudiag - " in out
 
 
 def test_dry_run_on_the_live_node_lists_the_systemd_commands(gpudiag_exe, capsys):

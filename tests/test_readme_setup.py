@@ -126,7 +126,8 @@ def test_the_readme_install_command_works_under_debians_python(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     (wheel,) = (tmp_path / "dist").glob("gpudiag-*.whl")
     listed = set(zipfile.ZipFile(wheel).namelist())
-    for unit in ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.sysusers"):
+    for unit in ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket",
+                 "gpudiag.sysusers"):
         assert f"gpudiag/_shipped/systemd/{unit}" in listed
     assert {"gpudiag/_shipped/monitoring/grafana/gpudiag-dashboard.json",
             "gpudiag/_shipped/monitoring/prometheus/gpudiag-alerts.yml",
@@ -147,5 +148,5 @@ def test_the_readme_install_command_works_under_debians_python(tmp_path):
     done = subprocess.run([str(gpudiag), "install-service", "--root", str(image), "--dry-run", "--gpudiag",
                            "/opt/gpudiag/bin/gpudiag"], cwd=home, env=env, timeout=60, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "ExecStart=/opt/gpudiag/bin/gpudiag serve --listen" in done.stdout
+    assert "ExecStart=/opt/gpudiag/bin/gpudiag serve --socket" in done.stdout
     assert "ExecStart=/opt/gpudiag/bin/gpudiag textfile --output" in done.stdout

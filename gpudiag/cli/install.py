@@ -2,7 +2,8 @@
 
 The units in systemd/ name `/usr/local/bin/gpudiag`, which neither a venv nor pipx creates (and `systemd-analyze
 verify` refuses a unit whose program is missing), so they are rendered with the path of the gpudiag that runs this
-command. Written: /etc/systemd/system/{gpudiag-exporter.service, gpudiag-check.service, gpudiag-check.timer} and
+command. Written: /etc/systemd/system/{gpudiag-exporter.service, gpudiag-check.service, gpudiag-check.timer,
+gpudiag.socket (socket activation, never enabled here: docs/monitoring.md)} and
 /etc/sysusers.d/gpudiag.conf (the `gpudiag` system user both units run as; /etc, not /usr/lib, because this is a
 local installation, not a distribution package: sysusers.d(5)). Then `systemd-sysusers` creates the user and
 `systemctl daemon-reload` makes systemd read the units; `--enable` also starts the exporter and the textfile timer.
@@ -33,7 +34,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 # The package's copy of the top-level systemd/ and monitoring/ directories (symbolic links in the source tree, which
 # an editable install follows and a wheel build copies; pyproject.toml's package-data ships them).
 SHIPPED = Path(__file__).resolve().parent.parent / "_shipped"
-UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer")
+UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket")
 SYSUSERS = "gpudiag.sysusers"
 PLACEHOLDER = "/usr/local/bin/gpudiag"  # what the shipped units name
 UNIT_DIR, SYSUSERS_DIR = Path("etc/systemd/system"), Path("etc/sysusers.d")
