@@ -43,14 +43,15 @@ def check(
 ) -> None:
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
     from gpudiag.cli.through_service import obtain
-    from gpudiag.checks import probe_parts_for, resolve_selection
+    from gpudiag.checks import probe_parts_for
+    from gpudiag.report.selection import select_checks
     from gpudiag.report.verdict import print_verdict
 
     habits.refuse_ignored_options(replay, as_json, fmt.value)
     habits.refuse_stress_without_load_tests(level)
     only_ids, skip_ids = split_ids(only), split_ids(skip)
     try:
-        selected = resolve_selection(only_ids, skip_ids)
+        selected = select_checks(only_ids, skip_ids)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     expectations = read_expectations(profile, params or [], baseline_file)

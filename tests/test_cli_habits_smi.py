@@ -1,0 +1,81 @@
+"""nvidia-smi's habits (issue 27, item 4): a "did you mean" for a misspelt check ID, `gpudiag profiles`, and the
+completion of option values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudiag.checks import CHECK_IDS, FAMILIES
+from gpudiag.cli import app as cli
+from gpudiag.expect.profile import load_profile, shipped_profiles
+from gpudiag.exitcodes import ExitCode
+
+RECORDING = Path(__file__).parent / "fixtures" / "h200x2" / "snapshot.json"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- did you mean ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, name, suggested", [
+    ("--only", "pcie.link_widht", "pcie.link_width"),
+    ("--skip", "pcei", "pcie"),
+    ("--only", "thermal.temprature", None),
+])
+def test_a_misspelt_check_is_one_short_line_with_suggestions(capsys, option, name, suggested):
+    code, out, err = run(capsys, "check", "--replay", str(RECORDING), option, name)
+    assert (code, out) == (ExitCode.USAGE, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"gpudiag: error: {option}: unknown check or family {name!r}; did you mean ")
+    offered = line.split("did you mean ", 1)[1].rstrip("?").split(", ")
+    assert 1 <= len(offered) <= 3 and all(o in CHECK_IDS or o in FAMILIES for o in offered)
+    if suggested:
+        assert offered[0] == suggested
+    assert len(line) < 200
+
+
+def test_a_name_like_nothing_lists_the_families_only(capsys):
+    code, _, err = run(capsys, "check", "--replay", str(RECORDING), "--only", "zzzz")
+    assert code == ExitCode.USAGE and len(err.splitlines()) == 1
+    assert "families: " + ", ".join(FAMILIES) in err and not any(i in err for i in CHECK_IDS)
+
+
+def test_the_service_and_the_direct_path_refuse_alike():
+    from gpudiag.report.selection import select_checks
+
+    with pytest.raises(ValueError, match=r"did you mean pcie\.link_width"):
+        select_checks(["pcie.link_widht"])
+    assert [c.id for c in select_checks(["pcie"], ["pcie.link_width"])] == \
+        [i for i in CHECK_IDS if i.startswith("pcie.") and i != "pcie.link_width"]
+
+
+# -- gpudiag profiles -----------------------------------------------------------------------------------------------
+
+
+def test_profiles_lists_every_shipped_profile_with_what_it_expects(capsys):
+    code, out, err = run(capsys, "profiles")
+    assert (code, err) == (0, "")
+    for name in shipped_profiles():
+        settings = load_profile(name)
+        (line,) = [i for i, text in enumerate(out.splitlines()) if text.startswith(name + " ")]
+        expects = out.splitlines()[line + 1]
+        assert f"gpu_count={settings['expected_gpu_count']}" in expects
+        assert f"gpu_model={settings['expected_gpu_model']}" in expects
+
+
+def test_profiles_as_json_holds_every_setting(capsys):
+    code, out, _ = run(capsys, "profiles", "--format", "json")
+    document = json.loads(out)
+    assert code == 0 and document["schema_version"] == 1
+    assert [p["name"] for p in document["profiles"]] == shipped_profiles()
+    for profile in document["profiles"]:
+        assert profile["description"]
+        assert profile["settings"].keys() == load_profile(profile["name"]).keys()
