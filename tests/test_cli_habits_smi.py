@@ -79,3 +79,39 @@ def test_profiles_as_json_holds_every_setting(capsys):
     for profile in document["profiles"]:
         assert profile["description"]
         assert profile["settings"].keys() == load_profile(profile["name"]).keys()
+
+
+# -- completion of option values ------------------------------------------------------------------------------------
+
+
+def test_profile_completion_offers_the_shipped_names():
+    from gpudiag.cli.completion import complete_profile
+
+    assert complete_profile("") == shipped_profiles()
+    assert complete_profile("mi3") == [n for n in shipped_profiles() if n.startswith("mi3")] != []
+    assert complete_profile("./site") == []  # a path: the shell completes files
+
+
+def test_check_completion_offers_families_and_ids_after_a_comma_too():
+    from gpudiag.cli.completion import complete_checks
+
+    assert complete_checks("") == [*FAMILIES, *CHECK_IDS]
+    assert complete_checks("pcie.link_w") == ["pcie.link_width"]
+    offered = complete_checks("ecc,pcie.")
+    assert offered and all(o.startswith("ecc,pcie.") for o in offered)
+    assert {o.split(",")[1] for o in offered} == {i for i in CHECK_IDS if i.startswith("pcie.")}
+    assert "pcie,pcie" not in complete_checks("pcie,pci")  # a name already given is not offered again
+
+
+@pytest.mark.slow
+def test_the_shell_gets_them_through_typer(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", "from gpudiag.cli.app import run; run()"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(repo), "_GPUDIAG_COMPLETE": "complete_bash",
+                               "COMP_WORDS": "gpudiag check --only pcie.link_w", "COMP_CWORD": "3"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["pcie.link_width"], done.stderr

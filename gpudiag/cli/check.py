@@ -13,6 +13,7 @@ from typing import List, Optional
 import typer
 
 from gpudiag.cli import habits, node_collect
+from gpudiag.cli.completion import complete_checks
 from gpudiag.cli.node_collect import UsageProblem
 from gpudiag.cli.node_collect import expectations as read_expectations
 from gpudiag.cli.options import (BaselineOption, KernelLogOption, OutputFormat, ParamOption, ProfileOption, RootOption,
@@ -22,8 +23,8 @@ from gpudiag.cli.options import (BaselineOption, KernelLogOption, OutputFormat, 
 def check(
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="Output format."),
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only these check IDs or families (repeat or comma-separate)."),
-    skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these check IDs or families."),
+    only: Optional[List[str]] = typer.Option(None, "--only", autocompletion=complete_checks, help="Run only these check IDs or families (repeat or comma-separate)."),
+    skip: Optional[List[str]] = typer.Option(None, "--skip", autocompletion=complete_checks, help="Skip these check IDs or families."),
     timeout: Optional[float] = LevelTimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
