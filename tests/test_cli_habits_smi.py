@@ -115,3 +115,56 @@ def test_the_shell_gets_them_through_typer(tmp_path):
                                "COMP_WORDS": "gpudiag check --only pcie.link_w", "COMP_CWORD": "3"},
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["pcie.link_width"], done.stderr
+
+
+# -- check -i / --gpu -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def node_with_a_bad_gpu_1(tmp_path):
+    from tests.fakes.fake_nvml import FakeNode
+    from tests.nvidia_node import sysfs_for
+
+    node = FakeNode.hgx_h200(2)
+    node.gpus[1].remap_pending = True
+    sysfs_for(node, tmp_path)
+    return node, tmp_path
+
+
+def test_gpu_selects_what_is_judged_and_the_exit_code(capsys, node_with_a_bad_gpu_1):
+    from tests.fakes.fake_nvml import installed
+
+    node, root = node_with_a_bad_gpu_1
+    base = ["check", "--root", str(root), "--direct", "--format", "json"]
+    with installed(node):
+        whole, out_whole, _ = run(capsys, *base)
+        code0, out0, _ = run(capsys, *base, "-i", "0")
+        code1, out1, _ = run(capsys, *base, "--gpu", node.gpus[1].bus_id)
+        both, out_both, _ = run(capsys, *base, "-i", "0", "--gpu", node.gpus[1].uuid.upper())
+    assert (whole, code0, code1, both) == (1, 0, 1, 1)
+    reports = [json.loads(o) for o in (out_whole, out0, out1, out_both)]
+
+    def gpus_in(report):
+        return {r["device"]["index"] for r in report["results"] if r.get("device")}
+
+    assert [gpus_in(r) for r in reports] == [{0, 1}, {0}, {1}, {0, 1}]
+    node_level = [{r["check"] for r in report["results"] if not r.get("device")} for report in reports]
+    assert node_level[0] and node_level[0] == node_level[1] == node_level[2]  # the node's checks still count
+    assert reports[1]["status"] == "pass" and reports[2]["status"] == "fail"
+
+
+def test_gpu_in_junit_too(capsys, node_with_a_bad_gpu_1):
+    from tests.fakes.fake_nvml import installed
+
+    node, root = node_with_a_bad_gpu_1
+    with installed(node):
+        code, out, _ = run(capsys, "check", "--root", str(root), "--direct", "--format", "junit", "-i", "0")
+    assert code == 0 and "remap_pending" not in out.split("failure")[0] and "<failure" not in out
+
+
+def test_an_unknown_gpu_is_one_line_naming_those_there(capsys):
+    code, out, err = run(capsys, "check", "--replay", str(RECORDING), "-i", "0,9")
+    assert (code, out) == (ExitCode.USAGE, "")
+    (line,) = err.splitlines()
+    assert line.startswith("gpudiag: error: --gpu '9': no such GPU on this node; it has 0 (0000:00:06.0, GPU-")
+    assert "; 1 (0000:00:07.0, GPU-" in line

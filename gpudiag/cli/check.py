@@ -25,6 +25,7 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
     only: Optional[List[str]] = typer.Option(None, "--only", autocompletion=complete_checks, help="Run only these check IDs or families (repeat or comma-separate)."),
     skip: Optional[List[str]] = typer.Option(None, "--skip", autocompletion=complete_checks, help="Skip these check IDs or families."),
+    gpu: Optional[List[str]] = typer.Option(None, "--gpu", "-i", help="Judge only these GPUs: index, PCI bus ID or UUID (repeat or comma-separate); the node-level checks (driver, host, GPU count, kernel log) still count."),
     timeout: Optional[float] = LevelTimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
@@ -66,5 +67,9 @@ def check(
         lambda: node_collect.collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
-    raise typer.Exit(print_verdict(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by,
-                                   output_format, verbose, use_color))
+    try:
+        code = print_verdict(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by, output_format,
+                             verbose, use_color, split_ids(gpu) or None)
+    except ValueError as exc:  # a --gpu this node does not have (report/gpu_selection.py): nothing was printed
+        raise UsageProblem(str(exc)) from None
+    raise typer.Exit(code)
