@@ -25,6 +25,13 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.fixture(autouse=True)
+def tmp_is_not_hidden(monkeypatch):
+    """pytest's tmp_path is under /tmp, which the units' PrivateTmp=yes hides: the refusal of a gpudiag there has
+    its own test (test_a_gpudiag_under_tmp_is_refused); the others install from tmp_path."""
+    monkeypatch.setattr(install, "HIDDEN_BY_PRIVATE_TMP", ())
+
+
 @pytest.fixture
 def gpudiag_exe(tmp_path) -> Path:
     """An installed-looking gpudiag outside any home directory: this interpreter running this checkout."""
@@ -38,6 +45,7 @@ def gpudiag_exe(tmp_path) -> Path:
 @pytest.fixture
 def installed_root(tmp_path, gpudiag_exe, capsys) -> Path:
     root = tmp_path / "root"
+    root.mkdir()
     code, out, err = run(capsys, "install-service", "--root", str(root), "--gpudiag", str(gpudiag_exe))
     assert (code, err) == (0, ""), err
     assert "systemctl daemon-reload" in out  # said, not run: --root is not this node
@@ -103,11 +111,12 @@ def test_a_second_install_changes_nothing(installed_root, gpudiag_exe, capsys):
 
 def test_dry_run_shows_everything_and_writes_nothing(tmp_path, gpudiag_exe, capsys):
     root = tmp_path / "dry"
+    root.mkdir()
     code, out, err = run(capsys, "install-service", "--root", str(root), "--gpudiag", str(gpudiag_exe), "--dry-run")
-    assert (code, err) == (0, "") and not root.exists()
+    assert (code, err) == (0, "") and list(root.iterdir()) == []
     for unit in UNITS:
         assert f"--- would write {root}/etc/systemd/system/{unit} (mode 0644)" in out
-    assert f"ExecStart={gpudiag_exe} serve --listen" in out and "u gpudiag - " in out
+    assert f"ExecStart={gpudiag_exe} serve --socket" in out and "u gpudiag - " in out
 
 
 def test_dry_run_on_the_live_node_lists_the_systemd_commands(gpudiag_exe, capsys):
@@ -148,10 +157,11 @@ def test_enable_needs_the_live_node(tmp_path, gpudiag_exe, capsys):
 
 
 def test_an_unwritable_root_is_one_line(tmp_path, gpudiag_exe, capsys):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    code, out, err = run(capsys, "install-service", "--root", str(blocker), "--gpudiag", str(gpudiag_exe))
+    (tmp_path / "etc").write_text("not a directory")  # where etc/systemd/system should be made
+    code, out, err = run(capsys, "install-service", "--root", str(tmp_path), "--gpudiag", str(gpudiag_exe))
     assert code == 2 and err.startswith("gpudiag: error: ") and "cannot write" in err and len(err.splitlines()) == 1
+    code, out, err = run(capsys, "install-service", "--root", str(tmp_path / "etc"), "--gpudiag", str(gpudiag_exe))
+    assert (code, err) == (2, f"gpudiag: error: --root {tmp_path / 'etc'}: not a directory\n")
 
 
 # -- which gpudiag the units name -----------------------------------------------------------------------------------
@@ -190,6 +200,7 @@ def test_without_a_console_script_the_interpreter_runs_the_module(tmp_path, monk
 def systemd_tools(tmp_path, monkeypatch):
     bin_dir, calls = tmp_path / "fake-bin", tmp_path / "calls"
     bin_dir.mkdir()
+    (tmp_path / "live").mkdir()  # the root it installs under (a root must exist: install-service never makes one)
     for tool in ("systemctl", "systemd-sysusers"):
         script = bin_dir / tool
         script.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit "${{FAIL_{tool.replace("-", "_")}:-0}}"\n')
@@ -226,6 +237,7 @@ def test_a_failing_systemd_tool_stops_the_install_with_one_line(tmp_path, gpudia
 
 def test_a_node_without_systemd_is_told_so(tmp_path, gpudiag_exe, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    (tmp_path / "live").mkdir()
     with pytest.raises(install.InstallError, match="systemd-sysusers not found: is this a systemd node"):
         install.install(tmp_path / "live", [str(gpudiag_exe)], dry_run=False, reload=True, enable=False, live=True)
 

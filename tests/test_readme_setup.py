@@ -126,15 +126,27 @@ def test_the_readme_install_command_works_under_debians_python(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     (wheel,) = (tmp_path / "dist").glob("gpudiag-*.whl")
     listed = set(zipfile.ZipFile(wheel).namelist())
-    for unit in ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.sysusers"):
+    for unit in ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket",
+                 "gpudiag.sysusers"):
         assert f"gpudiag/_shipped/systemd/{unit}" in listed
     assert {"gpudiag/_shipped/monitoring/grafana/gpudiag-dashboard.json",
             "gpudiag/_shipped/monitoring/prometheus/gpudiag-alerts.yml",
             "gpudiag/_shipped/monitoring/alertmanager/gpudiag-alertmanager.yml", "gpudiag/profiles/h200-8x.toml"} <= listed
     assert not any(name.startswith(("tests/", "systemd/")) for name in listed)
 
-    done = subprocess.run([str(gpudiag), "install-service", "--root", str(tmp_path / "image"), "--dry-run"],
+    # this venv is under /tmp, which the units' PrivateTmp=yes hides from the service: refused, naming it
+    image = tmp_path / "image"
+    image.mkdir()
+    done = subprocess.run([str(gpudiag), "install-service", "--root", str(image), "--dry-run"],
                           cwd=home, env=env, timeout=60, capture_output=True, text=True)
+    assert done.returncode == 2 and str(gpudiag) in done.stderr and "PrivateTmp=yes" in done.stderr, done.stderr
+    # the image's own gpudiag (as the README installs it, under /opt/gpudiag) is what the rendered units name
+    in_image = image / "opt/gpudiag/bin/gpudiag"
+    in_image.parent.mkdir(parents=True)
+    in_image.write_text("#!/bin/sh\n")
+    in_image.chmod(0o755)
+    done = subprocess.run([str(gpudiag), "install-service", "--root", str(image), "--dry-run", "--gpudiag",
+                           "/opt/gpudiag/bin/gpudiag"], cwd=home, env=env, timeout=60, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert f"ExecStart={gpudiag} serve --listen" in done.stdout
-    assert f"ExecStart={gpudiag} textfile --output" in done.stdout
+    assert "ExecStart=/opt/gpudiag/bin/gpudiag serve --socket" in done.stdout
+    assert "ExecStart=/opt/gpudiag/bin/gpudiag textfile --output" in done.stdout

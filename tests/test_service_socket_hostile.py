@@ -127,6 +127,7 @@ def test_the_socket_gets_its_mode_at_creation_never_by_path(tmp_path, monkeypatc
 
 def test_a_second_serve_leaves_the_running_ones_socket_alone(node_root):
     sock, journal = node_root / "run" / "s.sock", node_root / "state"
+    sock.parent.mkdir(exist_ok=True)  # serve makes the socket, never its directory (issue 27, item 5)
     first = Serve(node_root, "--socket", str(sock), "--state-dir", str(journal))
     try:
         pid = status(sock)["pid"]

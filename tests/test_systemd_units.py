@@ -21,7 +21,7 @@ from tests.as_user import GPUDIAG, NODE_EXPORTER, needs_root, shared_tmp, as_use
 
 SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer")
+UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket")
 INSTALLED = "/usr/local/bin/gpudiag"
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (package systemd)")

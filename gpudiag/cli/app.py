@@ -19,6 +19,7 @@ from gpudiag.cli.check import check
 from gpudiag.cli.fleet import fleet
 from gpudiag.cli.history import history
 from gpudiag.cli.install import install_service
+from gpudiag.cli.profiles import profiles
 from gpudiag.cli.node_collect import exit_for_failure, start_logging
 from gpudiag.cli.serve import serve
 from gpudiag.cli.snapshot import snapshot
@@ -53,7 +54,8 @@ def version() -> None:
 
 # --help lists the commands in this order (pinned by tests/test_cli_habits.py).
 COMMANDS = (("check", check), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve), ("textfile", textfile),
-            ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history))
+            ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history),
+            ("profiles", profiles))
 for _name, _command in COMMANDS:
     app.command(_name)(_command)
 

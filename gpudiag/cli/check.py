@@ -13,18 +13,20 @@ from typing import List, Optional
 import typer
 
 from gpudiag.cli import habits, node_collect
+from gpudiag.cli.completion import complete_checks
 from gpudiag.cli.node_collect import UsageProblem
 from gpudiag.cli.node_collect import expectations as read_expectations
 from gpudiag.cli.options import (BaselineOption, KernelLogOption, OutputFormat, ParamOption, ProfileOption, RootOption,
-                                 SocketOption, StressSecondsOption, TimeoutOption, load_replay, split_ids)
+                                 SocketOption, StressSecondsOption, LevelTimeoutOption, load_replay, split_ids)
 
 
 def check(
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="Output format."),
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only these check IDs or families (repeat or comma-separate)."),
-    skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these check IDs or families."),
-    timeout: Optional[float] = TimeoutOption,
+    only: Optional[List[str]] = typer.Option(None, "--only", autocompletion=complete_checks, help="Run only these check IDs or families (repeat or comma-separate)."),
+    skip: Optional[List[str]] = typer.Option(None, "--skip", autocompletion=complete_checks, help="Skip these check IDs or families."),
+    gpu: Optional[List[str]] = typer.Option(None, "--gpu", "-i", help="Judge only these GPUs: index, PCI bus ID or UUID (repeat or comma-separate); the node-level checks (driver, host, GPU count, kernel log) still count."),
+    timeout: Optional[float] = LevelTimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
     replay: Optional[Path] = typer.Option(None, "--replay", help="Judge a recorded snapshot instead of this node."),
@@ -43,13 +45,15 @@ def check(
 ) -> None:
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
     from gpudiag.cli.through_service import obtain
-    from gpudiag.checks import probe_parts_for, resolve_selection
+    from gpudiag.checks import probe_parts_for
+    from gpudiag.report.selection import select_checks
     from gpudiag.report.verdict import print_verdict
 
     habits.refuse_ignored_options(replay, as_json, fmt.value)
+    habits.refuse_stress_without_load_tests(level)
     only_ids, skip_ids = split_ids(only), split_ids(skip)
     try:
-        selected = resolve_selection(only_ids, skip_ids)
+        selected = select_checks(only_ids, skip_ids)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     expectations = read_expectations(profile, params or [], baseline_file)
@@ -63,5 +67,9 @@ def check(
         lambda: node_collect.collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
-    raise typer.Exit(print_verdict(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by,
-                                   output_format, verbose, use_color))
+    try:
+        code = print_verdict(snapshot, expectations, only_ids, skip_ids, open_checks, collected_by, output_format,
+                             verbose, use_color, split_ids(gpu) or None)
+    except ValueError as exc:  # a --gpu this node does not have (report/gpu_selection.py): nothing was printed
+        raise UsageProblem(str(exc)) from None
+    raise typer.Exit(code)

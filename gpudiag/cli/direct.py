@@ -39,13 +39,14 @@ def check(request: dict, root: str, timeout: "float | None") -> int:
 def _check(request: dict, root: str, timeout: "float | None") -> int:
     from pathlib import Path
 
-    from gpudiag.checks import probe_parts_for, resolve_selection
+    from gpudiag.checks import probe_parts_for
+    from gpudiag.report.selection import select_checks
     from gpudiag.cli.node_collect import UsageProblem, collect, expectations
     from gpudiag.report.verdict import print_verdict
 
     only, skip = request["only"], request["skip"]
     try:
-        selected = resolve_selection(only, skip)
+        selected = select_checks(only, skip)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     expected = expectations(request["profile"], request["params"], None)

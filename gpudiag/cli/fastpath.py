@@ -31,7 +31,9 @@ FLAGS = {"--json": ("json", True), "--direct": ("direct", True), "--verbose": ("
          "--color": ("color", True), "--no-color": ("color", False)}
 # `check`'s options this module leaves to the full CLI (they need this machine's files, typer's help, or a load test).
 # With VALUE_OPTIONS and FLAGS they are every option of gpudiag/cli/check.py: tests/test_cli_options.py says so.
-HANDED_ON = ("--replay", "--baseline", "--kernel-log", "--stress-seconds", "-h", "--help")
+# -i/--gpu too: a GPU this node may not have is refused naming those it has, which the full CLI reads from the
+# service's snapshot (still through the service: no vendor library opened here).
+HANDED_ON = ("--replay", "--baseline", "--kernel-log", "--stress-seconds", "--gpu", "-i", "-h", "--help")
 
 
 def parse(argv: list) -> "dict | None":

@@ -86,6 +86,13 @@ def refuse_ignored_options(replay: object, as_json: bool = False, fmt: Optional[
         raise UsageError(f"--json is short for --format json; it cannot be combined with --format {fmt}")
 
 
+def refuse_stress_without_load_tests(level: int) -> None:
+    """`--stress-seconds` sets how long the stress of `--level 2|3` runs: at level 1 nothing would read it."""
+    if level < 2 and _given("stress_seconds"):
+        raise UsageError("--stress-seconds sets the stress of --level 2|3 and --level 1 runs no load test: "
+                         "add --level 2 or drop it")
+
+
 # -- a stdout that cannot encode the checklist --------------------------------------------------------------------
 
 # The checklist's typography and its plain stand-ins, for a terminal or pipe that is ASCII-only

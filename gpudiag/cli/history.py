@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from gpudiag.cli.node_collect import UsageProblem
-from gpudiag.cli.options import RootOption, SocketOption
+from gpudiag.cli.options import SocketOption
 from gpudiag.exitcodes import ExitCode
 
 
@@ -45,7 +45,7 @@ def history(
     since: Optional[str] = typer.Option(None, "--since", help="Only what happened in this last while: 30m, 24h, 7d."),
     gpu: Optional[int] = typer.Option(None, "--gpu", min=0, help="Only entries about this GPU index."),
     fmt: HistoryFormat = typer.Option(HistoryFormat.text, "--format", "-f", help="Output format."),
-    root: Path = RootOption,
+    root: Path = typer.Option(Path("/"), "--root", help="Look for the service's socket and journal under ROOT (ROOT/run/gpudiag/gpudiag.sock, ROOT/var/lib/gpudiag; a test seam)."),
     socket: Optional[Path] = SocketOption,
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Read the journal here when no service answers (default /var/lib/gpudiag)."),
 ) -> None:

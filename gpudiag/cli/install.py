@@ -2,12 +2,13 @@
 
 The units in systemd/ name `/usr/local/bin/gpudiag`, which neither a venv nor pipx creates (and `systemd-analyze
 verify` refuses a unit whose program is missing), so they are rendered with the path of the gpudiag that runs this
-command. Written: /etc/systemd/system/{gpudiag-exporter.service, gpudiag-check.service, gpudiag-check.timer} and
+command. Written: /etc/systemd/system/{gpudiag-exporter.service, gpudiag-check.service, gpudiag-check.timer,
+gpudiag.socket (socket activation, never enabled here: docs/monitoring.md)} and
 /etc/sysusers.d/gpudiag.conf (the `gpudiag` system user both units run as; /etc, not /usr/lib, because this is a
 local installation, not a distribution package: sysusers.d(5)). Then `systemd-sysusers` creates the user and
 `systemctl daemon-reload` makes systemd read the units; `--enable` also starts the exporter and the textfile timer.
 
-`--root DIR` writes under DIR instead (an image being built, a test) and runs no systemctl; `--dry-run` prints what
+`--root DIR` writes under DIR instead (an image being built, a test; DIR must exist) and runs no systemctl; `--dry-run` prints what
 would be written and runs nothing. Under `--root` every path is resolved inside DIR, as the booted image will see it:
 a symbolic link's absolute target starts at DIR, `..` stops at DIR (an image's `/etc/sysusers.d ->
 /usr/lib/sysusers.d` is the image's /usr/lib, never the build host's).
@@ -33,13 +34,15 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 # The package's copy of the top-level systemd/ and monitoring/ directories (symbolic links in the source tree, which
 # an editable install follows and a wheel build copies; pyproject.toml's package-data ships them).
 SHIPPED = Path(__file__).resolve().parent.parent / "_shipped"
-UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer")
+UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket")
 SYSUSERS = "gpudiag.sysusers"
 PLACEHOLDER = "/usr/local/bin/gpudiag"  # what the shipped units name
 UNIT_DIR, SYSUSERS_DIR = Path("etc/systemd/system"), Path("etc/sysusers.d")
 ENABLE = ("gpudiag-exporter.service", "gpudiag-check.timer")
 # The units set ProtectHome=yes: a gpudiag under these directories is invisible to the service.
 HIDDEN_BY_PROTECT_HOME = ("/home/", "/root/", "/run/user/")
+# ... and PrivateTmp=yes gives the service empty /tmp and /var/tmp of its own: a gpudiag there is not found.
+HIDDEN_BY_PRIVATE_TMP = ("/tmp/", "/var/tmp/")
 # Characters systemd would interpret in an ExecStart= program path (specifiers, variables, quoting).
 _UNSAFE_PATH = re.compile(r"[\s%$\\\"';]")
 _EXEC_LINE = re.compile(r"^(ExecStart[A-Za-z]*=[-@:+!]*)" + re.escape(PLACEHOLDER) + r"(?=\s|$)", re.MULTILINE)
@@ -123,6 +126,9 @@ def check_command(command: list[str], root: Path = Path("/")) -> None:
         raise InstallError(f"{program} is under a home directory, which the units' ProtectHome=yes hides from the "
                            f"service: install gpudiag system-wide, e.g. python3 -m venv /opt/gpudiag && "
                            f"/opt/gpudiag/bin/pip install <gpudiag> && /opt/gpudiag/bin/gpudiag install-service")
+    if program.startswith(HIDDEN_BY_PRIVATE_TMP):
+        raise InstallError(f"{program} is under /tmp or /var/tmp, which the units' PrivateTmp=yes replaces with "
+                           f"empty directories for the service: install gpudiag system-wide, e.g. under /opt/gpudiag")
 
 
 def render_unit(text: str, command: list[str], version: str) -> str:
@@ -142,7 +148,12 @@ def planned_files(root: Path, command: list[str], version: str) -> list[tuple[Pa
     files.append((SYSUSERS_DIR / "gpudiag.conf", shipped_file("systemd", SYSUSERS).read_text()))
     if root == Path("/"):
         return [(root / path, text) for path, text in files]
-    return [(inside(root, path), text) for path, text in files]
+    planned = [(inside(root, path), text) for path, text in files]
+    top = os.path.realpath(root)
+    for path, _ in planned:  # inside() keeps them there; this says so once more, before anything is written
+        if os.path.commonpath([top, os.path.realpath(path)]) != top:
+            raise InstallError(f"{path}: outside --root {root}: refusing to write it")
+    return planned
 
 
 def write_file(path: Path, text: str) -> str:
@@ -178,6 +189,8 @@ def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enab
     from gpudiag import __version__
 
     check_command(command, root)
+    if not root.is_dir():  # an image's root is made by whoever builds the image, never by a typo here
+        raise InstallError(f"--root {root}: {'not a directory' if root.exists() else 'no such directory'}")
     files = planned_files(root, command, __version__)
     steps: list[list[str]] = []
     if live and reload:

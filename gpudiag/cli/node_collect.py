@@ -68,6 +68,8 @@ def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[fl
     timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
     if not (root / "sys").is_dir() and root != Path("/"):
         raise UsageProblem(f"--root {root}: no sys/ directory under it")
+    if kernel_log is not None and kernel_log.is_dir():
+        raise UsageProblem(f"--kernel-log {kernel_log}: is a directory; give the saved log file")
     if kernel_log is not None and not kernel_log.is_file():
         raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
     return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout,

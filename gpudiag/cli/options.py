@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import typer
 
+from gpudiag.cli.completion import complete_profile
 from gpudiag.cli.node_collect import UsageProblem
 
 
@@ -39,11 +40,13 @@ RootOption = typer.Option(Path("/"), "--root", help="Read ROOT/sys, ROOT/proc an
 KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
-TimeoutOption = typer.Option(
+# Only the commands with --level (check, textfile) mention it: the others have no load tests to wait for.
+TimeoutOption = typer.Option(None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10).")
+LevelTimeoutOption = typer.Option(
     None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
 )
 # What the node should be: `check`, `serve` and `textfile` judge against the same expectations (node_collect.py).
-ProfileOption = typer.Option(None, "--profile", help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
+ProfileOption = typer.Option(None, "--profile", autocompletion=complete_profile, help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
 StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
 BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from gpudiag.daemon.fresh import FreshCollections
 from gpudiag.daemon.poller import Poller, collect_and_judge
 from gpudiag.exitcodes import ExitCode
 from gpudiag.exporter.changes import ChangeLog
 from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
-from gpudiag.exporter.listen import bind, parse_listen
+from gpudiag.exporter.listen import ListenError, bind, parse_listen, split_addresses, systemd_sockets
 from gpudiag.exporter.state import ExporterState, WatcherFactory
 from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_config
 from gpudiag.model import CheckResult, NodeSnapshot
@@ -54,7 +55,7 @@ class Exporter:
 
     def __init__(
         self,
-        listen: str,
+        listen: Union[str, Sequence[str]],
         web: WebConfig,
         collect: Callable[[], NodeSnapshot],
         interval_seconds: float,
@@ -68,6 +69,7 @@ class Exporter:
         state_dir: Optional[Path] = None,
         socket_required: bool = True,
         service_options: Optional[dict] = None,  # the socket's bounds (gpudiag.service.runtime.Service)
+        listening: Sequence["socket.socket"] = (),  # systemd's sockets (--web.systemd-socket), served instead
     ):
         # The Collector bounds itself to collect_timeout_seconds; the margin covers the checks and bookkeeping.
         cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)
@@ -88,19 +90,39 @@ class Exporter:
                 # The default path, not writable (not root, no RuntimeDirectory=): metrics still, local clients
                 # probe directly.
                 log.warning("no local socket: %s; `gpudiag check` will probe directly", exc.strerror)
-        host, port = parse_listen(listen)
         routes = Routes(self.state.body, self._health)
+
+        def server(family, address, listening=None) -> ExporterHTTPServer:
+            return ExporterHTTPServer(family, address, routes, web, max_connections=max_connections,
+                                      request_timeout_seconds=request_timeout_seconds,
+                                      max_request_seconds=max_request_seconds, listening=listening)
+
+        # Every address bound before any is served: one that cannot be refuses them all (nothing half-served).
+        self.servers: list[ExporterHTTPServer] = []
         try:
-            self.http = bind(host, port, lambda family, address: ExporterHTTPServer(
-                family, address, routes, web, max_connections=max_connections,
-                request_timeout_seconds=request_timeout_seconds, max_request_seconds=max_request_seconds))
+            for sock in listening:
+                self.servers.append(server(sock.family, sock.getsockname(), sock))
+            for address in ([] if listening else split_addresses([listen] if isinstance(listen, str) else listen)):
+                try:
+                    host, port = parse_listen(address)
+                except ValueError:
+                    raise ListenError(address, "expected HOST:PORT, [IPV6]:PORT or :PORT") from None
+                try:
+                    self.servers.append(bind(host, port, server))
+                except OSError as exc:
+                    raise ListenError(address, exc.strerror or str(exc)) from None
+            if not self.servers:
+                raise ListenError("--listen", "no address to listen on")
         except BaseException:
+            for bound in self.servers:
+                bound.server_close()
             if self.service is not None:  # no socket left behind by a service that never ran
                 self.service.stop()
             raise
+        self.http = self.servers[0]  # the first address: what `address` and `url` name
         self.scheme = "https" if web.tls is not None else "http"
-        self._http_thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.2},
-                                             name="gpudiag-http", daemon=True)
+        self._http_threads = [threading.Thread(target=bound.serve_forever, kwargs={"poll_interval": 0.2},
+                                               name="gpudiag-http", daemon=True) for bound in self.servers]
 
     @property
     def address(self) -> tuple[str, int]:
@@ -108,28 +130,38 @@ class Exporter:
 
     @property
     def url(self) -> str:
-        host, port = self.address
-        host = f"[{host}]" if ":" in host else host
-        return f"{self.scheme}://{host}:{port}"
+        return self.urls[0]
+
+    @property
+    def urls(self) -> list[str]:
+        """Every address served, in the order given."""
+        found = []
+        for bound in self.servers:
+            host, port = bound.server_address[0], bound.server_address[1]
+            found.append(f"{self.scheme}://{f'[{host}]' if ':' in host else host}:{port}")
+        return found
 
     def start(self) -> "Exporter":
         if self.service is not None:
             self.service.start()
         self.poller.start()
-        self._http_thread.start()
+        for thread in self._http_threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
         """Prompt, whatever is hung: nothing here waits on a vendor call."""
-        self.http.stopping = True
+        for bound in self.servers:
+            bound.stopping = True
         self.poller.stop()
         if self.service is not None:
             self.service.stop()
         if self.state.watcher is not None:
             self.state.watcher.stop(timeout_seconds=1.0)
-        if self._http_thread.is_alive():
-            self.http.shutdown()  # returns within one poll interval
-        self.http.server_close()
+        for bound, thread in zip(self.servers, self._http_threads):
+            if thread.is_alive():
+                bound.shutdown()  # returns within one poll interval
+            bound.server_close()
 
     def _on_cycle(self, cycle) -> None:
         self.state.on_cycle(cycle)  # first: it gives a lost GPU the identity it had, which its log line names
@@ -141,11 +173,18 @@ class Exporter:
         return self.state.health()
 
 
-def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", interval_seconds: float,
-          expectations: Optional["Expectations"] = None, socket_path: Optional[Path] = None,
-          state_dir: Optional[Path] = None, socket_required: bool = False) -> int:
-    """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address, web config or socket."""
+def serve(listen: Union[str, Sequence[str]], web_config: Optional[Path], options: "CollectOptions",
+          interval_seconds: float, expectations: Optional["Expectations"] = None, socket_path: Optional[Path] = None,
+          state_dir: Optional[Path] = None, socket_required: bool = False, systemd_socket: bool = False) -> int:
+    """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address, web config or socket.
+    `systemd_socket`: serve on the sockets systemd passed instead of `listen` (gpudiag.socket)."""
     from gpudiag.probe import Collector
+
+    try:
+        listening = systemd_sockets() if systemd_socket else []
+    except ListenError as exc:
+        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
 
     try:
         web = load_web_config(web_config) if web_config is not None else WebConfig()
@@ -156,13 +195,17 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
     try:
         exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
                             judge=judge_against(expectations), socket_path=socket_path, state_dir=state_dir,
-                            socket_required=socket_required, service_options={"expect": expectations})
+                            socket_required=socket_required, service_options={"expect": expectations},
+                            listening=listening)
     except SocketBindError as exc:
         print(f"gpudiag: error: cannot listen on {exc.strerror}", file=sys.stderr)
         return ExitCode.USAGE
+    except ListenError as exc:
+        print(f"gpudiag: error: cannot listen on {exc.where}: {exc.reason}", file=sys.stderr)
+        return ExitCode.USAGE
     except (ValueError, OSError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
-        print(f"gpudiag: error: cannot listen on {listen}: {reason}", file=sys.stderr)
+        print(f"gpudiag: error: cannot listen: {reason}", file=sys.stderr)
         return ExitCode.USAGE
 
     stop = threading.Event()
@@ -170,7 +213,7 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     exporter.start()
-    log.info(f"serving {exporter.url}/metrics", extra={"fields": {
+    log.info("serving " + " ".join(f"{url}/metrics" for url in exporter.urls), extra={"fields": {
         "interval_seconds": interval_seconds, "socket": str(socket_path) if exporter.service else None}})
     while not stop.wait(1.0):
         pass

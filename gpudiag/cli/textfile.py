@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import typer
 
-from gpudiag.cli import node_collect
+from gpudiag.cli import habits, node_collect
 from gpudiag.cli.node_collect import UsageProblem
 from gpudiag.cli.node_collect import expectations as read_expectations
 from gpudiag.cli.options import (BaselineOption, KernelLogOption, ParamOption, ProfileOption, RootOption,
-                                 StressSecondsOption, TimeoutOption)
+                                 StressSecondsOption, LevelTimeoutOption)
 from gpudiag.exitcodes import ExitCode
 
 
@@ -21,7 +21,7 @@ log = logging.getLogger("gpudiag")
 
 def textfile(
     output: Path = typer.Option(..., "--output", "-o", help="The .prom file to replace atomically, in node_exporter's textfile directory."),
-    timeout: Optional[float] = TimeoutOption,
+    timeout: Optional[float] = LevelTimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
     level: int = typer.Option(
@@ -36,6 +36,7 @@ def textfile(
     from gpudiag.checks import run_checks
     from gpudiag.exporter.textfile import write_textfile
 
+    habits.refuse_stress_without_load_tests(level)
     if output.suffix != ".prom" and str(output) != "-":
         log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
     expectations = read_expectations(profile, params or [], baseline_file)

@@ -269,7 +269,9 @@ class ExporterHTTPServer(HTTPServer):
 
     def __init__(self, family: socket.AddressFamily, address: tuple, routes: Routes, web: WebConfig,
                  max_connections: int = 16, request_timeout_seconds: float = 10.0,
-                 max_request_seconds: float = 5.0):
+                 max_request_seconds: float = 5.0, listening: Optional[socket.socket] = None):
+        """Bind `address`; or, given `listening` (a socket systemd passed, bound and listening already), serve on
+        that one as it is."""
         self.address_family = family
         self.routes = routes
         self.web = web
@@ -279,15 +281,21 @@ class ExporterHTTPServer(HTTPServer):
         # One phase (waiting for a head, or answering one) never lasts longer than this.
         self.connections = Connections(max_connections, request_timeout_seconds + max_request_seconds)
         super().__init__(address, Handler, bind_and_activate=False)
-        try:
-            if family == socket.AF_INET6 and address[0] == "::":
-                # Dual stack: one socket for IPv4 and IPv6 clients ("::" alone would be IPv6-only on some hosts).
-                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            self.server_bind()
-            self.server_activate()
-        except BaseException:
-            self.server_close()
-            raise
+        if listening is not None:  # bound and listening by systemd: taken as it is
+            self.socket.close()
+            self.socket = listening
+            self.server_address = listening.getsockname()
+            self.server_name, self.server_port = self.server_address[:2]
+        else:
+            try:
+                if family == socket.AF_INET6 and address[0] == "::":
+                    # Dual stack: one socket for IPv4 and IPv6 clients ("::" alone would be IPv6-only on some hosts).
+                    self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                self.server_bind()
+                self.server_activate()
+            except BaseException:
+                self.server_close()
+                raise
         threading.Thread(target=self._reap, name="gpudiag-http-reaper", daemon=True).start()
 
     @property

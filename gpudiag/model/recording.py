@@ -32,6 +32,8 @@ def load_snapshot(path: Path) -> NodeSnapshot:
         raise RecordingError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise RecordingError(f"{path}: not a gpudiag snapshot (expected a JSON object)")
+    if "schema_version" not in data:  # some other JSON document (a check report, a baseline): say so
+        raise RecordingError(f"{path}: not a gpudiag snapshot (no schema_version)")
     version = data.get("schema_version")
     if version != SNAPSHOT_SCHEMA_VERSION:
         raise RecordingError(

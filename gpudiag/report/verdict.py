@@ -57,24 +57,33 @@ def add_since(results: list, open_checks: list) -> None:
 
 def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
                      open_checks: list, collected_by: str, fmt: str, verbose: bool,
-                     color: bool) -> tuple[list[CheckResult], str]:
-    """(the results, the report in `fmt`): run_checks, `since` from the service's open episodes, render."""
+                     color: bool, gpus: Optional[list[str]] = None) -> tuple[list[CheckResult], str]:
+    """(the results, the report in `fmt`): run_checks, `since` from the service's open episodes, render; with
+    `gpus`, only those GPUs' results and the node-level ones (ValueError for a GPU not on the node)."""
     from gpudiag.checks import run_checks
     from gpudiag.report import render
 
+    selected = None
+    if gpus:
+        from gpudiag.report.gpu_selection import about_selected, select_gpus
+
+        selected = select_gpus(snapshot, gpus)  # before judging: an unknown GPU is refused, nothing printed
     results = run_checks(snapshot, expectations, only=only, skip=skip)
+    if selected is not None:
+        results = about_selected(results, *selected)
     add_since(results, open_checks)
     return results, render(fmt, snapshot, results, collected_by, verbose=verbose, color=color)
 
 
 def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
-                  open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool) -> int:
+                  open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool,
+                  gpus: Optional[list[str]] = None) -> int:
     """`gpudiag check`'s ending, for the typer CLI and gpudiag/cli/direct.py alike: the report on stdout, then
-    `tell_ending`."""
+    `tell_ending`. `gpus` (check -i/--gpu): only those GPUs' results and the node's (report/gpu_selection.py)."""
     import sys
 
     results, text = judge_and_render(snapshot, expectations, only, skip, open_checks, collected_by, fmt, verbose,
-                                     color)
+                                     color, gpus)
     sys.stdout.write(text)
     sys.stdout.flush()
     return tell_ending(snapshot, results)

@@ -85,11 +85,11 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
     """The answer line: {"ok": true, "exit": N, "stdout": ..., "stderr": ...}, or {"ok": false, "error": ...,
     "fallback": "failed" | "stale"} when there is no fresh collection (the client then probes directly, as
     `gpudiag check` does when the service's collection did not finish)."""
-    from gpudiag.checks import resolve_selection
+    from gpudiag.report.selection import select_checks
     from gpudiag.expect.profile import ProfileError, load_expectations
 
     try:
-        resolve_selection(fields["only"], fields["skip"])
+        select_checks(fields["only"], fields["skip"])
         expectations = None  # the defaults, as `gpudiag check` without a profile or -p
         if fields["profile"] is not None or fields["params"]:
             expectations = load_expectations(fields["profile"], fields["params"])

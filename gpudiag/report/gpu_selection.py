@@ -1,0 +1,66 @@
+"""`check -i 0,3` / `--gpu`: judge some GPUs only, as nvidia-smi's `-i` picks them, by index, PCI bus ID or UUID.
+
+Every check still runs over the whole node (a GPU's peers, the driver, the host are read as always); the report,
+JSON, JUnit and the exit code then hold only the results about the selected GPUs, and the node-level results (those
+about no GPU: the driver and its library, the host, the GPU count against the profile, kernel-log lines that name
+no GPU), which a chosen GPU depends on as much as any."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from gpudiag.model import CheckResult, NodeSnapshot
+from gpudiag.model.common import normalize_pci_bus_id
+
+MAX_SHOWN = 16  # GPUs named in the refusal of one that is not there
+
+
+def _bus(text: str) -> Optional[str]:
+    try:
+        return normalize_pci_bus_id(text)
+    except ValueError:
+        return None
+
+
+def known_gpus(snapshot: NodeSnapshot) -> list[tuple[Optional[int], Optional[str], Optional[str]]]:
+    """(index, bus ID, UUID) of every GPU the snapshot knows: the backends' and the PCI bus's (a lost GPU too)."""
+    found = [(d.index, d.pci_bus_id, d.uuid) for d in snapshot.devices]
+    seen = {bus for _, bus, _ in found if bus}
+    found += [(None, p.pci_bus_id, None) for p in snapshot.pci_gpus if p.pci_bus_id not in seen]
+    return found
+
+
+def select_gpus(snapshot: NodeSnapshot, wanted: Iterable[str]) -> tuple[set[int], set[str]]:
+    """(indices, bus IDs) of the GPUs `wanted` names; ValueError, one line naming what exists, for one not here."""
+    known = known_gpus(snapshot)
+    indices, buses = set(), set()
+    for name in wanted:
+        text = name.strip()
+        bus = _bus(text) if ":" in text else None
+        match = [g for g in known if (text.isdigit() and g[0] == int(text)) or (bus is not None and g[1] == bus)
+                 or (g[2] is not None and g[2].lower() == text.lower())]
+        if not match:
+            shown = "; ".join(f"{'?' if index is None else index} ({', '.join(p for p in (bus_id, uuid) if p)})"
+                              for index, bus_id, uuid in known[:MAX_SHOWN])
+            more = f", and {len(known) - MAX_SHOWN} more" if len(known) > MAX_SHOWN else ""
+            raise ValueError(f"--gpu {text[:60]!r}: no such GPU on this node; it has "
+                             f"{shown + more if known else 'none'}")
+        for index, bus_id, _ in match:
+            if index is not None:
+                indices.add(index)
+            if bus_id:
+                buses.add(bus_id)
+    return indices, buses
+
+
+def about_selected(results: list[CheckResult], indices: set[int], buses: set[str]) -> list[CheckResult]:
+    """The node-level results and those about a selected GPU (by bus ID where the result has one, else index)."""
+    def kept(result: CheckResult) -> bool:
+        device = result.device
+        if device is None:
+            return True
+        if device.pci_bus_id:
+            return device.pci_bus_id in buses
+        return device.index in indices
+
+    return [r for r in results if kept(r)]
