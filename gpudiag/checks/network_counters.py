@@ -26,7 +26,6 @@ from gpudiag.checks.network_common import (ERRORS, FLAPS, confirm, fabric_nics, 
 from gpudiag.checks.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
-from gpudiag.probe.rdma_history import port_key
 
 _SEVERITY = {Status.PASS: 0, Status.WARN: 1, Status.UNKNOWN: 2, Status.FAIL: 3}
 
@@ -155,7 +154,7 @@ def _since_previous(rule: Rule, name: str, value: int, before: Optional[int], se
 def _judge_port(device: RdmaDevice, port: RdmaPort, snapshot: NodeSnapshot, settings: NetworkSettings) -> CheckResult:
     where = label(device, port)
     previous = snapshot.network.previous
-    before = previous.ports.get(port_key(device.name, port.number)) if previous is not None else None
+    before = previous.of(device.name, port.number) if previous is not None else None
     uptime = uptime_seconds(snapshot)
     findings: list[Finding] = []
     read: dict[str, int] = {}

@@ -140,6 +140,14 @@ class CounterReading:
     # "netdev:carrier_changes").
     ports: dict[str, dict[str, int]] = field(default_factory=dict)
 
+    def of(self, device: str, port: int) -> Optional[dict[str, int]]:
+        return self.ports.get(port_key(device, port))
+
+
+def port_key(device: str, port: int) -> str:
+    """How CounterReading.ports names a port: "mlx5_0/1"."""
+    return f"{device}/{port}"
+
 
 @dataclass
 class NetworkInfo:

@@ -11,13 +11,9 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from gpudiag.model.network import CounterReading, NetworkInfo
+from gpudiag.model.network import CounterReading, NetworkInfo, port_key
 
 MAX_PORTS = 2048  # the probe's caps: 128 devices x 16 ports
-
-
-def port_key(device: str, port: int) -> str:
-    return f"{device}/{port}"
 
 
 def counters_of(info: NetworkInfo) -> dict[str, dict[str, int]]:
