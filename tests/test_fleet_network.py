@@ -45,7 +45,8 @@ def test_a_node_whose_nic_firmware_differs_from_its_siblings_drifts(tmp_path):
                                      "n2": lambda node: rdma_tree.firmware(node, "mlx5_6", "28.39.1002")}))
     (drift,) = [d for d in verdict.drift if d["property"] == "nic_firmware:MT_0000000838"]
     assert drift["expected"] == "28.41.1000"
-    assert drift["minority"] == [{"value": "28.39.1002,28.41.1000", "count": 1, "nodes": [{"node": "n2", "gpus": None}]}]
+    assert drift["minority"] == [{"value": "28.39.1002,28.41.1000", "count": 1,
+                                  "nodes": [{"node": "n2", "gpus": None}]}]
     n2 = next(n for n in verdict.nodes if n.node == "n2")
     (finding,) = [f for f in n2.findings if f["kind"] == "drift"]
     assert "MT_0000000838 NIC firmware" in finding["message"] and "mlxfwmanager" in finding["remediation"]

@@ -14,8 +14,9 @@ from collections import Counter, defaultdict
 from typing import Optional
 
 from gpudiag.checks.common import Check, failed, passed, skipped, unknown, warned
-from gpudiag.checks.network_common import (FIRMWARE, NICS, RATE, board_of, confirm, errors_of, fabric_nics, ident,
-                                           judged, label, model_of, not_collected, pci_id, unreadable)
+from gpudiag.checks.network_common import (FIRMWARE, NICS, RATE, board_of, confirm, errors_of, fabric_nics,
+                                           fabric_to_judge, ident, judged, label, model_of, not_collected, pci_id,
+                                           unreadable)
 from gpudiag.checks.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot
 from gpudiag.model.network import RdmaDevice, RdmaPort
@@ -153,7 +154,8 @@ def _up(device: RdmaDevice, port: RdmaPort, settings: NetworkSettings) -> CheckR
                                   f"{port.netdev.operstate}", observed={**observed, "operstate": port.netdev.operstate},
                       expected="the RoCE port's interface up",
                       remediation=f"Bring the interface up (`ip link set {port.netdev.name} up`) and check its "
-                                  f"network configuration; RoCE traffic needs it. Confirm with {confirm(device, port)}.")
+                                  f"network configuration; RoCE traffic needs it. Confirm with "
+                                  f"{confirm(device, port)}.")
     return passed(NICS, None, f"{label(device, port)}: ACTIVE, LinkUp ({port.link_layer})", observed=observed,
                   expected="state ACTIVE, phys_state LinkUp")
 
@@ -228,12 +230,9 @@ def _judge_rate(device: RdmaDevice, port: RdmaPort, fabric: list[RdmaDevice],
 
 def rate(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
-    early = not_collected(RATE, snapshot, settings)
-    if early is not None:
-        return [judged(r) for r in early]
-    fabric, _ = fabric_nics(snapshot.network, settings)
-    if not fabric:
-        return [judged(skipped(RATE, None, "no fabric NIC on this node: nothing to judge"))]
+    fabric, nothing = fabric_to_judge(RATE, snapshot, settings)
+    if nothing is not None:
+        return nothing
     return [judged(_judge_rate(d, p, fabric, settings)) for d in fabric for p in d.ports]
 
 

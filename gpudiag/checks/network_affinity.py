@@ -29,7 +29,7 @@ from typing import Optional
 
 from gpudiag.checks.common import (Check, PhysicalGpu, failed, passed, physical_gpus, skipped, unknown, vendors_present,
                                    verdict, warned)
-from gpudiag.checks.network_common import (AFFINITY, GPUDIRECT, fabric_nics, judged, label, not_collected)
+from gpudiag.checks.network_common import AFFINITY, GPUDIRECT, fabric_to_judge, judged, label
 from gpudiag.checks.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot, Status, Vendor
 from gpudiag.model.network import NetworkInfo, PciBridge, RdmaDevice
@@ -104,14 +104,12 @@ def _topo_command(gpu: PhysicalGpu) -> str:
 
 def affinity(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
-    early = not_collected(AFFINITY, snapshot, settings)
-    if early is not None:
-        return [judged(r) for r in early]
-    fabric, _ = fabric_nics(snapshot.network, settings)
+    fabric, nothing = fabric_to_judge(AFFINITY, snapshot, settings)
+    if nothing is not None:
+        return nothing
     gpus = physical_gpus(snapshot)
-    if not fabric or not gpus:
-        what = "no fabric NIC" if not fabric else "no GPU"
-        return [judged(skipped(AFFINITY, None, f"{what} on this node: nothing to judge"))]
+    if not gpus:
+        return [judged(skipped(AFFINITY, None, "no GPU on this node: nothing to judge"))]
     found = {id(g): nearest(g, fabric, settings) for g in gpus}
     if settings.gpu_nic_affinity is not None:
         allowed, source = _REQUIRED[settings.gpu_nic_affinity], f"the profile ({settings.gpu_nic_affinity})"
@@ -207,9 +205,8 @@ def _stack(snapshot: NodeSnapshot, vendor: Vendor, settings: NetworkSettings) ->
     have = {"peermem": bool(peermem), "dmabuf": dmabuf}
     ok = (have["peermem"] or bool(dmabuf)) if path == "any" else bool(have[path])
     if ok:
-        how = ", ".join(filter(None, (" and ".join(peermem) if peermem else "",
-                                      "dma-buf (open kernel modules, Linux >= 5.12)" if dmabuf and vendor == Vendor.NVIDIA
-                                      else "dma-buf (amdgpu, Linux >= 5.12)" if dmabuf else "")))
+        flavour = "open kernel modules" if vendor == Vendor.NVIDIA else "amdgpu"
+        how = ", ".join(filter(None, (" and ".join(peermem), f"dma-buf ({flavour}, Linux >= 5.12)" if dmabuf else "")))
         return passed(GPUDIRECT, None, f"{name} GPUDirect RDMA available: {how}", observed=observed,
                       expected=expected)
     if (path in ("any", "dmabuf")) and dmabuf is None and not (path == "any" and peermem):
@@ -255,14 +252,13 @@ def _acs(gpu: PhysicalGpu, rel: Relation, bridges: dict[str, PciBridge]) -> Opti
 
 def gpudirect(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
-    early = not_collected(GPUDIRECT, snapshot, settings)
-    if early is not None:
-        return [judged(r) for r in early]
+    fabric, nothing = fabric_to_judge(GPUDIRECT, snapshot, settings)
+    if nothing is not None:
+        return nothing
     info: NetworkInfo = snapshot.network
-    fabric, _ = fabric_nics(info, settings)
     vendors = vendors_present(snapshot)
-    if not fabric or not vendors:
-        return [judged(skipped(GPUDIRECT, None, "no GPU on this node" if fabric else "no fabric NIC on this node"))]
+    if not vendors:
+        return [judged(skipped(GPUDIRECT, None, "no GPU on this node: nothing to judge"))]
     results = [_stack(snapshot, vendor, settings) for vendor in (Vendor.NVIDIA, Vendor.AMD) if vendor in vendors]
     bridges = {b.pci_bus_id: b for b in info.bridges}
     unread: list[str] = []

@@ -126,7 +126,7 @@ def unreadable(check_id: str, what: str, errors: list[ProbeError], facts: dict) 
 
 def not_collected(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettings,
                   judges_count: bool = False) -> Optional[list[CheckResult]]:
-    """The result when there is nothing to judge — the NICs were not read, could not be, or there are none — or None.
+    """The result when there is nothing to judge (the NICs were not read, could not be, or there are none), or None.
     With no RDMA device, the check skips, except the count check when the profile expects NICs (`judges_count`)."""
     info = snapshot.network
     expected = settings.expected_nics
@@ -154,11 +154,23 @@ def not_collected(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettin
         return [failed(check_id, None, f"no RDMA NIC on this node ({why}); the profile expects {expected}",
                        observed={"rdma_devices": 0, "class_present": info.class_present},
                        expected=f"at least {expected} RDMA NICs",
-                       remediation="Check that the NICs are seated and seen on the PCI bus (`lspci -d 15b3:`, `lspci "
-                                   "| grep -i -e infiniband -e ethernet`), that their drivers are loaded (`lsmod | grep "
-                                   "-e mlx5_ib -e bnxt_re -e ionic`; `modprobe mlx5_ib`), and the kernel log for NIC "
-                                   "errors. In a VM, the NICs must be passed through (SR-IOV VFs).")]
+                       remediation="Check that the NICs are seated and seen on the PCI bus (`lspci -d 15b3:`, "
+                                   "`lspci | grep -i -e infiniband -e ethernet`), that their drivers are loaded "
+                                   "(`lsmod | grep -e mlx5_ib -e bnxt_re -e ionic`; `modprobe mlx5_ib`), and the kernel "
+                                   "log for NIC errors. In a VM, the NICs must be passed through (SR-IOV VFs).")]
     return [skipped(check_id, None, f"no RDMA device on this node ({why}): nothing to judge")]
+
+
+def fabric_to_judge(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettings
+                    ) -> tuple[list[RdmaDevice], Optional[list[CheckResult]]]:
+    """(the fabric NICs, None), or ([], the results that say why there is nothing to judge)."""
+    early = not_collected(check_id, snapshot, settings)
+    if early is not None:
+        return [], [judged(r) for r in early]
+    fabric, _ = fabric_nics(snapshot.network, settings)
+    if not fabric:
+        return [], [judged(skipped(check_id, None, "no fabric NIC on this node: nothing to judge"))]
+    return fabric, None
 
 
 def judged(result: CheckResult) -> CheckResult:

@@ -21,8 +21,7 @@ from typing import Callable, Optional
 
 from gpudiag.checks.common import Check, passed, skipped, unknown, verdict
 from gpudiag.checks.fabric import uptime_seconds
-from gpudiag.checks.network_common import (ERRORS, FLAPS, confirm, fabric_nics, ident, judged, label,
-                                           not_collected, saturated)
+from gpudiag.checks.network_common import ERRORS, FLAPS, confirm, fabric_to_judge, ident, judged, label, saturated
 from gpudiag.checks.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
@@ -173,12 +172,14 @@ def _judge_port(device: RdmaDevice, port: RdmaPort, snapshot: NodeSnapshot, sett
     if carrier is not None:
         findings.append(carrier)
     if not read:
-        if port.counters_unsupported or port.hw_counters_unsupported:
+        refused = port.counters_unsupported or port.hw_counters_unsupported
+        if refused:
             return skipped(ERRORS, None, f"{where}: its error counters refuse to be read (a PF the firmware "
-                                         f"restricts: {', '.join((port.counters_unsupported or port.hw_counters_unsupported)[:4])})")
+                                         f"restricts: {', '.join(refused[:4])})")
         return skipped(ERRORS, None, f"{where}: {device.driver or 'its driver'} exposes no link error counter in "
                                      f"sysfs (counters/ absent or empty)")
-    observed = {**ident(device, port), "counters": read, "seconds_since_boot": None if uptime is None else round(uptime)}
+    observed = {**ident(device, port), "counters": read,
+                "seconds_since_boot": None if uptime is None else round(uptime)}
     if previous is not None:
         observed["seconds_since_previous"] = round(previous.seconds_before, 1)
     expected = (f"no link downs, buffer overruns or integrity errors; symbol errors <= "
@@ -217,12 +218,9 @@ def _carrier_finding(port: RdmaPort, before: Optional[dict], seconds: float) -> 
 
 def errors(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
-    early = not_collected(ERRORS, snapshot, settings)
-    if early is not None:
-        return [judged(r) for r in early]
-    fabric, _ = fabric_nics(snapshot.network, settings)
-    if not fabric:
-        return [judged(skipped(ERRORS, None, "no fabric NIC on this node: nothing to judge"))]
+    fabric, nothing = fabric_to_judge(ERRORS, snapshot, settings)
+    if nothing is not None:
+        return nothing
     return [judged(_judge_port(d, p, snapshot, settings)) for d in fabric for p in d.ports]
 
 
@@ -243,12 +241,9 @@ def _concerns(event: KernelEvent, device: RdmaDevice) -> bool:
 
 def flaps(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
-    early = not_collected(FLAPS, snapshot, settings)
-    if early is not None:
-        return [judged(r) for r in early]
-    fabric, _ = fabric_nics(snapshot.network, settings)
-    if not fabric:
-        return [judged(skipped(FLAPS, None, "no fabric NIC on this node: nothing to judge"))]
+    fabric, nothing = fabric_to_judge(FLAPS, snapshot, settings)
+    if nothing is not None:
+        return nothing
     log = snapshot.kernel_log
     if not log.readable:
         if log.source is None and log.error is None:

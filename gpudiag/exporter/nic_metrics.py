@@ -36,7 +36,8 @@ PORT_INFO = _spec("gpudiag_nic_port_info", "gauge", "A NIC port, its link layer 
 PORT_UP = _spec("gpudiag_nic_port_up", "gauge", "1 when the port is ACTIVE with its physical link up (LinkUp), else 0.",
                 PORT_LABELS)
 PORT_STATE = _spec("gpudiag_nic_port_state", "gauge",
-                   "The port's logical state as the IBTA numbers it: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
+                   "The port's logical state as the IBTA numbers it: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
+                   "5 ACTIVE_DEFER.",
                    PORT_LABELS)
 PORT_PHYS_STATE = _spec("gpudiag_nic_port_phys_state", "gauge",
                         "The port's physical state: 1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, "

@@ -45,9 +45,9 @@ _DRIFT_ADVICE = {
     "nic_port_rate_min": "A NIC port trained slower than on its peers: `gpudiag check --only network.rate` on the "
                          "node names it; the suspects are its cable or optic and the switch port.",
 }
-_NIC_FIRMWARE_ADVICE = ("Flash the NIC firmware its peers run (mlx5: `mlxfwmanager --query`, then the system vendor's "
-                        "bundle; Broadcom: niccli) and reset the NIC or reboot; `gpudiag check --only network.firmware` "
-                        "on the node names the NIC.")
+_NIC_FIRMWARE_ADVICE = ("Flash the NIC firmware its peers run (mlx5: `mlxfwmanager --query`, then the system "
+                        "vendor's bundle; Broadcom: niccli) and reset the NIC or reboot; `gpudiag check --only "
+                        "network.firmware` on the node names the NIC.")
 # Drift that changes what a job computes or sees (driver, runtime, missing GPUs, ECC, partitions) keeps work off the
 # node until aligned; a firmware, link-capability or power-limit difference is watched and fixed in a window.
 _DRIFT_ACTION = {"driver_version": "drain", "runtime_version": "drain", "gpu_count": "drain", "ecc_mode": "reset",

@@ -185,9 +185,10 @@ class _Facts:
         elif check == "network.firmware":  # {"board": …, "versions": {version: [NIC names]}}
             self._nic_firmware(observed)
         elif check == "network.rate":
-            rate = finite(observed.get("rate_gbps"))
-            if observed.get("rate_gbps") is not None and rate is None:
-                facts.add_unread(f"network.rate: rate_gbps {str(observed.get('rate_gbps'))[:20]} is not a finite number")
+            raw = observed.get("rate_gbps")
+            rate = finite(raw)
+            if raw is not None and rate is None:
+                facts.add_unread(f"network.rate: rate_gbps {str(raw)[:20]} is not a finite number")
             elif rate is not None:
                 self.nic_rate_min = rate if self.nic_rate_min is None else min(self.nic_rate_min, rate)
         elif gpu is None:
