@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
     lib = fake.__enter__()  # held until the process exits (tests/exporter_node.py says why)
     if scenario.live is not None:
         threading.Thread(target=_inject_when_watched, args=(scenario, node, tree, lib), daemon=True).start()
-    from gpudiag.cli import main as gpudiag_main
+    from gpudiag.cli.app import main as gpudiag_main
 
     return gpudiag_main(["serve", "--root", str(root), *serve_args])
 

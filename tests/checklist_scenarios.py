@@ -30,7 +30,7 @@ LOST_GPU = 4
 
 
 def _check(root: str, *argv: str) -> tuple[int, str]:
-    from gpudiag.cli import main
+    from gpudiag.cli.app import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

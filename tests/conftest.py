@@ -15,6 +15,8 @@ from tests.internal_errors import InternalErrorWatch
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "internal_error_expected: the test injects a check that raises on purpose")
+    config.addinivalue_line("markers", "slow: end to end (real Prometheus, Alertmanager, servers, subprocesses) or a "
+                                       "second or more; `-m 'not slow'` is the inner loop (tests/README.md)")
 
 
 @pytest.fixture(autouse=True)

@@ -3,9 +3,12 @@ sysfs/procfs tree and kernel log under a root directory.
 
 Also a runnable script, for tests that need `gpudiag serve` as a real process (signals, exit codes):
 
-    python -m tests.exporter_node ROOT GPUS [--hang SYMBOL] [--driver VERSION] [--downtrain GPU] -- <serve arguments>
+    python -m tests.exporter_node ROOT GPUS [--hang SYMBOL] [--driver VERSION] [--downtrain GPU] [--name NAME]
+                                  [--lose-while FILE] -- <serve arguments>
 
-GPUS up to 8 are an HGX H200 board; more (the exporter benchmark's 64) sit on made-up buses.
+GPUS up to 8 are an HGX H200 board; more (the exporter benchmark's 64) sit on made-up buses. `--lose-while FILE`:
+the last GPU is lost from the bus while FILE exists (the test makes and removes it), `--name` names it (a JSON
+string).
 
 It installs the fake and runs the CLI. Deliberately without the context manager's clean-up: a call hung in the
 fake stays hung until the process exits, as a call hung in a real driver would.
@@ -13,7 +16,10 @@ fake stays hung until the process exits, as a call hung in a real driver would.
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 from gpudiag.model import normalize_pci_bus_id
@@ -47,6 +53,15 @@ def xid_line(sequence: int, microseconds: int, bus_id: str, code: int) -> str:
     return f"4,{sequence},{microseconds},-;NVRM: Xid (PCI:{tag}): {code}, pid=4242, name=python3, Ch 00000008"
 
 
+def _lose_while(gpu: FakeGpu, flag: Path) -> None:
+    def watch() -> None:
+        while True:
+            gpu.lost = flag.exists()
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, name="lose-while", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     separator = argv.index("--")
     own, serve_args = argv[:separator], argv[separator + 1:]
@@ -58,11 +73,15 @@ def main(argv: list[str]) -> int:
         node.driver_version = own[own.index("--driver") + 1]
     if "--downtrain" in own:  # that GPU's link trained at Gen4 in a Gen5 slot
         node.gpus[int(own[own.index("--downtrain") + 1])].pcie_downtrained(generation=4, width=16)
+    if "--name" in own:  # what the driver calls it: text from outside, as hostile as any (JSON: a NUL fits)
+        node.gpus[-1].name = json.loads(own[own.index("--name") + 1])
+    if "--lose-while" in own:
+        _lose_while(node.gpus[-1], Path(own[own.index("--lose-while") + 1]))
     if not (root / "sys").exists():  # a second serve over the same node (tests of two instances) finds it made
         fake_root(root, node)
     fake = installed(node)
     fake.__enter__()  # held in `fake` until the process exits: a collected generator would uninstall it
-    from gpudiag.cli import main as gpudiag_main
+    from gpudiag.cli.app import main as gpudiag_main
 
     return gpudiag_main(["serve", "--root", str(root), *serve_args])
 

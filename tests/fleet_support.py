@@ -22,7 +22,7 @@ Edit = Callable[[dict], None]
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     """`gpudiag fleet ARGV...` in this process: (exit code, stdout, stderr)."""
-    from gpudiag import cli
+    from gpudiag.cli import app as cli
 
     code = cli.main(["fleet", *argv])
     out, err = capsys.readouterr()

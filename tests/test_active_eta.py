@@ -79,6 +79,7 @@ def _seconds(line: str) -> float:
     return int(hours or 0) * 3600 + int(minutes or 0) * 60 + int(seconds or 0)
 
 
+@pytest.mark.slow
 def test_every_line_of_a_run_says_what_is_left_and_the_stress_lines_are_near_the_truth(monkeypatch):
     install_cuda(monkeypatch, sim_devices(2))
     stream = Timed()

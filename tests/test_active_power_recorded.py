@@ -16,7 +16,7 @@ from gpudiag.checks.stress_figures import figures_of
 from gpudiag.expect import DEFAULT_EXPECTATIONS, Expectations
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import ActiveDevice, ActiveResults, Status, StressResult, from_dict
-from gpudiag.recording import load_snapshot
+from gpudiag.model.recording import load_snapshot
 from gpudiag.report import render
 from tests.exporter_support import value
 

@@ -142,6 +142,7 @@ def test_a_gpu_without_bf16_mma_gets_the_fp32_kernel_and_no_power_verdict(monkey
         assert result.observed["precision"] == "fp32" and result.status == Status.PASS, result.message
 
 
+@pytest.mark.slow
 def test_hip_selects_the_mfma_program_for_gfx942_and_gfx950(monkeypatch):
     hip, hiprtc = install_hip(monkeypatch, sim_devices(2, total_bytes=128 * 1024**2))  # HIP's fallback grid
     snapshot = snapshot_of(idle_device(0, Vendor.AMD, architecture="gfx942"),

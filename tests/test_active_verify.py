@@ -202,7 +202,7 @@ def test_a_bad_validation_seam_is_a_one_line_error(environ, error):
 
 
 def test_a_bad_validation_seam_ends_the_cli_with_a_usage_error(monkeypatch, capsys):
-    from gpudiag import cli
+    from gpudiag.cli import app as cli
     from gpudiag.model import NodeSnapshot
 
     class Collector:

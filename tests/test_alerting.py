@@ -40,8 +40,9 @@ from tests.prometheus_support import (
 )
 from tests.rule_scaling import parse_ms, scale_alertmanager, scale_duration, write_scaled_rules
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
-                                reason="prometheus / prometheus-alertmanager not installed")
+pytestmark = [pytest.mark.slow,  # end to end: real servers and processes (tests/README.md)
+              pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
+                                 reason="prometheus / prometheus-alertmanager not installed")]
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"

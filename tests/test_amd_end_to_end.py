@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.cli import main
+from gpudiag.cli.app import main
 from gpudiag.model import CheckResult, NodeSnapshot, Status
 from gpudiag.probe import CollectOptions, collect
 from tests.fakes import amd_node

@@ -9,7 +9,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.model import Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.profile import load_expectations
+from gpudiag.expect.profile import load_expectations
 from tests.fakes import amd_node
 from tests.fakes.fake_amdsmi import installed
 from tests.test_amd_end_to_end import node_root, not_passing, only

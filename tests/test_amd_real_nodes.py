@@ -13,7 +13,7 @@ from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.profile import load_expectations
+from gpudiag.expect.profile import load_expectations
 from tests.fakes import amd_node
 from tests.fakes.amd_node import FakeAmdNode
 from tests.fakes.fake_amdsmi import installed
@@ -333,7 +333,7 @@ def test_check_json_and_exit_code_of_a_healthy_and_a_faulty_mi300x_node(tmp_path
     """`gpudiag check --json`: a healthy MI300X node exits 0 with status pass; an XGMI fault exits 1 on its GPU."""
     import json
 
-    from gpudiag.cli import main
+    from gpudiag.cli.app import main
 
     for name, faulty in (("healthy", False), ("faulty", True)):
         node = amd_node.mi300x_node()

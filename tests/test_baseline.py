@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from gpudiag.baseline import BaselineError, load_baseline, save_baseline
+from gpudiag.expect.baseline import BaselineError, load_baseline, save_baseline
 from gpudiag.checks import run_checks
 from gpudiag.checks.baseline_of import baseline_of
 from gpudiag.expect import DEFAULT_EXPECTATIONS

@@ -147,7 +147,7 @@ def test_the_gpudiag_journal_under_the_root_escalates_a_live_fault(tmp_path):
 
 
 def test_the_service_journals_each_event_with_its_boot_and_the_history_reads_it_back(tmp_path):
-    from gpudiag.exporter.poller import Collection
+    from gpudiag.daemon.poller import Collection
     from gpudiag.model import CollectorRun
     from gpudiag.probe.kernel_log_events import parse_event
     from gpudiag.service.journal import Journal

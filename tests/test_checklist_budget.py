@@ -21,6 +21,7 @@ def heads(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ALL)
+@pytest.mark.slow
 def test_every_scenario_is_within_the_line_budget(name):
     code, text = checklist(name)
     assert code in (0, 1)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.model import NodeSnapshot
-from gpudiag.recording import load_snapshot, save_snapshot
+from gpudiag.model.recording import load_snapshot, save_snapshot
 from tests.fakes.fake_nvml import FakeNode, installed, library_missing
 from tests.nvidia_node import sysfs_for
 
@@ -61,14 +61,16 @@ def test_a_failed_check_exits_1_and_leads_the_checklist(capsys, healthy):
         (["check", "--bogus"], "No such option: --bogus"),
         (["check", "--format", "xml"], "--format"),
         (["check", "--only", "pcie.nonsense"], "pcie.nonsense"),
-        (["check", "--replay", "/nonexistent/snapshot.json"], "/nonexistent/snapshot.json: cannot read"),
-        (["check", "--kernel-log", "/nonexistent/dmesg.txt"], "--kernel-log /nonexistent/dmesg.txt: no such file"),
-        (["check", "--root", "/nonexistent-root"], "--root /nonexistent-root: no sys/ directory"),
+        (["check", "--replay", "{missing}/snapshot.json"], "{missing}/snapshot.json: cannot read"),
+        (["check", "--kernel-log", "{missing}/dmesg.txt"], "--kernel-log {missing}/dmesg.txt: no such file"),
+        (["check", "--root", "{missing}"], "--root {missing}: no sys/ directory"),
         (["nonsense"], "No such command"),
         (["check", "--replay", str(RECORDED["h200x2"]), "--level", "2"], "cannot be load-tested"),
     ],
 )
-def test_usage_errors_exit_2_with_one_line(capsys, argv, message):
+def test_usage_errors_exit_2_with_one_line(capsys, tmp_path, argv, message):
+    missing = str(tmp_path / "missing")  # never a fixed path such as /nonexistent: a machine may have it
+    argv, message = [arg.replace("{missing}", missing) for arg in argv], message.replace("{missing}", missing)
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert err.startswith("gpudiag: error:") and message in err

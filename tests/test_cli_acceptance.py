@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpudiag.recording import save_snapshot
+from gpudiag.model.recording import save_snapshot
 from tests.acceptance_nodes import nvidia_h200_8x
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.nvidia_node import sysfs_for
@@ -46,14 +46,16 @@ def test_skip_leaves_out_what_the_profile_would_fail(capsys, h200_8x):
 
 @pytest.mark.parametrize("argv, message", [
     (["--profile", "h300-8x"], "profile h300-8x: not a shipped profile (h100-8x, h200-8x,"),
-    (["--profile", "/nonexistent.toml"], "profile /nonexistent.toml: no such file, and not a shipped profile (h100-8x,"),
+    (["--profile", "{missing}.toml"], "profile {missing}.toml: no such file, and not a shipped profile (h100-8x,"),
     (["-p", "expected_gpu_cont=8"], "-p expected_gpu_cont: unknown setting; did you mean expected_gpu_count"),
     (["-p", "expected_gpu_count=eight"], "-p expected_gpu_count: 'eight' is not an integer"),
     (["--profile", "h200-8x", "-p", "retired_pages_fail_count=3"],
      "-p (with retired_pages_warn_count from the profile or the default): 15 is above retired_pages_fail_count (3)"),
-    (["--baseline", "/nonexistent/golden.json"], "baseline /nonexistent/golden.json: cannot read: No such file"),
+    (["--baseline", "{missing}/golden.json"], "baseline {missing}/golden.json: cannot read: No such file"),
 ])
-def test_bad_input_is_one_line_on_stderr_and_exit_2(capsys, h200_8x, argv, message):
+def test_bad_input_is_one_line_on_stderr_and_exit_2(capsys, tmp_path, h200_8x, argv, message):
+    missing = str(tmp_path / "missing")  # never a fixed path such as /nonexistent: a machine may have it
+    argv, message = [arg.replace("{missing}", missing) for arg in argv], message.replace("{missing}", missing)
     code, out, err = run(capsys, "check", "--replay", str(h200_8x), *argv)
     assert code == 2 and out == ""
     assert err == f"gpudiag: error: {err.removeprefix('gpudiag: error: ').rstrip()}\n"  # exactly one line

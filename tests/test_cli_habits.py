@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import __version__, cli
+from gpudiag import __version__
+from gpudiag.cli import app as cli
 from tests.fakes.fake_nvml import library_missing
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,3 +160,11 @@ def test_an_ascii_stdout_keeps_remediation_arrows_readable(tmp_path):
 def test_a_utf8_stdout_keeps_the_typography():
     done = gpudiag("check", "--replay", str(RECORDED), "--no-color", PYTHONIOENCODING="utf-8")
     assert done.returncode == 0 and " · " in done.stdout.splitlines()[0]
+
+
+def test_help_lists_the_commands_in_their_pinned_order(capsys):
+    # gpudiag/cli/app.py registers them from COMMANDS: the order no longer follows whichever module is imported first.
+    assert cli.main(["--help"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.split("Commands:")[1].splitlines() if line.strip()]
+    assert listed == ["check", "snapshot", "baseline", "serve", "textfile", "version", "install-service", "fleet",
+                      "history"]

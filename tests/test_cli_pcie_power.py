@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from gpudiag import cli
-from gpudiag.cli import main
+from gpudiag.cli import app as cli
+from gpudiag.cli.app import main
 from tests.exporter_support import value
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.nvidia_node import sysfs_for

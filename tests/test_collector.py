@@ -181,6 +181,7 @@ def test_an_open_that_leaves_the_library_unusable_is_a_failed_collector_run(tmp_
     assert not run.success and "not loaded" in run.error
 
 
+@pytest.mark.slow
 def test_a_hung_first_gpu_does_not_starve_the_ones_after_it(tmp_path, node):
     node.gpus[0].hang = "nvmlDeviceGetPowerUsage"
     with installed(node):

@@ -1,4 +1,4 @@
-"""`gpudiag check` probing the node itself without typer (gpudiag/direct.py, reached through gpudiag/fastpath.py
+"""`gpudiag check` probing the node itself without typer (gpudiag/cli/direct.py, reached through gpudiag/cli/fastpath.py
 with --direct or when no service listens) writes the bytes and exit codes of the full CLI's `check --direct`."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli, fastpath
+from gpudiag.cli import app as cli, fastpath
 from tests.exporter_node import fake_root
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.test_service_fastpath import VARIANTS as SERVICE_VARIANTS
@@ -85,8 +85,7 @@ def test_a_root_without_sys_and_a_crash_get_the_cli_s_lines_and_exit_codes(tmp_p
         raise RuntimeError("boom")
 
     fake_root(tmp_path, FakeNode.hgx_h200(1))
-    monkeypatch.setattr("gpudiag.node_collect.collect", broken)
-    monkeypatch.setattr("gpudiag.cli.collect", broken)
+    monkeypatch.setattr("gpudiag.cli.node_collect.collect", broken)
     lean, full = both(["check", "--root", str(tmp_path), "--direct"])
     assert lean == full and lean[0] == 4 and "internal error: RuntimeError: boom" in lean[2]
 
@@ -102,8 +101,8 @@ def test_the_lean_direct_check_loads_no_typer(tmp_path):
     fake_root(tmp_path, node)
     script = ("import json, sys\nfrom tests.fakes.fake_nvml import FakeNode, installed\n"
               "with installed(FakeNode.hgx_h200(1)):\n"
-              "    from gpudiag.fastpath import main\n    code = main(sys.argv[1:])\n"
-              "print(json.dumps([m for m in ('typer', 'click', 'gpudiag.cli', 'rich') if m in sys.modules]),"
+              "    from gpudiag.cli.fastpath import main\n    code = main(sys.argv[1:])\n"
+              "print(json.dumps([m for m in ('typer', 'click', 'gpudiag.cli.app', 'rich') if m in sys.modules]),"
               " file=sys.stderr)\nsys.exit(code)\n")
     done = subprocess.run([sys.executable, "-c", script, "check", "--root", str(tmp_path), "--direct", "--json"],
                           capture_output=True, text=True, timeout=120, cwd=REPO,
@@ -140,7 +139,7 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
 RUN_OVER_FAKE_NODE = ("import atexit, sys\nfrom tests.fakes.fake_nvml import FakeNode, installed\n"
                       "atexit.register(lambda: sys.stderr.write('interpreter teardown ran\\n'))\n"
                       "with installed(FakeNode.hgx_h200(8)):\n"
-                      "    from gpudiag.fastpath import run\n    run()\n")
+                      "    from gpudiag.cli.fastpath import run\n    run()\n")
 
 
 def _run_console_script(tmp_path, stdout) -> subprocess.Popen:

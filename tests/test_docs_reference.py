@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.checks import CHECK_IDS, REGISTRY
-from gpudiag.checks.reference import REFERENCE, SETTINGS
+from gpudiag.checks import CHECK_IDS, REFERENCE, REGISTRY, SETTINGS
 from gpudiag.checks.verdicts import TABLE
 from gpudiag.exporter.catalog import all_metrics
 from gpudiag.expect import Expectations

@@ -15,11 +15,11 @@ import pynvml
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.cli import main
+from gpudiag.cli.app import main
 from gpudiag.expect import Expectations
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.recording import load_snapshot, save_snapshot
+from gpudiag.model.recording import load_snapshot, save_snapshot
 from tests.exporter_support import series, value
 from tests.fakes.fake_nvml import FakeGpu, FakeNode, installed
 from tests.nvidia_node import sysfs_for

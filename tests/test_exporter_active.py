@@ -12,7 +12,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import ActiveResults, from_dict
-from gpudiag.recording import load_snapshot
+from gpudiag.model.recording import load_snapshot
 from tests.exporter_support import value
 
 H200X2 = Path(__file__).parent / "fixtures" / "h200x2"

@@ -20,6 +20,8 @@ from tests.http_attacks import (
     under_attack,
 )
 
+pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
+
 USER, PASSWORD = "prometheus", "s3cret"
 SCRAPER = basic_auth(USER, PASSWORD)
 ATTACK_SECONDS = 3.0

@@ -220,7 +220,7 @@ def test_events_on_bus_ids_of_no_gpu_fold_into_one_bounded_series():
     # 20,000 injected records on made-up bus IDs once made 20,000 Xid series (1.9 MB bodies). Only the GPUs of the
     # snapshot get their own series; every other bus ID is counted under pci_bus_id="other".
     from gpudiag.exporter.events import OTHER_BUS_ID
-    from gpudiag.exporter.poller import COMPLETE, Collection, Cycle
+    from gpudiag.daemon.poller import COMPLETE, Collection, Cycle
     from gpudiag.exporter.state import ExporterState
     from gpudiag.model import CollectorRun
     from tests.snapshots import nvidia_h200_node
@@ -262,7 +262,7 @@ def test_sxids_are_counted_per_switch_and_code_once_per_record_and_bounded():
     # Issue 21: an SXid record and its Severity/Data dump lines (GPUd's sxid README, verbatim) count once; switches
     # beyond MAX_SWITCHES fold into pci_bus_id="other", so a log cannot make series without end.
     from gpudiag.exporter.events import MAX_SWITCHES, OTHER_BUS_ID
-    from gpudiag.exporter.poller import COMPLETE, Collection, Cycle
+    from gpudiag.daemon.poller import COMPLETE, Collection, Cycle
     from gpudiag.exporter.state import ExporterState
     from gpudiag.model import CollectorRun
     from gpudiag.probe.kernel_log_events import parse_event

@@ -15,7 +15,7 @@ import pytest
 
 from gpudiag.checks import run_checks
 from gpudiag.exporter.textfile import render_textfile
-from gpudiag.recording import load_snapshot
+from gpudiag.model.recording import load_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"

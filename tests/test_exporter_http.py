@@ -15,7 +15,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpudiag.exporter.server import DEFAULT_LISTEN, Exporter, parse_listen, serve
+from gpudiag.cli.serving import Exporter, serve
+from gpudiag.exporter.listen import DEFAULT_LISTEN, parse_listen
 from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_config
 from gpudiag.probe import CollectOptions
 from tests.exporter_support import value, wait_for
@@ -348,7 +349,7 @@ def test_parse_listen_rejects(listen):
 
 
 def test_the_cli_default_listen_address_is_the_documented_one():
-    from gpudiag import cli
+    from gpudiag.cli import app as cli
 
     default = next(p.default for p in __import__("inspect").signature(cli.serve).parameters.values()
                    if p.name == "listen").default

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig, load_web_config
 from tests.exporter_support import wait_for
 from tests.http_attacks import read_all

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from gpudiag.exporter.poller import COMPLETE, ERROR, OVERRUN, Poller, collect_and_judge
+from gpudiag.daemon.poller import COMPLETE, ERROR, OVERRUN, Poller, collect_and_judge
 from gpudiag.exporter.state import ExporterState
 from gpudiag.model import CheckResult, DeviceRef, KernelEvent, Status, Vendor
 from tests.exporter_support import series, value, wait_for

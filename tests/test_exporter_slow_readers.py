@@ -15,9 +15,13 @@ import threading
 import time
 from typing import Iterator
 
+import pytest
+
 from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
 from gpudiag.exporter.web_config import WebConfig
 from tests.http_attacks import never_read
+
+pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
 
 BODY = b"# a 64-GPU node's worth of series\n" + b"gpudiag_build_info 1\n" * 200_000  # 4.2 MB
 SLOTS, ATTACKERS = 4, 8

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.cli import main
+from gpudiag.cli.app import main
 from tests.exporter_node import fake_root
 from tests.exporter_support import series, value
 from tests.fakes.fake_nvml import FakeNode, installed

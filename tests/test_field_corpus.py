@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from tests.field_corpus import FIELD, REQUIRED, Record, check, gpus_named, matches, records, vendor_of
 
 RECORDS = records()

@@ -121,8 +121,8 @@ def test_modes_honour_the_umask(tmp_path, umask, mask, public):
 
 
 def test_snapshots_and_baselines_are_saved_private(tmp_path, umask):
-    from gpudiag.baseline import NodeBaseline, save_baseline
-    from gpudiag.recording import save_snapshot
+    from gpudiag.expect.baseline import NodeBaseline, save_baseline
+    from gpudiag.model.recording import save_snapshot
     from tests.snapshots import amd_mi300x_node
 
     umask(0o022)
@@ -142,6 +142,8 @@ import os, signal, sys, time
 from pathlib import Path
 from gpudiag import fileio
 
+# The disposition to test, whatever this process inherited: under `nohup` SIGHUP arrives ignored (SIG_IGN).
+signal.signal(signal.SIG{name}, signal.SIG_{disposition})
 real_fsync = os.fsync
 
 def terminated_while_writing(fd):
@@ -159,11 +161,26 @@ print("not reached")
 def test_a_signal_mid_write_removes_the_temporary_file_and_still_kills(tmp_path, name):
     out = tmp_path / "dir"
     out.mkdir()
-    proc = subprocess.run([sys.executable, "-c", _KILLED_MID_WRITE.format(name=name), str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = _write_signalled(out, name, "DFL")
     assert proc.returncode == -getattr(signal, f"SIG{name}"), proc.stderr  # ended by the signal, as before
     assert "not reached" not in proc.stdout and "Traceback" not in proc.stderr
     assert list(out.iterdir()) == []  # no .tmp left behind, no half-written output
+
+
+def test_an_ignored_sighup_leaves_the_write_whole(tmp_path):
+    """Started under `nohup`, SIGHUP is ignored: the write is not interrupted and the file is whole."""
+    out = tmp_path / "dir"
+    out.mkdir()
+    proc = _write_signalled(out, "HUP", "IGN", sleep=0)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "not reached\n", "")
+    assert [p.name for p in out.iterdir()] == ["gpudiag.prom"]
+    assert (out / "gpudiag.prom").read_text() == "gpudiag_up 1\n"
+
+
+def _write_signalled(out, name: str, disposition: str, sleep: float = 10) -> subprocess.CompletedProcess:
+    script = _KILLED_MID_WRITE.format(name=name, disposition=disposition).replace("time.sleep(10)", f"time.sleep({sleep})")
+    return subprocess.run([sys.executable, "-c", script, str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def test_ctrl_c_mid_write_removes_the_temporary_file(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig
 from tests.exporter_support import wait_for
 from tests.fleet_support import run, statuses
@@ -58,6 +58,7 @@ class _Overrunning:
 
 
 @needs_prometheus
+@pytest.mark.slow
 def test_no_collection_yet_and_overrunning_collections_are_silent_not_pass(capsys, tmp_path):
     procs, prometheus, overrun = [], None, _Overrunning()
     exporter = Exporter("127.0.0.1:0", WebConfig(), overrun, 0.3, 0.1, judge=run_checks, watcher_factory=None)
@@ -204,6 +205,7 @@ def test_the_failing_checks_of_the_nodes_with_one_unread_leave_those_nodes_unkno
 # -- 5. the deadline covers the body --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_prometheus_trickling_a_byte_a_second_is_given_up_on_at_the_deadline(stand_in):
     server = stand_in(_three_nodes, trickle=1.0)
     server.trickle_if = "gpudiag_check_ok{"  # that answer comes a byte a second: ~200 s in all
@@ -279,6 +281,7 @@ def test_a_nan_figure_is_not_compared_and_does_not_hide_a_slow_peer(capsys, stan
     assert (outlier["node"], outlier["peers"], round(outlier["deficit"], 2)) == ("n5:9858", 4, 0.27)
 
 
+@pytest.mark.slow
 def test_no_sample_of_any_shape_crashes_the_reading_of_an_answer(capsys, stand_in):
     """Each field of a sample in turn of every JSON type, through every query: never an exception (exit 4), never
     a node shown sound that sent one."""

@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 REPORT_BOUND_MIB = 100  # as docs/fleet.md states them
 ANSWER_BOUND_MIB = 100
 
 
+@pytest.mark.slow
 def test_the_documented_memory_bound_holds_at_the_caps(tmp_path):
     docs = " ".join((REPO / "docs" / "fleet.md").read_text().split())
     assert f"a report at the 16 MiB cap stays under {REPORT_BOUND_MIB} MiB" in docs

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.fleet import NodeFacts
 from gpudiag.fleet.prometheus import read_prometheus
 from gpudiag.fleet.prometheus_api import Connection
@@ -48,6 +48,7 @@ NODES = (("healthy", ()), ("downtrained", ("--downtrain", "1")), ("older", ("--d
 
 
 @needs_prometheus
+@pytest.mark.slow
 def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometheus(capsys, tmp_path):
     procs, targets = [], {}
     prometheus = None
@@ -199,6 +200,7 @@ def test_a_partial_answer_is_reported_and_not_a_pass(capsys, stand_in):
     assert (whole["status"], whole["complete"]) == ("pass", True)  # the same fleet, answered in full
 
 
+@pytest.mark.slow
 def test_a_slow_prometheus_is_given_up_on_and_the_verdict_is_incomplete(capsys, stand_in):
     calls = []
 
@@ -276,7 +278,7 @@ def test_a_redirect_is_not_followed_with_the_credentials(capsys, stand_in, tmp_p
 
 
 def test_the_default_selector_is_the_prometheus_modules():
-    from gpudiag import cli_fleet
+    from gpudiag.cli import fleet as cli_fleet
     from gpudiag.fleet import prometheus
 
     assert cli_fleet.DEFAULT_SELECTOR == prometheus.DEFAULT_SELECTOR
@@ -292,8 +294,8 @@ def test_a_selector_that_is_not_label_matchers_is_refused(capsys, selector):
 @pytest.mark.parametrize("argv, fragment", [
     (("--prometheus", "ftp://x"), "not an http"),
     (("--prometheus", "http://127.0.0.1:9", "--password-file", "/etc/hostname"), "needs --username"),
-    (("--prometheus", "http://127.0.0.1:9", "--bearer-token-file", "/nonexistent"), "cannot read"),
+    (("--prometheus", "http://127.0.0.1:9", "--bearer-token-file", "{missing}"), "cannot read"),
 ])
-def test_bad_connection_options_are_one_line_exit_2(capsys, argv, fragment):
-    code, out, err = run(capsys, *argv)
+def test_bad_connection_options_are_one_line_exit_2(capsys, tmp_path, argv, fragment):
+    code, out, err = run(capsys, *(arg.replace("{missing}", str(tmp_path / "missing")) for arg in argv))
     assert (code, out) == (2, "") and fragment in err and err.count("\n") == 1

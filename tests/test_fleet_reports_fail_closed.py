@@ -10,6 +10,8 @@ import json
 import math
 import sys
 
+import pytest
+
 from gpudiag.fleet.model import MAX_FAILURES
 from tests.fleet_support import fleet_report, on_gpu, run, statuses, write_fleet
 
@@ -97,6 +99,7 @@ def test_malformed_results_are_counted_never_a_crash(capsys, tmp_path):
 # -- 7. what one node holds is bounded ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_report_of_435000_failing_results_lists_some_and_counts_the_rest(capsys, tmp_path):
     report = {"schema_version": 1, "hostname": "big", "collected_at": "2026-12-01T00:00:00+00:00",
               "results": [{"check": f"c{i}", "status": "fail" if i % 5 else "unknown"} for i in range(435_000)]}
@@ -112,6 +115,7 @@ def test_a_report_of_435000_failing_results_lists_some_and_counts_the_rest(capsy
     assert f"  big: more: and {435_000 - MAX_FAILURES:,} more failing" in text
 
 
+@pytest.mark.slow
 def test_no_field_of_any_type_crashes_the_reading_of_a_report():
     """Every field the fleet view reads, in turn replaced by a value of every other JSON type (and NaN, huge
     numbers, long strings): read without an exception, never judged sound where it could not be read."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.fleet_support import run
 from tests.fleet_text_nodes import FAULTY, answers, prepare
 from tests.prometheus_stand_in import stand_in  # noqa: F401 - a fixture
@@ -12,6 +14,7 @@ from tests.prometheus_stand_in import stand_in  # noqa: F401 - a fixture
 FLEET_BUDGET = 30  # lines for these 14 nodes; 144 before the grouping
 
 
+@pytest.mark.slow
 def test_a_fleet_of_14_nodes_is_a_page_not_a_scroll(capsys, stand_in):  # noqa: F811
     prepare()
     server = stand_in(answers)

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli
-from gpudiag.exporter.server import Exporter, judge_against
+from gpudiag.cli import app as cli
+from gpudiag.cli.serving import Exporter, judge_against
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.model import CheckResult, DeviceRef, NodeSnapshot, Status, normalize_pci_bus_id
 from gpudiag.probe import CollectOptions, Collector
-from gpudiag.profile import load_expectations
+from gpudiag.expect.profile import load_expectations
 from tests.exporter_node import fake_root
 from tests.exporter_support import parse, series, value, wait_for
 from tests.fakes.fake_nvml import FakeNode, installed, library_missing
@@ -267,6 +267,7 @@ def test_promtool_lints_the_metrics_of_a_node_without_gpus(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (apt-get install prometheus)")
+@pytest.mark.slow
 def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
     """The shipped rules, evaluated by a real Prometheus over a real `gpudiag serve` on a node with no GPU: the
     alert goes pending at once (it fires after its `for: 2m`), and the one for another vendor's library does not."""

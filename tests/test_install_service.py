@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli, install
+from gpudiag.cli import app as cli, install
 from tests.test_systemd_units import ANALYZE, SYSTEMD, UNITS, needs_analyze, settings_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,9 +129,10 @@ def test_no_reload_runs_no_systemd_command(gpudiag_exe, capsys):
     ("relative/gpudiag", "absolute path"),
     ("/opt/my gpudiag/bin/gpudiag", "characters systemd would interpret"),
     ("/opt/100%/gpudiag", "characters systemd would interpret"),
-    ("/nonexistent/bin/gpudiag", "no such executable"),
+    ("{missing}/bin/gpudiag", "no such executable"),
 ])
 def test_a_gpudiag_the_service_could_not_run_is_refused(tmp_path, capsys, path, message, monkeypatch):
+    path = path.replace("{missing}", str(tmp_path / "missing"))  # not /nonexistent: a machine may have it
     real = os.path.isfile
     if path.startswith(("/root/", "/home/")):  # exists, but where the service cannot see it
         monkeypatch.setattr(os.path, "isfile", lambda p: p == path or real(p))

@@ -1,5 +1,7 @@
-"""The layering of docs/architecture.md: imports run downward only (cli → report | exporter → checks → probe → model),
-and nothing above probe/ touches a vendor library."""
+"""The layering of docs/architecture.md, for every package and root module of gpudiag: each imports only what
+tests/layers.py LAYERS allows (lazy imports count too), no two of them import each other, no modules import each
+other in a circle, and nothing above probe/ touches a vendor library. A new package fails here until it has its row
+in LAYERS."""
 
 from __future__ import annotations
 
@@ -11,55 +13,142 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "gpudiag"
 VENDOR_MODULES = {"pynvml", "amdsmi"}
 
-# What each layer may import from gpudiag. Shared leaf helpers (model, fileio) are allowed everywhere.
-ALLOWED = {
-    "model": {"model"},
-    "probe": {"model", "probe", "fileio"},
-    "active": {"model", "probe", "active"},  # load tests: probe-level code that drives the vendor runtimes
-    "checks": {"model", "checks", "expect", "baseline"},
-    "expect": {"model", "expect", "baseline"},
-    "baseline": {"model", "baseline", "fileio"},  # golden node facts: data an expectation is checked against
-    "report": {"model", "report", "checks", "expect"},
-    "recording": {"model", "fileio", "recording"},
-}
+from tests.layers import LAYERS
 
 
-def layer_of(path: Path) -> str:
-    relative = path.relative_to(PACKAGE)
-    return relative.parts[0].removesuffix(".py")
+def unit_of(path: Path) -> str:
+    """The package (or root module) a file belongs to."""
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
 
 
-def gpudiag_imports(path: Path) -> set[str]:
-    """The top-level gpudiag layers a module imports (at any depth: lazy imports count too)."""
-    layers = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = []
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["gpudiag", *parts])
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+MODULES = {module_of(path): path for path in SOURCES}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_modules(path: Path, type_checking: bool = True) -> set[str]:
+    """The gpudiag modules a file imports, at any depth (lazy imports count too), and `vendor:NAME` for a vendor
+    library. `from gpudiag.x import y` is gpudiag.x.y where y is a module, else gpudiag.x. With type_checking=False,
+    leaving out what only a type checker imports (`if TYPE_CHECKING:`), which never runs."""
+    found = set()
+    tree = ast.parse(path.read_text())
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                 for stmt in block.body for n in ast.walk(stmt)} if not type_checking else set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names if node.module == "gpudiag"]
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES else node.module
+                     for alias in node.names]
+        else:
+            continue
         for name in names:
-            parts = name.split(".")
-            if parts[0] == "gpudiag" and len(parts) > 1:
-                layers.add(parts[1])
-            elif parts[0] in VENDOR_MODULES:
-                layers.add(f"vendor:{parts[0]}")
-    return layers
+            top = name.split(".")[0]
+            if top == "gpudiag":
+                while name not in MODULES and "." in name:  # `import gpudiag.x.y as z`, a name of a module
+                    name = name.rpartition(".")[0]
+                found.add(name)
+            elif top in VENDOR_MODULES:
+                found.add(f"vendor:{top}")
+    return found
 
 
-MODULES = sorted(p for p in PACKAGE.rglob("*.py") if layer_of(p) in ALLOWED)
+def unit_of_module(module: str) -> str:
+    return "__init__" if module == "gpudiag" else module.split(".")[1]
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_imports_run_downward_only(path):
-    layer = layer_of(path)
-    imported = {name for name in gpudiag_imports(path) if not name.startswith("vendor:")}
-    allowed = ALLOWED[layer] | {"__version__"}
-    assert imported <= allowed, f"{layer} may not import {sorted(imported - allowed)}"
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_follow_the_layer_table(path):
+    unit = unit_of(path)
+    assert unit in LAYERS, f"{unit} has no row in tests/layers.py LAYERS: say what it may import"
+    imported = {unit_of_module(m) for m in imported_modules(path) if not m.startswith("vendor:")} - {unit}
+    assert imported <= LAYERS[unit], f"{unit} may not import {sorted(imported - LAYERS[unit])}"
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_layer_table_has_no_cycle_and_names_only_what_exists():
+    units = {unit_of(path) for path in SOURCES} | {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert set(LAYERS) == units, "LAYERS and the packages of gpudiag/ differ"
+    for unit, allowed in LAYERS.items():
+        assert allowed <= set(LAYERS) and unit not in allowed
+        for other in allowed:
+            assert unit not in LAYERS[other], f"{unit} and {other} may import each other"
+    assert not _cycles({unit: set(allowed) for unit, allowed in LAYERS.items()})
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in graph.get(node, ()):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module → the modules it imports when it runs."""
+    return {module: {m for m in imported_modules(path, type_checking=False) if not m.startswith("vendor:") and m != module}
+            for module, path in MODULES.items()}
+
+
+def test_no_two_packages_import_each_other():
+    imports: dict[str, set[str]] = {}
+    for module, targets in module_graph().items():
+        imports.setdefault(unit_of_module(module), set()).update(unit_of_module(t) for t in targets)
+    pairs = sorted({tuple(sorted((a, b))) for a, targets in imports.items() for b in targets
+                    if a != b and a in imports.get(b, set())})
+    assert pairs == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert _cycles(module_graph()) == []
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_only_the_probe_layer_touches_vendor_libraries(path):
-    vendor = {name for name in gpudiag_imports(path) if name.startswith("vendor:")}
+    vendor = {name for name in imported_modules(path) if name.startswith("vendor:")}
     if vendor:
-        assert layer_of(path) == "probe", f"{path.name} imports {sorted(vendor)}"
+        assert unit_of(path) == "probe", f"{path.name} imports {sorted(vendor)}"
+
+
+def test_the_model_holds_the_probe_vocabulary_that_profiles_name():
+    # Loading a profile imports no probe code (no psutil): the names it is checked against live in model/.
+    from gpudiag.model import vocabulary
+    from gpudiag.probe import host, kernel_log_amdgpu
+
+    assert vocabulary.AMDGPU_EVENT_KINDS == kernel_log_amdgpu.AMDGPU_EVENT_KINDS
+    assert host.MODULES_OF_INTEREST is vocabulary.MODULES_OF_INTEREST

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test runs a mutation run of its own (tests/README.md)
+
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gpudiag_mutate_tool", REPO / "tools" / "mutate.py")
 mutate = importlib.util.module_from_spec(_spec)

@@ -8,7 +8,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.expect import DEFAULT_EXPECTATIONS, ExpectationError, Expectations
 from gpudiag.model import Status
-from gpudiag.profile import ProfileError, load_expectations, load_profile, settings, shipped_profiles
+from gpudiag.expect.profile import ProfileError, load_expectations, load_profile, settings, shipped_profiles
 from tests.acceptance_nodes import NODES
 
 # A valid TOML value for every key that is not the default, so that applying it shows. Keys whose type alone does

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from gpudiag.exporter import catalog
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
@@ -33,6 +33,8 @@ from tests.tools_support import load_tool
 # free_port, query, start_prometheus and stop are imported from here by other tests too (fleet, GPU-less node).
 from tests.prometheus_support import PROMETHEUS, free_port, query, start_prometheus, stop  # noqa: F401
 from tests.snapshots import amd_mi300x_node, cpx_partitioned
+
+pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"

@@ -76,6 +76,7 @@ def _checkout_copy(tmp_path: Path) -> Path:
 
 @pytest.mark.skipif(not (DEBIAN_PYTHON.exists() and (DEBIAN_DIST_PACKAGES / "wheel").is_dir()),
                     reason="needs Debian's python3 with python3-venv and python3-wheel")
+@pytest.mark.slow
 def test_the_readme_install_command_works_under_debians_python(tmp_path):
     if _python_minor(DEBIAN_PYTHON) != str(sys.version_info[:2]):
         pytest.skip("Debian's python3 is another minor version than this test run's (no shared dependencies)")

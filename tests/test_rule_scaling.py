@@ -21,6 +21,8 @@ from tests.rule_scaling import (
     write_scaled_rules,
 )
 
+pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
+
 REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS_DIR = REPO / "monitoring" / "prometheus"
 ALERTMANAGER = REPO / "monitoring" / "alertmanager" / "gpudiag-alertmanager.yml"

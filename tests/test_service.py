@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pynvml
+import pytest
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.service import socket_path
 from tests.exporter_node import fake_root, xid_line
 from tests.exporter_support import wait_for
@@ -33,6 +34,7 @@ def check_json(capsys, root: Path, *extra: str) -> tuple[int, dict, float]:
     return code, json.loads(out), elapsed
 
 
+@pytest.mark.slow
 def test_check_through_the_service_on_a_hung_gpu_is_fast_and_judges_the_same(tmp_path, capsys):
     node = FakeNode.hgx_h200(2)
     node.gpus[1].hang = "nvmlDeviceGetPowerUsage"
@@ -82,7 +84,7 @@ def test_service_stopped_or_stale_socket_falls_back_to_a_direct_probe(tmp_path, 
 def test_check_through_the_service_loads_no_vendor_library(tmp_path):
     node = FakeNode.hgx_h200(2)
     fake_root(tmp_path, node)
-    probe = ("import json, sys\nfrom gpudiag.cli import main\ncode = main(sys.argv[1:])\n"
+    probe = ("import json, sys\nfrom gpudiag.cli.app import main\ncode = main(sys.argv[1:])\n"
              "print(json.dumps(sorted(m for m in ('pynvml', 'amdsmi') if m in sys.modules)), file=sys.stderr)\n"
              "sys.exit(code)\n")
     with installed(node), running_service(tmp_path):
@@ -103,6 +105,7 @@ def test_socket_is_group_only_and_answers_status(tmp_path):
     assert status["ok"] and status["journal"]["persistent"] and status["last_collection_age_seconds"] is not None
 
 
+@pytest.mark.slow
 def test_socket_refuses_oversized_slow_and_unknown_requests_without_stalling(tmp_path):
     node = FakeNode.hgx_h200(1)
     fake_root(tmp_path, node)
@@ -143,6 +146,7 @@ def test_socket_refuses_oversized_slow_and_unknown_requests_without_stalling(tmp
         wait_for(lambda: raw(path, b'{"op": "status"}\n')[0]["ok"], timeout=3)
 
 
+@pytest.mark.slow
 def test_concurrent_requests_share_one_collection(tmp_path):
     node = FakeNode.hgx_h200(1)
     fake_root(tmp_path, node)

@@ -1,4 +1,4 @@
-"""The fast path of `gpudiag check` (gpudiag/fastpath.py): the service judges and renders on the client's behalf,
+"""The fast path of `gpudiag check` (gpudiag/cli/fastpath.py): the service judges and renders on the client's behalf,
 byte for byte what the full CLI writes over the same collection; everything it does not handle goes to the full CLI."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import cli, fastpath
+from gpudiag.cli import app as cli, fastpath
 from gpudiag.service import DEFAULT_SOCKET, socket_path
 from gpudiag.service.protocol import MAX_REQUEST_BYTES
 from tests.exporter_node import fake_root
@@ -49,6 +49,7 @@ def run_both(argv: list[str]) -> tuple[tuple, tuple]:
     return captured(fastpath.main), captured(cli.main)
 
 
+@pytest.mark.slow
 def test_fast_and_full_paths_write_the_same_bytes_and_exit_codes(tmp_path):
     node = FakeNode.hgx_h200(2)
     node.gpus[1].hang = "nvmlDeviceGetPowerUsage"  # GPU 1 fails (and has a `since`), the node fails: exit 1
@@ -82,9 +83,9 @@ def test_a_healthy_node_passes_through_the_fast_path(tmp_path):
 def test_the_fast_path_imports_no_typer_model_checks_or_vendor_library(tmp_path):
     node = FakeNode.hgx_h200(2)
     fake_root(tmp_path, node)
-    heavy = ("typer", "click", "gpudiag.cli", "gpudiag.model", "gpudiag.checks", "gpudiag.report", "pynvml", "amdsmi",
+    heavy = ("typer", "click", "gpudiag.cli.app", "gpudiag.model", "gpudiag.checks", "gpudiag.report", "pynvml", "amdsmi",
              "psutil")
-    probe = ("import json, sys\nfrom gpudiag.fastpath import main\ncode = main(sys.argv[1:])\n"
+    probe = ("import json, sys\nfrom gpudiag.cli.fastpath import main\ncode = main(sys.argv[1:])\n"
              f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]), file=sys.stderr)\nsys.exit(code)\n")
     with installed(node), running_service(tmp_path):
         done = subprocess.run([sys.executable, "-c", probe, "check", "--root", str(tmp_path), "--json"],
@@ -113,7 +114,7 @@ def test_the_socket_defaults_match(tmp_path):
     assert fastpath.parse(["check", "--root", str(tmp_path)])["_socket"] == str(socket_path(tmp_path))
     assert fastpath.parse(["check", "--root", "/"])["_socket"] == str(socket_path(Path("/")))
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["gpudiag"] == "gpudiag.fastpath:run"
+    assert scripts["gpudiag"] == "gpudiag.cli.fastpath:run"
 
 
 def test_the_service_reads_no_file_a_client_names_and_bounds_the_request(tmp_path):
@@ -186,9 +187,9 @@ class OneCollection:
 
 
 def test_answers_are_made_once_per_collection_unless_they_age(monkeypatch):
-    from gpudiag.recording import load_snapshot
+    from gpudiag.model.recording import load_snapshot
     from gpudiag.report import verdict
-    from gpudiag.service.judge import Answers, answer_check, parse_check
+    from gpudiag.service.check_answers import Answers, answer_check, parse_check
 
     calls = []
     real = verdict.judge_and_render

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 
-from gpudiag import cli
+import pytest
+
+from gpudiag.cli import app as cli
 from gpudiag.service.journal import CURRENT, PREVIOUS
 from gpudiag.service import state_dir
 from tests.exporter_node import fake_root, xid_line
@@ -35,6 +37,7 @@ def absorbed(exporter, events: int) -> None:
     wait_for(lambda: exporter.collections.latest is not had, timeout=20)
 
 
+@pytest.mark.slow
 def test_a_flood_of_xid_31_neither_flushes_an_xid_48_nor_a_failing_since(tmp_path, capsys):
     node = FakeNode.hgx_h200(2)
     bus = [gpu.bus_id for gpu in node.gpus]

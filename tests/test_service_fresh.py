@@ -7,9 +7,9 @@ import threading
 import time
 from pathlib import Path
 
-from gpudiag.exporter.poller import Collection
+from gpudiag.daemon.poller import Collection
 from gpudiag.model import CollectorRun, NodeSnapshot
-from gpudiag.service.fresh import FreshCollections
+from gpudiag.daemon.fresh import FreshCollections
 
 CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
 

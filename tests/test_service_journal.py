@@ -8,7 +8,7 @@ import os
 import stat
 import time
 
-from gpudiag import cli
+from gpudiag.cli import app as cli
 from gpudiag.service.journal import CURRENT, PREVIOUS, Journal, parse_lines
 
 

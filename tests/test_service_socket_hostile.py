@@ -26,6 +26,8 @@ from tests.exporter_support import wait_for
 from tests.fakes.fake_nvml import FakeNode, installed
 from tests.service_support import raw, running_service
 
+pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -106,7 +108,7 @@ def test_a_directory_another_user_can_write_is_refused_with_one_line(node_root, 
 def test_the_socket_gets_its_mode_at_creation_never_by_path(tmp_path, monkeypatch):
     """chmod/chown by path follow a link swapped in between the bind and the call (a root-only file became
     root:gpudiag 0660 in 2 of 40 tries): the mode comes from the umask at bind, a group from lchown."""
-    import gpudiag.service.server as server
+    import gpudiag.service.socket_server as server
 
     def by_path(*args, **kwargs):
         if kwargs.get("follow_symlinks", True):
@@ -305,7 +307,7 @@ def test_unexpected_exceptions_are_logged_with_a_traceback_once_a_minute(tmp_pat
             raise RuntimeError("a bug")
 
         exporter.service.server._handle = broken
-        with caplog.at_level(logging.ERROR, logger="gpudiag.service.server"):
+        with caplog.at_level(logging.ERROR, logger="gpudiag.service.socket_server"):
             answers = [raw(socket_path(tmp_path), b'{"op": "status"}\n')[0] for _ in range(50)]
     assert all(a == {"ok": False, "error": "internal error: RuntimeError"} for a in answers)
     tracebacks = [r for r in caplog.records if r.exc_info]
@@ -316,7 +318,7 @@ def test_unexpected_exceptions_are_logged_with_a_traceback_once_a_minute(tmp_pat
 
 
 def test_listeners_see_a_collection_clients_can_already_get():
-    from gpudiag.service.fresh import FreshCollections  # after the exporter (service_support): they import each other
+    from gpudiag.daemon.fresh import FreshCollections  # after the exporter (service_support): they import each other
 
     seen = []
     collections = FreshCollections(lambda: object())
@@ -363,7 +365,7 @@ def test_what_history_shows_a_snapshot_already_has(tmp_path, monkeypatch):
 
 
 def test_the_accept_loop_survives_cant_start_new_thread(tmp_path, monkeypatch):
-    import gpudiag.service.server as server
+    import gpudiag.service.socket_server as server
 
     node = FakeNode.hgx_h200(1)
     fake_root(tmp_path, node)

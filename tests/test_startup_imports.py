@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 LEVEL_2_ONLY = ("gpudiag.active", "gpudiag.active.options", "statistics", "fractions", "decimal")
 RUNNER = ("import json, sys; from tests.exporter_node import fake_node; from tests.fakes.fake_nvml import installed; "
           "fake = installed(fake_node(2)); fake.__enter__(); before = set(sys.modules); "
-          "from gpudiag.cli import main; code = main(sys.argv[1:]); "
+          "from gpudiag.cli.app import main; code = main(sys.argv[1:]); "
           f"print(json.dumps(sorted(m for m in {LEVEL_2_ONLY!r} if m in sys.modules and m not in before)), "
           "file=sys.stderr); sys.exit(code)")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.exporter_process import ExporterProcess
-from gpudiag.exporter.server import Exporter
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import load_web_config
 from tests.exporter_support import wait_for
 from tests.snapshots import nvidia_h200_node
@@ -62,7 +62,7 @@ def test_one_curve_or_several_limit_the_handshake(tmp_path, monkeypatch, curves,
     exporter = Exporter("127.0.0.1:0", load_web_config(web_config(tmp_path, *curves)), nvidia_h200_node,
                         interval_seconds=60, collect_timeout_seconds=2, judge=lambda s: [],
                         watcher_factory=None).start()
-    monkeypatch.undo()  # the test's own clients name their one curve with set_ecdh_curve
+    monkeypatch.undo()
     try:
         wait_for(lambda: exporter.state.health()[0])
         for curve in accepted:
@@ -76,6 +76,7 @@ def test_one_curve_or_several_limit_the_handshake(tmp_path, monkeypatch, curves,
 
 @pytest.mark.skipif(not _system_python_refuses_x25519_by_name(),
                     reason="no /usr/bin/python3 whose set_ecdh_curve refuses X25519 (Debian 12's does)")
+@pytest.mark.slow
 def test_a_real_serve_on_debians_python_serves_x25519_alone(tmp_path):
     """`gpudiag serve --web-config` with `curve_preferences: [X25519]` as its own process under Debian 12's
     python3 (gpudiag's dependencies from this venv): it serves, over X25519 and nothing else."""

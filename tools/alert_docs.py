@@ -1,7 +1,7 @@
 """docs/reference/alerts.md and docs/runbook.md, written by tools/gen_docs.py from the shipped rule files
 (monitoring/prometheus/*.yml), the inhibitions of monitoring/alertmanager/gpudiag-alertmanager.yml and the checks'
-own reference (gpudiag/checks/reference.py: what each check reads and what to do; verdicts.py: its action and fault
-code). An alert raised by a check has that check's remediation as its "what to do": one truth, the check's. The few
+own reference (the families' declarations, gpudiag/checks/family.py: what each check reads and what to do, its action
+and fault code). An alert raised by a check has that check's remediation as its "what to do": one truth, the check's. The few
 alerts no check stands behind (the exporter's own health, the fleet) say theirs here, in OWN_REMEDIATION; an
 unreadable kernel log's is asked of kernel_log.xid itself.
 """
@@ -17,7 +17,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpudiag.checks.reference import REFERENCE  # noqa: E402
+from gpudiag.checks import REFERENCE  # noqa: E402
 from gpudiag.checks.verdicts import TABLE  # noqa: E402
 from gpudiag.model import Status  # noqa: E402
 
@@ -64,15 +64,17 @@ OWN_REMEDIATION = {
                            "to do for the case at hand; the [check reference](reference/checks.md) has every check's "
                            "remediation, action and fault code.",
     "GpudiagCheckUnknown": "`gpudiag check --only <check>` on the node says which call or file failed; "
-                           "gpudiag_probe_errors and the exporter's journal say why (a permission, a deadline, a hung "
-                           "driver call). An unknown check has not shown the GPU healthy: treat the GPU as suspect "
+                           "gpudiag_probe_errors and the exporter's log (`journalctl -u gpudiag-exporter`: its `check "
+                           "status changed`, `GPU hung` and `backend down` lines) say why (a permission, a deadline, a "
+                           "hung driver call). An unknown check has not shown the GPU healthy: treat the GPU as suspect "
                            "until it decides.",
     "GpudiagExporterDown": "Check `systemctl status gpudiag-exporter` and its journal, `curl -s "
                            "http://NODE:9858/healthz`, the firewall, the TLS / basic-auth settings of the scrape, and "
                            "whether scrapes time out (scrape_duration_seconds near scrape_timeout: a flood of slow or "
                            "abusive clients). Until it answers, run `gpudiag check --direct` on the node.",
-    "GpudiagCollectorFailing": "The exporter's journal and gpudiag_probe_errors say why (a hung driver call, a "
-                               "permission, a deadline); `gpudiag check` on the node shows which checks went unknown. "
+    "GpudiagCollectorFailing": "The exporter's log (`journalctl -u gpudiag-exporter`: its `collection overrun`, "
+                               "`GPU hung` and `backend down` lines, each once, with the GPU's index and bus ID) and "
+                               "gpudiag_probe_errors say why (a hung driver call, a permission, a deadline); `gpudiag check` on the node shows which checks went unknown. "
                                "A GPU call that stays hung needs the GPU reset or the node rebooted.",
     "GpudiagCollectionStale": "gpudiag_collections_total by outcome shows the overruns; restart the service "
                               "(`systemctl restart gpudiag-exporter`), then reload the driver or reboot if a vendor "

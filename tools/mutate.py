@@ -21,6 +21,9 @@ for reading: some survivors are equivalent mutants (no behaviour can tell them a
 
     python3 tools/mutate.py --workers 2 --json mutants.json
     python3 tools/mutate.py --files gpudiag/checks/thermal.py --tests tests/test_checks_thermal.py
+
+A run's report is kept in reports/mutation/ (`python3 tools/mutate.py > reports/mutation/full.txt`); the equivalent
+mutants, with their reasons, are documented in docs/mutation-equivalents.md.
 """
 
 from __future__ import annotations

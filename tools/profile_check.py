@@ -10,7 +10,7 @@ import sys
 import time
 
 started = time.perf_counter()
-import gpudiag.cli  # noqa: E402
+import gpudiag.cli.app  # noqa: E402
 
 imported_cli = time.perf_counter()
 import gpudiag.checks  # noqa: E402,F401
@@ -21,10 +21,10 @@ import pynvml  # noqa: E402,F401
 
 imported_all = time.perf_counter()
 real_stdout, sys.stdout = sys.stdout, io.StringIO()
-code = gpudiag.cli.main(["check", "--format", "json"])
+code = gpudiag.cli.app.main(["check", "--format", "json"])
 sys.stdout = real_stdout
 finished = time.perf_counter()
-print(f"import gpudiag.cli {1000 * (imported_cli - started):.1f} ms; checks+probe+pynvml "
+print(f"import gpudiag.cli.app {1000 * (imported_cli - started):.1f} ms; checks+probe+pynvml "
       f"{1000 * (imported_all - imported_cli):.1f} ms; check run {1000 * (finished - imported_all):.1f} ms "
       f"(exit {code})", file=sys.stderr)
 
@@ -34,7 +34,7 @@ import pstats  # noqa: E402
 sys.stdout = io.StringIO()
 profile = cProfile.Profile()
 profile.enable()
-gpudiag.cli.main(["check", "--format", "json"])
+gpudiag.cli.app.main(["check", "--format", "json"])
 profile.disable()
 sys.stdout = real_stdout
 stats = pstats.Stats(profile, stream=sys.stderr)

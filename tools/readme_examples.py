@@ -33,7 +33,7 @@ AMD_MARK = "GPUs: 8 × AMD Instinct MI300X — amdsmi: driver 6.12.12, ROCm 7.0.
 
 
 def _checklist(argv: list[str]) -> list[str]:
-    from gpudiag.cli import main
+    from gpudiag.cli.app import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -1,5 +1,9 @@
 """The checks: pure functions from a NodeSnapshot (and Expectations) to CheckResults, one module per family.
 
+Each family module declares its Family (family.py): its checks, verdict rows, reference text, settings and the
+optional probe parts it judges. This package finds the declarations and builds the registry in checklist order and
+the central views from them (docs/adding-a-check-family.md).
+
 `run_checks` runs the selected checks in registry order. A check that raises does not end the run: it becomes an
 `unknown` result naming the internal error (the traceback goes to the log, on stderr).
 """
@@ -9,44 +13,59 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Optional
 
-from gpudiag.checks import (
-    active,
-    amd_platform,
-    baseline,
-    driver,
-    ecc,
-    fabric,
-    firmware,
-    host,
-    inventory,
-    kernel_log,
-    pcie,
-    power,
-    recovery,
-    thermal,
-    topology,
-    workload,
-)
+import importlib
+import logging
+import pkgutil
+from typing import Iterable, Optional
+
 from gpudiag.checks.common import Check, unknown
+from gpudiag.checks.family import Family, FamilyError
+from gpudiag.checks import verdicts
 from gpudiag.checks.verdicts import INTERNAL_ERROR, assign, with_verdict
 from gpudiag.expect import DEFAULT_EXPECTATIONS, Expectations
-from gpudiag.model import CheckResult, NodeSnapshot
+from gpudiag.model import CheckResult, NodeSnapshot, Status
 
 log = logging.getLogger(__name__)
 
-# Checklist order: from "is there a driver at all" down to "what runs on it".
-REGISTRY: tuple[Check, ...] = (
-    driver.CHECKS + recovery.CHECKS + amd_platform.DRIVER_CHECKS + inventory.CHECKS + amd_platform.INVENTORY_CHECKS
-    + pcie.CHECKS + amd_platform.PCIE_CHECKS + ecc.CHECKS + thermal.CHECKS + power.CHECKS
-    + topology.CHECKS + fabric.CHECKS + firmware.CHECKS + kernel_log.CHECKS + host.CHECKS + workload.CHECKS
-    + active.CHECKS  # judged from snapshot.active (`check --level 2`); skipped with that hint otherwise
-    + baseline.CHECKS  # judged against Expectations.baseline (`check --baseline FILE`); skipped otherwise
-)
+
+def _declared_families() -> tuple[Family, ...]:
+    """Every family the modules of this package declare (`FAMILY`, or `FAMILIES` for a module of two), in
+    checklist order: from "is there a driver at all" down to "what runs on it", then the load tests (judged from
+    snapshot.active, `check --level 2`) and the baseline (`check --baseline FILE`). Every check module is on the
+    check path anyway, so importing them all to find the declarations costs nothing more."""
+    found: list[Family] = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        declared = getattr(module, "FAMILIES", None) or ((module.FAMILY,) if hasattr(module, "FAMILY") else ())
+        found.extend(declared)
+    for what, key in (("name", lambda f: f.name), ("order", lambda f: f.order)):
+        seen: dict = {}
+        for family in found:
+            if key(family) in seen:
+                raise FamilyError(f"check families {seen[key(family)].name!r} and {family.name!r} share the {what} "
+                                  f"{key(family)!r}")
+            seen[key(family)] = family
+    return tuple(sorted(found, key=lambda f: f.order))
+
+
+# The central views, built from the declarations (docs/adding-a-check-family.md).
+DECLARED: tuple[Family, ...] = _declared_families()
+REGISTRY: tuple[Check, ...] = tuple(check for family in DECLARED for check in family.checks)
 CHECK_IDS: tuple[str, ...] = tuple(c.id for c in REGISTRY)
-FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(c.family for c in REGISTRY))
+FAMILIES: tuple[str, ...] = tuple(family.name for family in DECLARED)
 _BY_ID = {c.id: c for c in REGISTRY}
 if len(_BY_ID) != len(REGISTRY):
-    raise RuntimeError("duplicate check ID in the registry")
+    raise FamilyError("duplicate check ID in the registry")
+# check ID -> {status: (action, fault code)} (gpudiag.checks.verdicts.TABLE; docs/reference/verdicts.md).
+VERDICTS: dict[str, dict[Status, tuple[str, str]]] = verdicts.TABLE
+VERDICTS.update({check_id: dict(family.verdicts[check_id]) for family in DECLARED for check_id in family.ids})
+# check ID -> (what it reads, what to do about a finding): docs/reference/checks.md.
+REFERENCE: dict[str, tuple[str, str]] = {
+    check_id: family.reference[check_id] for family in DECLARED for check_id in family.ids}
+# check ID -> the Expectations fields (profile keys) it judges with; a check not listed has none.
+SETTINGS: dict[str, tuple[str, ...]] = {
+    check_id: family.settings[check_id] for family in DECLARED for check_id in family.ids
+    if check_id in family.settings}
 
 
 def _expand(names: Iterable[str], option: str) -> set[str]:
@@ -70,13 +89,12 @@ def resolve_selection(only: Iterable[str] = (), skip: Iterable[str] = ()) -> lis
     return [c for c in REGISTRY if (not only_ids or c.id in only_ids) and c.id not in skip_ids]
 
 
-# The optional parts of a collection (gpudiag.probe.PROBE_PARTS) and the checks that judge them: a selection that
-# holds none of a part's checks lets the probe skip it.
-_PART_CHECKS = {
-    "kernel_log": ("kernel_log.",),
-    "peers": ("topology.p2p", "baseline.fabric", "active."),
-    "link_errors": ("topology.link_errors",),
-}
+# The optional parts of a collection (gpudiag.probe.PROBE_PARTS) and the checks that judge them, as the families
+# declare them: a selection that holds none of a part's checks lets the probe skip it.
+_PART_CHECKS: dict[str, tuple[str, ...]] = {}
+for _family in DECLARED:
+    for _part, _prefixes in _family.probe_parts.items():
+        _PART_CHECKS[_part] = _PART_CHECKS.get(_part, ()) + tuple(_prefixes)
 
 
 def probe_parts_for(checks: Iterable[Check]) -> frozenset[str]:
@@ -90,7 +108,7 @@ def _run_one(check: Check, snapshot: NodeSnapshot, expectations: Expectations) -
     try:
         return [assign(result) for result in check.run(snapshot, expectations)]
     except Exception as exc:  # a bug in one check must not take the checklist down
-        log.exception("check %s raised", check.id)
+        log.exception("check %s raised", check.id, extra={"bound": ("check raised", check.id)})
         error = f"{type(exc).__name__}: {exc}"
         return [with_verdict(unknown(check.id, None, f"internal error in check {check.id}: {error}",
                                      observed=error, expected="the check completes",
@@ -104,4 +122,5 @@ def run_checks(snapshot: NodeSnapshot, expectations: Optional[Expectations] = No
     return [result for check in resolve_selection(only, skip) for result in _run_one(check, snapshot, expectations)]
 
 
-__all__ = ["CHECK_IDS", "FAMILIES", "REGISTRY", "Check", "resolve_selection", "run_checks"]
+__all__ = ["CHECK_IDS", "DECLARED", "FAMILIES", "REFERENCE", "REGISTRY", "SETTINGS", "VERDICTS", "Check", "Family",
+           "resolve_selection", "run_checks"]

@@ -14,6 +14,7 @@ from gpudiag.checks.active_common import _device, _for_each, _kernel_log_hint, _
 from gpudiag.checks.active_links import ActiveExpectations, Target, expected_host_copy, expected_peer_copy
 from gpudiag.checks.active_stress import HBM, STRESS, hbm_bandwidth, stress
 from gpudiag.checks.common import Check, failed, passed, skipped, verdict, warned
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
 from gpudiag.model import (
     CheckResult,
@@ -186,4 +187,72 @@ CHECKS = (
                           "ECC unchanged"),
     Check(COMPUTE, compute, "every result of the stress verified bit for bit: the same on every SM, every launch, "
                             "cold and hot, and on identical GPUs; the streamed HBM data reads back as written"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "active.pcie_h2d_bandwidth": {F: ("drain", "GPUDIAG-ACTIVE-PCIE-BANDWIDTH"),
+                                  W: ("watch", "GPUDIAG-ACTIVE-PCIE-BANDWIDTH")},
+    "active.pcie_d2h_bandwidth": {F: ("drain", "GPUDIAG-ACTIVE-PCIE-BANDWIDTH"),
+                                  W: ("watch", "GPUDIAG-ACTIVE-PCIE-BANDWIDTH")},
+    "active.p2p_bandwidth": {F: ("drain", "GPUDIAG-ACTIVE-P2P-BANDWIDTH"),
+                             W: ("watch", "GPUDIAG-ACTIVE-P2P-BANDWIDTH")},
+    "active.hbm_bandwidth": {F: ("drain", "GPUDIAG-ACTIVE-HBM-BANDWIDTH"),
+                             W: ("watch", "GPUDIAG-ACTIVE-HBM-BANDWIDTH")},
+    "active.memtest": {F: ("drain", "GPUDIAG-ACTIVE-MEMTEST"), W: ("watch", "GPUDIAG-ACTIVE-MEMTEST")},
+    "active.stress": {F: ("drain", "GPUDIAG-ACTIVE-STRESS"), W: ("watch", "GPUDIAG-ACTIVE-STRESS")},
+    # active.compute sets its own fail verdicts (drain; rma when the same SM is wrong twice: active_compute.py).
+    "active.compute": {F: ("drain", "GPUDIAG-ACTIVE-COMPUTE-MISMATCH"), W: ("watch", "GPUDIAG-ACTIVE-COMPUTE"),
+                       U: ("watch", "GPUDIAG-ACTIVE-COMPUTE-UNVERIFIED")},
+}
+_REFERENCE = {
+    "active.pcie_h2d_bandwidth": (
+        "the host-to-device copy bandwidth the load test measured, against the link's generation and width",
+        "Low bandwidth on a link that reports full speed: check the link under load, NUMA placement and the riser."),
+    "active.pcie_d2h_bandwidth": (
+        "the device-to-host copy bandwidth the load test measured, against the link's generation and width",
+        "As for host-to-device: the link under load, NUMA placement, the riser."),
+    "active.p2p_bandwidth": (
+        "GPU-to-GPU copy bandwidth for every pair, against what NVLink / XGMI carries",
+        "A slow pair: check its links (topology.links_up, link_errors), the fabric manager, and the IOMMU."),
+    "active.hbm_bandwidth": (
+        "the device-to-device copy bandwidth of each GPU's HBM, against the part's nominal bandwidth and its siblings'",
+        "Slow HBM: check memory clocks and throttling under load, compare with a sibling; a repeatable straggler is RMA."),
+    "active.memtest": (
+        "the memory test's mismatched words and the ECC counters before and after",
+        "Mismatches or new ECC errors: drain the GPU, reset it and test again; repeatable errors are an RMA case."),
+    "active.stress": (
+        "steady power against the enforced limit, clocks under the cap, throttle reasons, temperatures, ECC and "
+        "driver events under a tensor-core + HBM load, and each GPU's throughput against its siblings'",
+        "Short of the power limit or slower than its siblings: check cooling, power delivery (PSU, power stage) and "
+        "clocks under load; a clock collapse or a straggler without a reason is hardware."),
+    "active.compute": (
+        "the stress's results bit for bit: every block's signatures and SM against its launch's majority and the "
+        "first launch, the reference launch cold and hot and against identical GPUs, every streamed HBM word read",
+        "Wrong results under load (silent data corruption): drain the GPU, confirm with `dcgmi diag -r 3` / AMD "
+        "AGFHC, test again; a mismatch that repeats on the same SM or address is an RMA case."),
+}
+_SETTINGS = {
+    "active.pcie_h2d_bandwidth": ("active_h2d_expected_gbps", "active_pcie_efficiency", "active_pcie_warn_ratio",
+                                  "active_pcie_fail_ratio", "expected_pcie_generation", "expected_pcie_width"),
+    "active.pcie_d2h_bandwidth": ("active_d2h_expected_gbps", "active_pcie_efficiency", "active_pcie_warn_ratio",
+                                  "active_pcie_fail_ratio", "expected_pcie_generation", "expected_pcie_width"),
+    "active.p2p_bandwidth": ("active_p2p_expected_gbps", "active_nvlink_gbps_per_link", "active_xgmi_gbps_per_link",
+                             "active_p2p_efficiency", "active_p2p_warn_ratio", "active_p2p_fail_ratio"),
+    "active.hbm_bandwidth": ("active_hbm_nominal_gbps", "active_hbm_efficiency", "active_hbm_warn_ratio",
+                             "active_hbm_fail_ratio", "active_stress_straggler_ratio"),
+    "active.stress": ("active_stress_clock_fail_ratio", "thermal_warn_margin_celsius", "active_stress_power_warn_ratio",
+                      "active_stress_power_fail_ratio", "active_stress_straggler_ratio"),
+}
+FAMILY = Family(
+    "active", order=200, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
+    probe_parts={"peers": ("active.",)},
+    note="Judged only with `gpudiag check --level 2` (load tests on idle GPUs); skipped otherwise.",
 )

@@ -1,5 +1,5 @@
-"""Checks of what only AMD Instinct nodes report: the gpu_metrics table version, the partitions a partition mode
-implies, and the PCIe link's recovery and NAK counters.
+"""Checks of what only AMD Instinct nodes report: the gpu_metrics table version and the partitions a partition mode
+implies (the PCIe link's recovery and NAK counters are pcie.link_recovery, in pcie.py).
 
 - driver.gpu_metrics_version: amdsmi decodes gpu_metrics tables up to the version it was built for (7.0.2: v1.8).
   A newer driver (v1.9 on 2026 kernels) publishes a table it cannot read, and the values in it (power, PCIe and
@@ -7,16 +7,10 @@ implies, and the PCIe link's recovery and NAK counters.
   does not have; for a library too old for its driver it hides checks that should run, so it warns.
 - inventory.partitions: in CPX mode an MI300X, MI325X or MI355X shows 8 logical GPUs. Fewer means a partition was
   not enumerated (the known 63-of-64 case: another driver holds one of the partition's DRM nodes).
-- pcie.link_recovery: gpu_metrics' L0 -> Recovery and NAK counters (amdsmi_get_pcie_info "pcie_metric"). The
-  thresholds are AMD node-scraper's (warn above 1, error above 3 L0 -> Recovery transitions,
-  nodescraper/plugins/inband/amdsmi/analyzer_args.py), with the error limit scaled by days since boot because the
-  count is cumulative (expect.py, pcie_recovery_*).
 """
 
 from __future__ import annotations
 
-import time
-from datetime import datetime
 from typing import Optional
 
 from gpudiag.checks.common import (
@@ -27,15 +21,13 @@ from gpudiag.checks.common import (
     not_available,
     passed,
     skipped,
-    verdict,
     warned,
 )
 from gpudiag.expect import Expectations
-from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, Status, Vendor
+from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, Vendor
 
 METRICS_VERSION = "driver.gpu_metrics_version"
 PARTITIONS = "inventory.partitions"
-LINK_RECOVERY = "pcie.link_recovery"
 
 METRICS_SOURCE = "amdsmi.amdsmi_get_gpu_metrics_info"
 # Logical GPUs per physical GPU in each compute partition mode. CPX is one per XCD: 8 on MI300X / MI325X / MI355X
@@ -119,64 +111,6 @@ def partitions(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult
     return for_each_device(snapshot, PARTITIONS, judge, vendor=Vendor.AMD)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# pcie.link_recovery
-
-
-def _days_up(snapshot: NodeSnapshot) -> float:
-    """Days since boot (at least 1): the span the cumulative counters cover."""
-    boot = snapshot.host.boot_time
-    if boot is None:
-        return 1.0
-    try:
-        now = datetime.fromisoformat(snapshot.collected_at).timestamp() if snapshot.collected_at else time.time()
-    except ValueError:
-        now = time.time()
-    return max(1.0, (now - boot) / 86400)
-
-
-def link_recovery(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    days = _days_up(snapshot)
-    fail_limit = int(expect.pcie_recovery_fail_count_per_day * days)
-
-    def judge(device: DeviceSnapshot) -> CheckResult:
-        counters = device.pcie.error_counters
-        recoveries = counters.get("l0_to_recovery")
-        naks = [counters[k] for k in ("nak_sent", "nak_received") if k in counters]
-        if recoveries is None and not naks:
-            return not_available(LINK_RECOVERY, device, "PCIe recovery and NAK counters", ("pcie", "metrics"))
-        observed = {"l0_to_recovery": recoveries, "nak_sent": counters.get("nak_sent"),
-                    "nak_received": counters.get("nak_received"), "days_since_boot": round(days, 1)}
-        expected = (f"L0->Recovery <= {expect.pcie_recovery_warn_count} (fail above {fail_limit}), NAKs <= "
-                    f"{expect.pcie_replay_warn_count}")
-        findings, status = [], Status.PASS
-        if recoveries is not None and recoveries > fail_limit:
-            findings.append(f"{recoveries} L0->Recovery transitions (more than {fail_limit})")
-            status = Status.FAIL
-        elif recoveries is not None and recoveries > expect.pcie_recovery_warn_count:
-            findings.append(f"{recoveries} L0->Recovery transitions")
-            status = Status.WARN
-        # A NAK is the receiving end's half of a replay (PCIe data link layer): judged like the replay count.
-        if sum(naks) > expect.pcie_replay_warn_count:
-            findings.append(f"{sum(naks)} PCIe NAKs")
-            status = max(status, Status.WARN, key=_RANK.get)
-        if not findings:
-            return passed(LINK_RECOVERY, device, f"{device.label}: PCIe link stable ({recoveries} recoveries, "
-                                                 f"{sum(naks)} NAKs since the driver loaded)",
-                          observed=observed, expected=expected)
-        return verdict(LINK_RECOVERY, status, device, f"{device.label}: PCIe link retraining: {'; '.join(findings)} "
-                                                      f"since the driver loaded",
-                       observed=observed, expected=expected,
-                       remediation=(f"A link that keeps dropping into Recovery has a signal-integrity fault (riser, "
-                                    f"cable, retimer, slot). Re-read in 10 minutes (`amd-smi metric --pcie -g "
-                                    f"{device.index}`): a count that grows is a live fault; check `pcie.aer` and the "
-                                    f"upstream port's AER counters, reseat the GPU/riser, and move the GPU to another "
-                                    f"slot to see whether the fault follows it."))
-
-    return for_each_device(snapshot, LINK_RECOVERY, judge, vendor=Vendor.AMD)
-
-
-_RANK = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2}
 
 DRIVER_CHECKS = (
     device_check(METRICS_VERSION, "the installed amdsmi decodes the driver's gpu_metrics table (AMD)",
@@ -184,7 +118,4 @@ DRIVER_CHECKS = (
 )
 INVENTORY_CHECKS = (
     Check(PARTITIONS, partitions, "each partitioned GPU shows every partition its mode implies (AMD)"),
-)
-PCIE_CHECKS = (
-    Check(LINK_RECOVERY, link_recovery, "PCIe L0->Recovery and NAK counters below threshold (AMD)"),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Optional
 
-from gpudiag.baseline import GpuBaseline, NodeBaseline, PeerBaseline
+from gpudiag.expect.baseline import GpuBaseline, NodeBaseline, PeerBaseline
 from gpudiag.checks.baseline_of import baseline_of
 from gpudiag.checks.common import (
     VENDOR_NAMES,
@@ -24,8 +24,9 @@ from gpudiag.checks.common import (
     unknown,
     unreachable,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
-from gpudiag.model import CheckResult, NodeSnapshot
+from gpudiag.model import CheckResult, NodeSnapshot, Status
 
 NOT_REPORTED = "not reported"
 _RERECORD = ("If the change was made on purpose across the fleet, record the baseline again on a known-good node "
@@ -251,4 +252,50 @@ CHECKS: tuple[Check, ...] = (
     gpu_check("baseline.partition", "each GPU's partition modes (AMD compute/memory, NVIDIA MIG) match the baseline",
               ("compute_partition", "memory_partition", "partitions", "mig_enabled"),
               "Set the golden node's partition mode (see inventory.partition_mode for the commands)."),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "baseline.inventory": {F: ("drain", "GPUDIAG-BASELINE-INVENTORY-DRIFT")},
+    "baseline.pcie": {F: ("drain", "GPUDIAG-BASELINE-PCIE-DRIFT")},
+    "baseline.numa": {F: ("drain", "GPUDIAG-BASELINE-NUMA-DRIFT")},
+    "baseline.fabric": {F: ("drain", "GPUDIAG-BASELINE-FABRIC-DRIFT")},
+    "baseline.firmware": {F: ("drain", "GPUDIAG-BASELINE-FIRMWARE-DRIFT")},
+    "baseline.driver": {F: ("drain", "GPUDIAG-BASELINE-DRIVER-DRIFT")},
+    "baseline.partition": {F: ("drain", "GPUDIAG-BASELINE-PARTITION-DRIFT")},
+}
+_REFERENCE = {
+    "baseline.inventory": (
+        "GPU vendor, count, bus IDs and models against the golden baseline",
+        "A GPU missing or different from the golden node: check the build, the slots, and `lspci`."),
+    "baseline.pcie": (
+        "GPU and slot maximum PCIe generation and width against the baseline",
+        "The GPU or slot now supports less than on the golden node: a riser or retimer of another rating, a BIOS "
+        "setting, or another board revision."),
+    "baseline.numa": (
+        "each GPU's NUMA node against the baseline",
+        "GPUs on other sockets than on the golden node: check the slots and the BIOS NUMA settings."),
+    "baseline.fabric": (
+        "NVLink / XGMI links per GPU and the GPU peer paths against the baseline",
+        "Links or peer paths differ from the golden node: check the bridges, the NVSwitches and the fabric manager."),
+    "baseline.firmware": (
+        "each GPU's VBIOS and firmware versions against the baseline",
+        "Flash the golden node's firmware versions."),
+    "baseline.driver": (
+        "driver versions against the baseline",
+        "Install the golden node's driver version."),
+    "baseline.partition": (
+        "each GPU's partition modes (AMD compute/memory, NVIDIA MIG) against the baseline",
+        "Set the golden node's partition mode (see inventory.partition_mode)."),
+}
+FAMILY = Family(
+    "baseline", order=210, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    probe_parts={"peers": ("baseline.fabric",)},
+    note="Judged only with `--baseline FILE` (a golden node written by `gpudiag baseline`); skipped otherwise.",
 )

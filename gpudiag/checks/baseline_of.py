@@ -1,11 +1,11 @@
-"""A snapshot reduced to what a golden baseline holds (gpudiag.baseline): the same reduction makes the golden file
+"""A snapshot reduced to what a golden baseline holds (gpudiag.expect.baseline): the same reduction makes the golden file
 (`gpudiag baseline`) and the "now" side of every `baseline.*` comparison, so the two can only differ by the node."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from gpudiag.baseline import GpuBaseline, NodeBaseline, PeerBaseline
+from gpudiag.expect.baseline import GpuBaseline, NodeBaseline, PeerBaseline
 from gpudiag.checks.common import PhysicalGpu, physical_devices, physical_gpus
 from gpudiag.checks.pcie import LinkFacts
 from gpudiag.model import NodeSnapshot

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from gpudiag.checks import amd_platform, recovery
 from gpudiag.checks.common import (
     PERMISSION_REMEDIATION,
     VENDOR_NAMES,
@@ -16,9 +17,10 @@ from gpudiag.checks.common import (
     vendors_present,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations, version_tuple
-from gpudiag.model import BackendInfo, CheckResult, ErrorKind, NodeSnapshot, PciGpu, Vendor
+from gpudiag.model import BackendInfo, CheckResult, ErrorKind, NodeSnapshot, PciGpu, Status, Vendor
 
 KERNEL_MODULE = {Vendor.NVIDIA: "nvidia", Vendor.AMD: "amdgpu"}
 LIBRARY_HINT = {
@@ -281,4 +283,55 @@ CHECKS = (
     Check("driver.library", library, "the vendor management library (NVML / amdsmi) initialised"),
     Check("driver.version_consistent", version_consistent, "kernel module and library report one driver version"),
     Check("driver.version", expected_version, "the driver is the profile's version (exact or minimum)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "driver.module_loaded": {F: ("drain", "GPUDIAG-DRIVER-MODULE-NOT-LOADED")},
+    "driver.device_bound": {F: ("drain", "GPUDIAG-DRIVER-DEVICE-UNBOUND"), W: ("watch", "GPUDIAG-DRIVER-DEVICE-VFIO")},
+    "driver.library": {F: ("drain", "GPUDIAG-DRIVER-LIBRARY-FAILED"), W: ("watch", "GPUDIAG-DRIVER-LIBRARY-FALLBACK")},
+    # Module and library of different versions: an upgrade without a reboot; the reboot is the fix.
+    "driver.version_consistent": {F: ("reboot", "GPUDIAG-DRIVER-VERSION-MISMATCH")},
+    "driver.version": {F: ("drain", "GPUDIAG-DRIVER-VERSION-UNEXPECTED")},
+    "driver.recovery_action": {F: ("drain", "GPUDIAG-DRIVER-RECOVERY-ACTION")},
+    "driver.gpu_metrics_version": {W: ("watch", "GPUDIAG-DRIVER-METRICS-VERSION-SKEW")},
+}
+_REFERENCE = {
+    "driver.module_loaded": (
+        "/sys/module/nvidia, /sys/module/amdgpu; the GPUs on the PCI bus (/sys/bus/pci/devices)",
+        "Load the driver (`modprobe nvidia` / `modprobe amdgpu`); if it refuses, `dmesg` says why (a kernel upgrade "
+        "without the DKMS module, Secure Boot signing, nouveau holding the GPU)."),
+    "driver.device_bound": (
+        "each GPU function's driver link in sysfs (/sys/bus/pci/devices/*/driver)",
+        "Bind the GPU to its vendor driver: blacklist nouveau, unbind vfio-pci where the GPU is not meant for a VM, "
+        "and read `lspci -k` and `dmesg` for why the driver did not claim it."),
+    "driver.library": (
+        "whether NVML (libnvidia-ml, through nvidia-ml-py) or amdsmi (libamd_smi.so) loads and initialises",
+        "Install the management library of the running driver (NVIDIA: the driver's libnvidia-ml; AMD: ROCm's "
+        "amd-smi-lib and its Python wrapper) and check device permissions; without amdsmi, AMD falls back to sysfs."),
+    "driver.version_consistent": (
+        "the kernel module's version (/sys/module/*/version, /proc/driver/nvidia/version) and the library's",
+        "The driver was upgraded without a reboot (or two installs are mixed): reboot, or reload the kernel module."),
+    "driver.version": (
+        "the driver version the library or module reports",
+        "Install the driver version the profile names (the fleet's validated release)."),
+    "driver.recovery_action": (
+        "NVML's GPU recovery action (R550+ drivers; what Xid 154 announces)",
+        "Do what the driver asks before using the GPU again: reset the GPU, reboot the node, or drain P2P traffic."),
+    "driver.gpu_metrics_version": (
+        "the gpu_metrics table version the amdgpu driver writes and the one amdsmi decodes (AMD)",
+        "Install the amd-smi-lib release that matches the amdgpu driver, so that metrics are decoded, not guessed."),
+}
+_SETTINGS = {
+    "driver.version": ("expected_driver_version", "min_driver_version"),
+}
+FAMILY = Family(
+    "driver", order=10, checks=CHECKS + recovery.CHECKS + amd_platform.DRIVER_CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )

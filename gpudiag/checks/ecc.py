@@ -22,9 +22,10 @@ from gpudiag.checks.common import (
     unsupported_reasons,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations
-from gpudiag.model import CheckResult, DeviceSnapshot, Vendor
+from gpudiag.model import CheckResult, DeviceSnapshot, Status, Vendor
 
 MODE = "ecc.mode"
 UNCORRECTED = "ecc.uncorrected"
@@ -380,3 +381,75 @@ CHECKS = (
     device_check(BAD_PAGES, "bad pages below the device's threshold, none pending or unreservable (AMD)",
                  _bad_pages, vendor=Vendor.AMD),
 )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_ECC_VERDICTS = {
+    "ecc.mode": {F: ("reset", "GPUDIAG-ECC-MODE"), W: ("reset", "GPUDIAG-ECC-MODE-PENDING")},
+    "ecc.uncorrected": {F: ("reset", "GPUDIAG-ECC-UNCORRECTED"), W: ("watch", "GPUDIAG-ECC-UNCORRECTED-LIFETIME")},
+    "ecc.sram": {F: ("rma", "GPUDIAG-ECC-SRAM-UNCORRECTED")},
+    "ecc.deferred": {W: ("reset", "GPUDIAG-ECC-DEFERRED")},
+}
+_ECC_REFERENCE = {
+    "ecc.mode": (
+        "ECC mode, current and pending (NVML; amdsmi / sysfs RAS features)",
+        "Enable ECC (`nvidia-smi -e 1`, amdgpu.ras_enable) and reset the GPU so that a pending change takes effect."),
+    "ecc.uncorrected": (
+        "uncorrected ECC error counters, volatile (since driver load) and aggregate (lifetime)",
+        "Uncorrected errors since the driver loaded: drain and reset the GPU (a row remap or page retirement follows); "
+        "lifetime errors only: watch for new ones."),
+    "ecc.sram": (
+        "NVIDIA SRAM ECC counters and the driver's SRAM threshold-exceeded flag",
+        "The SRAM threshold is an RMA criterion: drain the GPU and open an RMA with the field-diagnostic log."),
+    "ecc.deferred": (
+        "AMD deferred (poisoned) error counts per RAS block",
+        "Poisoned data was consumed later: reset the GPU and watch the bad-page count."),
+}
+_ECC_SETTINGS = {
+    "ecc.mode": ("expected_ecc_enabled",),
+}
+_MEMORY_VERDICTS = {
+    "memory.row_remap_pending": {F: ("reset", "GPUDIAG-MEMORY-REMAP-PENDING")},
+    "memory.row_remap_failure": {F: ("rma", "GPUDIAG-MEMORY-REMAP-FAILURE"),
+                                 W: ("watch", "GPUDIAG-MEMORY-REMAP-EXHAUSTED")},
+    "memory.unrepairable": {F: ("rma", "GPUDIAG-MEMORY-UNREPAIRABLE")},
+    "memory.retired_pages": {F: ("rma", "GPUDIAG-MEMORY-RETIRED-PAGES-LIMIT"),
+                             W: ("watch", "GPUDIAG-MEMORY-RETIRED-PAGES")},
+    "memory.bad_pages": {F: ("rma", "GPUDIAG-MEMORY-BAD-PAGES-LIMIT"), W: ("watch", "GPUDIAG-MEMORY-BAD-PAGES")},
+}
+_MEMORY_REFERENCE = {
+    "memory.row_remap_pending": (
+        "NVML row-remapping info: a remap waiting for a reset (Ampere and later)",
+        "Drain the GPU and reset it (`nvidia-smi -r`) so that the remap takes effect."),
+    "memory.row_remap_failure": (
+        "NVML row-remapping failure flag and the banks' spare-row histogram",
+        "A failed remap is an RMA criterion: drain and RMA the GPU. No spare rows left: plan the replacement."),
+    "memory.unrepairable": (
+        "the driver's unrepairable-memory flag (NVIDIA)",
+        "The memory cannot be repaired in the field: drain and RMA the GPU."),
+    "memory.retired_pages": (
+        "NVML retired pages by cause and the pending flag (pre-Ampere)",
+        "Reset the GPU for a pending retirement; at the fail count the GPU meets NVIDIA's RMA criterion."),
+    "memory.bad_pages": (
+        "AMD bad pages by state and the device's bad_page_threshold",
+        "Near the threshold: plan the replacement; at it, the GPU is an RMA candidate (amdgpu stops reserving)."),
+}
+_MEMORY_SETTINGS = {
+    "memory.retired_pages": ("retired_pages_warn_count", "retired_pages_fail_count"),
+    "memory.bad_pages": ("bad_pages_warn_fraction", "max_bad_pages"),
+}
+ECC_FAMILY = Family(
+    "ecc", order=40, checks=tuple(c for c in CHECKS if c.family == "ecc"),
+    verdicts=_ECC_VERDICTS, reference=_ECC_REFERENCE,
+    settings=_ECC_SETTINGS,
+)
+MEMORY_FAMILY = Family(
+    "memory", order=45, checks=tuple(c for c in CHECKS if c.family == "memory"),
+    verdicts=_MEMORY_VERDICTS, reference=_MEMORY_REFERENCE,
+    settings=_MEMORY_SETTINGS,
+)
+FAMILIES = (ECC_FAMILY, MEMORY_FAMILY)

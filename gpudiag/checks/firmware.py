@@ -16,6 +16,7 @@ from gpudiag.checks.common import (
     unreachable,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, Status, Vendor
 
@@ -108,4 +109,27 @@ CHECKS = (
     Check("firmware.vbios_consistent", vbios_consistent, "GPUs of one model run the same VBIOS"),
     Check("firmware.versions_consistent", versions_consistent,
           "GPUs of one model run the same InfoROM / firmware component versions"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "firmware.vbios_consistent": {W: ("watch", "GPUDIAG-FIRMWARE-VBIOS-MISMATCH")},
+    "firmware.versions_consistent": {W: ("watch", "GPUDIAG-FIRMWARE-MISMATCH")},
+}
+_REFERENCE = {
+    "firmware.vbios_consistent": (
+        "each GPU's VBIOS version, grouped by model",
+        "Flash the GPUs of one model to the same VBIOS (the vendor's or OEM's firmware update)."),
+    "firmware.versions_consistent": (
+        "each GPU's InfoROM / firmware component versions, grouped by model",
+        "Bring the firmware components to one version with the OEM's firmware update."),
+}
+FAMILY = Family(
+    "firmware", order=80, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
 )

@@ -17,6 +17,7 @@ from gpudiag.checks.common import (
     verdict,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, Status, Vendor
 
@@ -144,7 +145,7 @@ def kernel_modules(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckRe
     if not required:
         return [skipped(KERNEL_MODULES, None, "no kernel modules required (required_kernel_modules)")]
     # The host probe records only the modules it is told to look for (probe/host.py MODULES_OF_INTEREST); the
-    # profile loader (gpudiag/profile.py) refuses to require any other, so absent here means not loaded.
+    # profile loader (gpudiag/expect/profile.py) refuses to require any other, so absent here means not loaded.
     loaded = snapshot.host.modules_loaded
     missing = [m for m in required if m not in loaded]
     observed = {"loaded": {m: loaded[m] for m in required if m in loaded}, "missing": missing}
@@ -170,4 +171,43 @@ CHECKS = (
     Check(IOMMU, iommu, "GPUs are not behind a translating IOMMU domain (P2P / GPUDirect)"),
     Check(LARGE_BAR, large_bar, "each GPU's BAR maps all of its memory (Above 4G decoding / Resizable BAR)"),
     Check(KERNEL_MODULES, kernel_modules, "the kernel modules the profile requires are loaded"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "host.persistence_mode": {F: ("drain", "GPUDIAG-HOST-PERSISTENCE-OFF"),
+                              W: ("watch", "GPUDIAG-HOST-PERSISTENCE-OFF")},
+    "host.iommu": {F: ("drain", "GPUDIAG-HOST-IOMMU-MODE"), W: ("watch", "GPUDIAG-HOST-IOMMU-TRANSLATED")},
+    "host.large_bar": {F: ("drain", "GPUDIAG-HOST-SMALL-BAR"), W: ("watch", "GPUDIAG-HOST-SMALL-BAR")},
+    "host.kernel_modules": {F: ("drain", "GPUDIAG-HOST-MODULE-MISSING")},
+}
+_REFERENCE = {
+    "host.persistence_mode": (
+        "NVIDIA persistence mode per GPU",
+        "Run nvidia-persistenced (`systemctl enable --now nvidia-persistenced`)."),
+    "host.iommu": (
+        "the IOMMU group type of each GPU (/sys/kernel/iommu_groups/*/type)",
+        "Boot with `iommu=pt` (or the profile's mode) so that P2P and GPUDirect are not translated."),
+    "host.large_bar": (
+        "each GPU's BAR sizes against its memory size (sysfs resource)",
+        "Enable Above 4G Decoding and Resizable BAR in the BIOS."),
+    "host.kernel_modules": (
+        "/proc/modules",
+        "Load the modules the profile requires (e.g. nvidia_peermem for GPUDirect RDMA) and make them persistent."),
+}
+_SETTINGS = {
+    "host.persistence_mode": ("persistence_mode_required",),
+    "host.iommu": ("expected_iommu_mode",),
+    "host.large_bar": ("large_bar_required",),
+    "host.kernel_modules": ("required_kernel_modules",),
+}
+FAMILY = Family(
+    "host", order=100, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )

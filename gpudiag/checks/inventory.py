@@ -5,6 +5,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
+from gpudiag.checks import amd_platform
 from gpudiag.checks.common import (
     VENDOR_NAMES,
     Check,
@@ -18,8 +19,9 @@ from gpudiag.checks.common import (
     unknown,
     unreachable,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
-from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, Vendor
+from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, Status, Vendor
 
 _LIST_COMMAND = {Vendor.NVIDIA: "nvidia-smi -L", Vendor.AMD: "amd-smi list"}
 GPUS_VISIBLE = "inventory.gpus_visible"
@@ -177,4 +179,49 @@ CHECKS = (
     Check(GPU_MODEL, gpu_model, "each GPU is the profile's model"),
     Check(PARTITION_MODE, partition_mode,
           "each GPU runs the profile's partition mode (AMD compute/memory, NVIDIA MIG)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "inventory.gpus_visible": {F: ("reboot", "GPUDIAG-INVENTORY-GPU-MISSING")},
+    "inventory.gpu_count": {F: ("drain", "GPUDIAG-INVENTORY-GPU-COUNT")},
+    "inventory.gpu_model": {F: ("drain", "GPUDIAG-INVENTORY-MODEL-MISMATCH")},
+    "inventory.partition_mode": {F: ("drain", "GPUDIAG-INVENTORY-PARTITION-MISMATCH")},
+    # A partition held by another driver comes back when the holder is gone and amdgpu reloads.
+    "inventory.partitions": {F: ("reboot", "GPUDIAG-INVENTORY-PARTITION-MISSING")},
+}
+_REFERENCE = {
+    "inventory.gpus_visible": (
+        "the GPUs on the PCI bus against those the vendor library enumerates and that answer it",
+        "A GPU that fell off the bus or stopped answering: confirm with nvidia-smi / amd-smi and the kernel log, reset "
+        "the GPU, power-cycle the node if that fails, reseat it; one that drops again is an RMA candidate."),
+    "inventory.gpu_count": (
+        "the number of GPUs on the PCI bus and enumerated",
+        "Fewer GPUs than the node should have: a GPU, riser, cable or baseboard is missing or dead; check `lspci`, "
+        "the BMC's inventory and the kernel log, then reseat or replace."),
+    "inventory.gpu_model": (
+        "each GPU's model name",
+        "The node carries other GPUs than its profile describes: check the profile and the node's build."),
+    "inventory.partition_mode": (
+        "AMD compute and memory partition modes, NVIDIA MIG mode",
+        "Set the profile's partition mode (`amd-smi set --compute-partition/--memory-partition`, `nvidia-smi -mig`) "
+        "and reset or reload as the vendor requires."),
+    "inventory.partitions": (
+        "the partitions (DRM nodes) a partitioned AMD GPU shows against what its compute mode implies",
+        "A partition held by another driver or process is missing: stop the holder and reload amdgpu, or reboot."),
+}
+_SETTINGS = {
+    "inventory.gpu_count": ("expected_gpu_count",),
+    "inventory.gpu_model": ("expected_gpu_model",),
+    "inventory.partition_mode": ("expected_compute_partition", "expected_memory_partition", "expected_mig_enabled"),
+}
+FAMILY = Family(
+    "inventory", order=20, checks=CHECKS + amd_platform.INVENTORY_CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpudiag.checks.common import Check, skipped
+from gpudiag.checks.family import Family
 from gpudiag.checks.kernel_log_common import (
     PCIE_SLOT_EVENT_KINDS,
     Finding,
@@ -83,4 +84,50 @@ CHECKS = (
           "no fatal NVSwitch SXid since boot (non-fatal SXids warn)"),
     Check("kernel_log.amdgpu_errors", amdgpu_errors,
           "no amdgpu reset failures or uncorrectable RAS errors since boot (ring timeouts, resets, faults warn)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    # Per-finding verdicts come from the Xid catalog / amdgpu event table (kernel_log.py); these are the fallback.
+    "kernel_log.xid": {F: ("drain", "GPUDIAG-XID"), W: ("watch", "GPUDIAG-XID"),
+                       U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
+    "kernel_log.sxid": {F: ("reboot", "GPUDIAG-SXID"), W: ("watch", "GPUDIAG-SXID"),
+                        U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
+    "kernel_log.amdgpu_errors": {F: ("drain", "GPUDIAG-AMDGPU-EVENT"), W: ("watch", "GPUDIAG-AMDGPU-EVENT"),
+                                 U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
+}
+_REFERENCE = {
+    "kernel_log.xid": (
+        "NVIDIA Xid lines in the kernel log (/dev/kmsg or --kernel-log; every saved format, docs/kernel-log-formats.md), "
+        "judged by the Xid catalog and what the line says (Xid 144-150 Fatal/Nonfatal, Xid 154's new action); the "
+        "driver's fallen-off-the-bus, NVLink training and RmInitAdapter records; earlier boots' faults",
+        "Follow the Xid's resolution bucket (the result names it): restart the application, reset the GPU, reboot, "
+        "or RMA; confirm with `dmesg -T | grep -i xid`."),
+    "kernel_log.sxid": (
+        "NVSwitch SXid lines in the kernel log (`nvidia-nvswitchN: SXid (PCI:…): NNNNN, Fatal|Non-fatal, …`), judged by "
+        "the line's own word and NVIDIA's Fabric Manager SXid tables",
+        "A fatal SXid: drain the node and reboot it (the NVSwitches and GPUs must be reset together); an always-fatal "
+        "one or one that recurs after reboots: hardware inspection of the baseboard. Non-fatal: watch."),
+    "kernel_log.amdgpu_errors": (
+        "amdgpu lines in the kernel log: ring timeouts, resets, RAS errors, page faults, slot loss",
+        "A failed reset or uncorrectable RAS error: drain, reset the GPU or reboot; ring timeouts and faults: "
+        "find the job that caused them, and watch."),
+}
+_SETTINGS = {
+    "kernel_log.xid": ("xid_fail_codes", "xid_warn_codes", "xid_ignore_codes", "kernel_log_window_seconds",
+                       "kernel_log_repeat_boots"),
+    "kernel_log.sxid": ("kernel_log_window_seconds", "kernel_log_repeat_boots"),
+    "kernel_log.amdgpu_errors": ("amdgpu_fail_kinds", "amdgpu_warn_kinds", "amdgpu_ignore_kinds",
+                                 "kernel_log_window_seconds"),
+}
+FAMILY = Family(
+    "kernel_log", order=90, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
+    probe_parts={"kernel_log": ("kernel_log.",)},
 )

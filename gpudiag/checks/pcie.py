@@ -1,16 +1,23 @@
 """pcie.*: the GPU's PCIe link: trained generation and width against what the GPU and its slot support, and the
-link's error counters (replays, AER).
+link's error counters (replays, AER) and, on AMD, its retraining counters.
 
 Two sources describe a link: the vendor library (PcieInfo: `max_*` is the system max, the lesser of GPU and slot;
 `device_max_*` the GPU's own) and sysfs (PciGpu: `max_link_*` is the GPU's capability, `upstream_max_link_*` the
 slot's). The library is preferred where both exist; sysfs alone still judges a GPU the library does not see.
 A link below its maximum is excused only on evidence of power saving, and a reading under load settles it
 (pcie_power).
+
+- pcie.link_recovery: gpu_metrics' L0 -> Recovery and NAK counters (amdsmi_get_pcie_info "pcie_metric"). The
+  thresholds are AMD node-scraper's (warn above 1, error above 3 L0 -> Recovery transitions,
+  nodescraper/plugins/inband/amdsmi/analyzer_args.py), with the error limit scaled by days since boot because the
+  count is cumulative (gpudiag/expect/__init__.py, pcie_recovery_*).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Optional
 
 from gpudiag.checks.common import (
@@ -21,19 +28,23 @@ from gpudiag.checks.common import (
     generation_width,
     not_available,
     passed,
+    for_each_device,
     for_each_gpu,
     skipped,
     unknown,
+    verdict,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
 from gpudiag.checks.pcie_power import LoadedLink, PowerState, confirm_under_load, power_state, under_load, vendor_of
-from gpudiag.model import CheckResult, NodeSnapshot, PcieInfo, Vendor
+from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PcieInfo, Status, Vendor
 
 LINK_GENERATION = "pcie.link_generation"
 LINK_WIDTH = "pcie.link_width"
 REPLAY_ERRORS = "pcie.replay_errors"
 AER = "pcie.aer"
+LINK_RECOVERY = "pcie.link_recovery"
 
 _PCIE_TOPICS = ("pcie", "current_link", "max_link", "metrics")
 
@@ -293,9 +304,118 @@ def aer(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
     return for_each_gpu(snapshot, AER, lambda g: _judge_aer(g, expect), sysfs_only=True)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# pcie.link_recovery
+
+
+def _days_up(snapshot: NodeSnapshot) -> float:
+    """Days since boot (at least 1): the span the cumulative counters cover."""
+    boot = snapshot.host.boot_time
+    if boot is None:
+        return 1.0
+    try:
+        now = datetime.fromisoformat(snapshot.collected_at).timestamp() if snapshot.collected_at else time.time()
+    except ValueError:
+        now = time.time()
+    return max(1.0, (now - boot) / 86400)
+
+
+def link_recovery(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+    days = _days_up(snapshot)
+    fail_limit = int(expect.pcie_recovery_fail_count_per_day * days)
+
+    def judge(device: DeviceSnapshot) -> CheckResult:
+        counters = device.pcie.error_counters
+        recoveries = counters.get("l0_to_recovery")
+        naks = [counters[k] for k in ("nak_sent", "nak_received") if k in counters]
+        if recoveries is None and not naks:
+            return not_available(LINK_RECOVERY, device, "PCIe recovery and NAK counters", ("pcie", "metrics"))
+        observed = {"l0_to_recovery": recoveries, "nak_sent": counters.get("nak_sent"),
+                    "nak_received": counters.get("nak_received"), "days_since_boot": round(days, 1)}
+        expected = (f"L0->Recovery <= {expect.pcie_recovery_warn_count} (fail above {fail_limit}), NAKs <= "
+                    f"{expect.pcie_replay_warn_count}")
+        findings, status = [], Status.PASS
+        if recoveries is not None and recoveries > fail_limit:
+            findings.append(f"{recoveries} L0->Recovery transitions (more than {fail_limit})")
+            status = Status.FAIL
+        elif recoveries is not None and recoveries > expect.pcie_recovery_warn_count:
+            findings.append(f"{recoveries} L0->Recovery transitions")
+            status = Status.WARN
+        # A NAK is the receiving end's half of a replay (PCIe data link layer): judged like the replay count.
+        if sum(naks) > expect.pcie_replay_warn_count:
+            findings.append(f"{sum(naks)} PCIe NAKs")
+            status = max(status, Status.WARN, key=_RANK.get)
+        if not findings:
+            return passed(LINK_RECOVERY, device, f"{device.label}: PCIe link stable ({recoveries} recoveries, "
+                                                 f"{sum(naks)} NAKs since the driver loaded)",
+                          observed=observed, expected=expected)
+        return verdict(LINK_RECOVERY, status, device, f"{device.label}: PCIe link retraining: {'; '.join(findings)} "
+                                                      f"since the driver loaded",
+                       observed=observed, expected=expected,
+                       remediation=(f"A link that keeps dropping into Recovery has a signal-integrity fault (riser, "
+                                    f"cable, retimer, slot). Re-read in 10 minutes (`amd-smi metric --pcie -g "
+                                    f"{device.index}`): a count that grows is a live fault; check `pcie.aer` and the "
+                                    f"upstream port's AER counters, reseat the GPU/riser, and move the GPU to another "
+                                    f"slot to see whether the fault follows it."))
+
+    return for_each_device(snapshot, LINK_RECOVERY, judge, vendor=Vendor.AMD)
+
+
+_RANK = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2}
+
+
 CHECKS = (
     Check(LINK_GENERATION, link_generation, "PCIe link generation matches what the GPU and slot support"),
     Check(LINK_WIDTH, link_width, "PCIe link width matches what the GPU and slot support"),
     Check(REPLAY_ERRORS, replay_errors, "PCIe replay counter below threshold"),
     Check(AER, aer, "no uncorrectable AER errors, correctable below threshold"),
+    Check(LINK_RECOVERY, link_recovery, "PCIe L0->Recovery and NAK counters below threshold (AMD)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "pcie.link_generation": {F: ("drain", "GPUDIAG-PCIE-DOWNTRAINED"), W: ("watch", "GPUDIAG-PCIE-DOWNTRAINED")},
+    "pcie.link_width": {F: ("drain", "GPUDIAG-PCIE-WIDTH-DEGRADED")},
+    "pcie.replay_errors": {W: ("watch", "GPUDIAG-PCIE-REPLAYS")},
+    "pcie.aer": {F: ("drain", "GPUDIAG-PCIE-AER-UNCORRECTABLE"), W: ("watch", "GPUDIAG-PCIE-AER-CORRECTABLE")},
+    "pcie.link_recovery": {F: ("drain", "GPUDIAG-PCIE-LINK-RECOVERY"), W: ("watch", "GPUDIAG-PCIE-LINK-RECOVERY")},
+}
+_REFERENCE = {
+    "pcie.link_generation": (
+        "current and maximum link speed of the GPU and its slot (library, sysfs current/max_link_speed), the "
+        "P-state and pp_dpm_pcie, and at --level 2 the link under load",
+        "Reseat the GPU and its riser or cable, set the slot's BIOS link speed to Auto/the GPU's generation, check "
+        "riser and retimer ratings and firmware; confirm under load (`gpudiag check --level 2`)."),
+    "pcie.link_width": (
+        "current and maximum link width of the GPU and its slot",
+        "A link with fewer lanes than it trained for: reseat the GPU and riser or cable, check the slot's "
+        "bifurcation setting in the BIOS; swap slots to tell a bad slot from a bad GPU."),
+    "pcie.replay_errors": (
+        "the PCIe replay counter (NVML) since the driver loaded",
+        "A marginal link (riser, retimer, connector): watch the rate, reseat or replace the riser or cable."),
+    "pcie.aer": (
+        "the AER counters of the GPU's function in sysfs (aer_dev_fatal, aer_dev_nonfatal, aer_dev_correctable)",
+        "Uncorrectable errors: drain, reseat the GPU and riser, update BIOS and retimer firmware; a stream of "
+        "correctable errors marks a marginal link to watch."),
+    "pcie.link_recovery": (
+        "AMD gpu_metrics PCIe L0-to-Recovery and NAK counters since the driver loaded",
+        "A link that keeps dropping into Recovery has a signal-integrity fault: reseat or replace the riser, "
+        "retimer or cable, update the retimer firmware."),
+}
+_SETTINGS = {
+    "pcie.link_generation": ("expected_pcie_generation",),
+    "pcie.link_width": ("expected_pcie_width",),
+    "pcie.replay_errors": ("pcie_replay_warn_count",),
+    "pcie.aer": ("aer_correctable_warn_count",),
+    "pcie.link_recovery": ("pcie_recovery_warn_count", "pcie_recovery_fail_count_per_day", "pcie_replay_warn_count"),
+}
+FAMILY = Family(
+    "pcie", order=30, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )

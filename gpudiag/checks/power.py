@@ -16,8 +16,9 @@ from gpudiag.checks.common import (
     query_command,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
-from gpudiag.model import CheckResult, DeviceSnapshot, Vendor
+from gpudiag.model import CheckResult, DeviceSnapshot, Status, Vendor
 
 BRAKE = "power.brake"
 LIMIT = "power.limit"
@@ -124,4 +125,36 @@ CHECKS = (
     device_check(BRAKE, "no hardware power brake asserted", _brake),
     device_check(LIMIT, "the enforced power limit is the profile's, or not below the default", _limit),
     device_check(DRAW, "power draw is held at or below the limit", _draw),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "power.brake": {F: ("drain", "GPUDIAG-POWER-BRAKE")},
+    "power.limit": {F: ("drain", "GPUDIAG-POWER-LIMIT-UNEXPECTED"), W: ("watch", "GPUDIAG-POWER-LIMIT-CAPPED")},
+    "power.draw": {W: ("watch", "GPUDIAG-POWER-OVER-LIMIT")},
+}
+_REFERENCE = {
+    "power.brake": (
+        "the hardware power-brake throttle reason (an external signal from the chassis or PSU)",
+        "The chassis asserts the power brake: check the PSUs, the power budget and the BMC's event log."),
+    "power.limit": (
+        "the enforced and default power limits",
+        "Restore the limit (`nvidia-smi -pl`, `amd-smi set --power-cap`) or find who capped it (a BMC or DCGM policy)."),
+    "power.draw": (
+        "power draw against the enforced limit",
+        "The controller is not holding the limit, or the sensor is wrong: compare with the BMC's reading."),
+}
+_SETTINGS = {
+    "power.limit": ("expected_power_limit_watts", "power_limit_tolerance_watts", "power_limit_warn_ratio"),
+    "power.draw": ("power_over_limit_warn_ratio",),
+}
+FAMILY = Family(
+    "power", order=60, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )

@@ -19,6 +19,7 @@ from gpudiag.checks.common import (
     skipped,
     verdict,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
 from gpudiag.model import STATUS_SEVERITY, CheckResult, DeviceSnapshot, Status, TemperatureSensor
 
@@ -121,4 +122,31 @@ def _throttle(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
 CHECKS = (
     device_check(TEMPERATURE, "every temperature sensor is clear of its slowdown/shutdown limits", _temperature),
     device_check(THROTTLE, "no thermal throttling (hardware slowdown fails, software slowdown warns)", _throttle),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "thermal.temperature": {F: ("drain", "GPUDIAG-THERMAL-LIMIT"), W: ("watch", "GPUDIAG-THERMAL-MARGIN")},
+    "thermal.throttle": {F: ("drain", "GPUDIAG-THERMAL-HW-SLOWDOWN"), W: ("watch", "GPUDIAG-THERMAL-SW-SLOWDOWN")},
+}
+_REFERENCE = {
+    "thermal.temperature": (
+        "each temperature sensor and its slowdown / shutdown / maximum-operating thresholds",
+        "Check the node's airflow: fans, blanking panels, inlet temperature, a blocked heatsink or cold plate."),
+    "thermal.throttle": (
+        "the active clock-throttle reasons (hardware and software thermal slowdown)",
+        "Hardware slowdown: drain and fix cooling (or a failing sensor); software slowdown: watch the temperature."),
+}
+_SETTINGS = {
+    "thermal.temperature": ("thermal_warn_margin_celsius",),
+}
+FAMILY = Family(
+    "thermal", order=50, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )

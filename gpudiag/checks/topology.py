@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gpudiag.checks import fabric
 from gpudiag.checks.common import (
     Check,
     errors_about,
@@ -18,9 +19,10 @@ from gpudiag.checks.common import (
     unsupported_reasons,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations
-from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, PeerLink, Vendor
+from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PciGpu, PeerLink, Status, Vendor
 
 LINKS_UP = "topology.links_up"
 LINK_ERRORS = "topology.link_errors"
@@ -239,4 +241,48 @@ CHECKS = (
     Check(LINK_ERRORS, link_errors, "NVLink/XGMI error counters below threshold"),
     Check(P2P, p2p, "P2P works between GPUs joined by NVLink/XGMI"),
     Check(NUMA, numa, "each GPU has a NUMA node on multi-socket hosts"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "topology.links_up": {F: ("reset", "GPUDIAG-FABRIC-LINK-DOWN")},
+    "topology.link_errors": {W: ("watch", "GPUDIAG-FABRIC-LINK-ERRORS")},
+    "topology.p2p": {F: ("drain", "GPUDIAG-FABRIC-P2P")},
+    "topology.numa": {W: ("watch", "GPUDIAG-TOPOLOGY-NO-NUMA")},
+    # topology.fabric and driver.recovery_action set their verdicts per finding (checks/fabric.py, recovery.py).
+    "topology.fabric": {F: ("drain", "GPUDIAG-FABRIC-NOT-READY"), W: ("watch", "GPUDIAG-FABRIC-SETTING-UP")},
+}
+_REFERENCE = {
+    "topology.links_up": (
+        "NVLink / XGMI link states per GPU, against its peers or the profile",
+        "Links down: drain and reset the GPU; if they stay down, reseat the GPU or baseboard and check the NVSwitch "
+        "or XGMI bridges; persistent failures are hardware."),
+    "topology.link_errors": (
+        "NVLink / XGMI error counters (CRC, replay, recovery)",
+        "A link with rising errors is marginal: watch it, and reseat or replace the part if errors keep growing."),
+    "topology.p2p": (
+        "the P2P status the library reports between GPUs joined by NVLink / XGMI",
+        "P2P off between linked GPUs: check the IOMMU (host.iommu), ACS settings in the BIOS and the links."),
+    "topology.numa": (
+        "each GPU's NUMA node (sysfs numa_node) on multi-socket hosts",
+        "A GPU without a NUMA node on a multi-socket host: enable NUMA / SRAT in the BIOS."),
+    "topology.fabric": (
+        "NVML GPU fabric info: the fabric manager's set-up state and health (NVIDIA HGX)",
+        "Start or restart nvidia-fabricmanager (its version must match the driver) and check the NVSwitches."),
+}
+_SETTINGS = {
+    "topology.links_up": ("expected_links_per_gpu",),
+    "topology.link_errors": ("link_error_warn_count",),
+    "topology.fabric": ("fabric_setup_grace_seconds",),
+}
+FAMILY = Family(
+    "topology", order=70, checks=CHECKS + fabric.CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
+    probe_parts={"peers": ("topology.p2p",), "link_errors": ("topology.link_errors",)},
 )

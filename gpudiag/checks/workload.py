@@ -14,8 +14,9 @@ from gpudiag.checks.common import (
     skipped,
     warned,
 )
+from gpudiag.checks.family import Family
 from gpudiag.expect import GIB, Expectations
-from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, Vendor
+from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, Status, Vendor
 
 PROCESSES = "workload.processes"
 CPU_STARVED = "workload.cpu_starved"
@@ -113,4 +114,36 @@ CHECKS = (
     device_check(PROCESSES, "who is on each GPU (always passes; lists the processes)", _processes, partitions=True),
     Check(CPU_STARVED, cpu_starved, "a near-idle GPU whose local host CPUs are saturated (input pipeline starved)"),
     device_check(LEAKED_MEMORY, "GPU memory held with no process on the GPU", _leaked_memory, partitions=True),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The family's declaration (gpudiag/checks/family.py): verdict rows, reference text, settings.
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+
+_VERDICTS = {
+    "workload.processes": {},  # informational: always passes
+    "workload.cpu_starved": {W: ("watch", "GPUDIAG-WORKLOAD-CPU-STARVED")},
+    "workload.leaked_memory": {W: ("watch", "GPUDIAG-WORKLOAD-LEAKED-MEMORY")},
+}
+_REFERENCE = {
+    "workload.processes": (
+        "the processes on each GPU (library) with their user and CPU use (/proc)",
+        "Nothing: it lists who is on the GPU."),
+    "workload.cpu_starved": (
+        "GPU utilisation and the busy share of the host CPUs local to it",
+        "The input pipeline cannot keep the GPU busy: look at data loading, CPU pinning and the job's NUMA binding."),
+    "workload.leaked_memory": (
+        "GPU memory in use against the processes on the GPU",
+        "Memory held with no process: a zombie or a container outside this PID namespace; find it or reset the GPU."),
+}
+_SETTINGS = {
+    "workload.cpu_starved": ("gpu_idle_percent", "host_cpu_busy_percent"),
+    "workload.leaked_memory": ("leaked_memory_warn_bytes",),
+}
+FAMILY = Family(
+    "workload", order=110, checks=CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE,
+    settings=_SETTINGS,
 )

@@ -310,7 +310,8 @@ class ExporterHTTPServer(HTTPServer):
         except BaseException as exc:  # noqa: BLE001 - "can't start new thread" must not leak the slot (item 8)
             self.connections.release(conn)
             self.shutdown_request(request)
-            log.warning("connection from %s refused: cannot start its thread: %s", client_address, exc)
+            log.warning("connection from %s refused: cannot start its thread: %s", client_address, exc,
+                        extra={"bound": ("http thread",)})
 
     def _serve_one(self, request, client_address, conn: Connection) -> None:
         try:

@@ -44,6 +44,8 @@ def add_snapshot(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         fs.add(m.KERNEL_LOG_READABLE, (), int(log.readable))
     if snapshot.active is not None:
         add_active(fs, snapshot)
+    for family in m.family_modules():  # the metrics a check family adds (exporter/metrics_<family>.py)
+        family.add(fs, snapshot)
 
 
 _GB = 1e9

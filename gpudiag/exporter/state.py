@@ -20,7 +20,7 @@ from gpudiag.exporter import catalog as m
 from gpudiag.exporter.events import BASELINE, LOG, NVML, SXID, XID, EventTally, KernelLogFollower, series_bus_id
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
-from gpudiag.exporter.poller import COMPLETE, OUTCOMES, Collection, Cycle
+from gpudiag.daemon.poller import COMPLETE, OUTCOMES, Collection, Cycle
 from gpudiag.model import NodeSnapshot, Vendor
 from gpudiag.probe.nvml_events import OnXid, WatcherStatus, XidWatcher
 

@@ -286,11 +286,17 @@ class TLSServer:
                     try:
                         self._context = build_context(self.settings)
                         self.reloads += 1
-                        log.info("TLS certificate files changed: reloaded")
+                        log.info("TLS certificate reloaded", extra=self._told())
                     except WebConfigError as exc:
-                        log.warning("TLS certificate files changed but do not load (%s); keeping the previous ones",
-                                    exc)
+                        log.warning("TLS certificate files changed but do not load; the previous ones are kept",
+                                    extra=self._told(error=str(exc)))
         return self._context
+
+    def _told(self, **more: str) -> dict:
+        """The log line's fields (gpudiag/exporter/log_format.py), under one rate bound for all reloads."""
+        files = {"cert_file": self.settings.cert_file, "key_file": self.settings.key_file,
+                 "client_ca_file": self.settings.client_ca_file}
+        return {"bound": ("tls",), "fields": {**{k: str(v) for k, v in files.items() if v}, **more}}
 
     def wrap_socket(self, sock, server_side: bool = True) -> ssl.SSLSocket:
         wrapped = self.context().wrap_socket(sock, server_side=server_side)

@@ -7,6 +7,13 @@ Order of work, each part bounded by what is left of `timeout_seconds`:
    with a bounded turn: one hung GPU leaves that GPU unreachable and named, the others are reported in full;
 4. GPU pairs (topology, P2P), then the processes on the GPUs described through psutil.
 
+A check family adds a probe part of its own as a module gpudiag/probe/<name>_part.py, found by its name (no step to
+wire here): `collect(snapshot, options, until)` reads the part on its own thread beside the vendor probes (step 2),
+from the host and PCI facts already in `snapshot`, and returns its value; `store(snapshot, value, error)` then puts
+the value in the snapshot, or, when the part failed or missed the deadline, says so there (value None, a
+ProbeError). Such a part is optional (one of PROBE_PARTS), collected when a selected check's family names it
+(gpudiag/checks/family.py `probe_parts`). How to add one: docs/adding-a-check-family.md.
+
 `Collector` keeps the vendor libraries open between collections (the exporter); `collect()` is the one-shot form
 (`gpudiag check`).
 """
@@ -14,8 +21,10 @@ Order of work, each part bounded by what is left of `timeout_seconds`:
 from __future__ import annotations
 
 import datetime
+import importlib
 import importlib.util
 import logging
+import pkgutil
 import socket
 import time
 from dataclasses import dataclass
@@ -48,8 +57,17 @@ REOPEN_BACKOFF_MAX_SECONDS = 300.0
 # the collector stops waiting for it.
 KERNEL_LOG_MARGIN_SECONDS = 0.25
 
+
+
+def _family_parts(path: list[str], package: str) -> dict[str, str]:
+    """The probe parts families add: <name>_part.py modules of the package, by name -> module (module docstring)."""
+    return {info.name.removesuffix("_part"): f"{package}.{info.name}"
+            for info in pkgutil.iter_modules(path) if info.name.endswith("_part")}
+
+
+FAMILY_PARTS: dict[str, str] = _family_parts(__path__, __name__)
 # Optional parts of a collection, each costly enough to skip when nothing will judge it (`check --only pcie`).
-PROBE_PARTS = frozenset({"kernel_log", "peers", "link_errors"})
+PROBE_PARTS = frozenset({"kernel_log", "peers", "link_errors"}) | frozenset(FAMILY_PARTS)
 
 
 @dataclass
@@ -139,11 +157,13 @@ class Collector:
 
         self._collect_host(snapshot, until)
         kernel_log_job = self._start_kernel_log(until, snapshot.host.boot_id, snapshot.host.boot_time)
+        part_jobs = self._start_family_parts(snapshot, until)
         self._open_backends(snapshot, until)
         self._collect_devices(snapshot, until)
         amdgpu_ras_threshold.refine_defaults(snapshot)
         self._collect_peers(snapshot, until)
         self._finish_kernel_log(snapshot, kernel_log_job, until)
+        self._finish_family_parts(snapshot, part_jobs, until)
 
         snapshot.host.cpu_percent, snapshot.host.per_cpu_percent = cpu.finish()
         _local_cpus_from_sysfs(snapshot)
@@ -255,6 +275,24 @@ class Collector:
         else:
             snapshot.kernel_log.error = outcome_error("kernel_log", outcome)
 
+    def _start_family_parts(self, snapshot: NodeSnapshot, until: float) -> dict:
+        """Start every selected part a family added (FAMILY_PARTS), each on its own thread, bounded by `until`."""
+        jobs = {}
+        for name, module_name in FAMILY_PARTS.items():
+            if name in self.options.parts:
+                part = importlib.import_module(module_name)
+                jobs[name] = (part, deadline.start(lambda t, p=part: p.collect(snapshot, self.options, until), name))
+        return jobs
+
+    def _finish_family_parts(self, snapshot: NodeSnapshot, jobs: dict, until: float) -> None:
+        for name, (part, wait) in jobs.items():
+            outcome = wait(until)
+            self._record_run(snapshot, name, outcome)
+            if outcome.done and outcome.error is None:
+                part.store(snapshot, outcome.value, None)
+            else:  # fail closed: the part's checks see that it was not read, never an empty reading
+                part.store(snapshot, None, outcome_error(name, outcome))
+
     def _open_backends(self, snapshot: NodeSnapshot, until: float) -> None:
         """Open each relevant vendor's backend chain (or reuse the open one), recording what every link said."""
         vendors_on_bus = {gpu.vendor for gpu in snapshot.pci_gpus}
@@ -325,7 +363,8 @@ class Collector:
             elif outcome.done and isinstance(outcome.error, DeviceLost):
                 devices.append(lost_device(vendor, backend.name, index, outcome))
             elif outcome.done:
-                log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error)
+                log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error,
+                            extra={"bound": ("probe failed", backend.name, index)})  # each collection: bounded
                 devices.append(unreachable_device(vendor, backend.name, index, outcome))
             elif outcome.started:
                 self._slots[vendor].hung[index] = outcome

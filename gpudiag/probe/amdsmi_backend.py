@@ -232,9 +232,10 @@ class AmdsmiBackend:
                 try:
                     peers.append(probe_pair(call, first, second, self._handle(first), self._handle(second)))
                 except DeviceLost as exc:
-                    log.warning("amdsmi peers %s-%s: %s", first.index, second.index, exc)
+                    log.warning("amdsmi peers %s-%s: %s", first.index, second.index, exc,
+                                extra={"bound": ("amdsmi peers", first.index, second.index)})
         for error in errors:
-            log.warning("amdsmi peers: %s: %s", error.source, error.message)
+            log.warning("amdsmi peers: %s: %s", error.source, error.message, extra={"bound": ("amdsmi peers",)})
         return peers
 
     def _handle(self, device: DeviceSnapshot) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Protocol
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, PeerLink, Vendor
 from gpudiag.probe.deadline import CallTracker
@@ -36,10 +36,3 @@ class Backend(Protocol):
     def close(self) -> None:
         """Shut the library down, unless a call is still hung in it."""
 
-
-def pair_key(a: int, b: int) -> tuple[int, int]:
-    return (a, b) if a < b else (b, a)
-
-
-def find_device(devices: list[DeviceSnapshot], pci_bus_id: Optional[str]) -> Optional[DeviceSnapshot]:
-    return next((d for d in devices if d.pci_bus_id == pci_bus_id), None)

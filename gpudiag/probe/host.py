@@ -21,6 +21,7 @@ from typing import Callable, Optional, TypeVar
 import psutil
 
 from gpudiag.model import ErrorKind, GpuProcess, HostInfo, ProbeError
+from gpudiag.model.vocabulary import MODULES_OF_INTEREST
 from gpudiag.probe.files import FileReader
 from gpudiag.probe.pci import probe_pci_gpus  # noqa: F401 - the collector reaches both host probes here
 
@@ -28,7 +29,6 @@ T = TypeVar("T")
 
 # Kernel modules whose presence and version matter to a GPU node. amdkfd is not listed: it has been built into
 # amdgpu since Linux 4.20, so its absence says nothing.
-MODULES_OF_INTEREST = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "amdgpu")
 IOMMU_CMDLINE_KEYS = ("intel_iommu", "amd_iommu", "iommu")
 
 # /proc/driver/nvidia/version, first line (docs/vendor-api.md §1):

@@ -143,7 +143,8 @@ _RAS_COUNT_KINDS = {"uncorrectable": "ras_uncorrectable", "deferred": "ras_defer
 # uvd, vce) do not run compute or graphics work, so a failed test there is not a dead GPU.
 _MULTIMEDIA_RING = re.compile(r"(?:vcn|jpeg|uvd|vce)", re.ASCII)
 
-# Every `KernelEvent.kind` this module produces, for the checks that judge them.
+# Every `KernelEvent.kind` this module produces, for the checks that judge them; gpudiag/model/vocabulary.py holds the
+# same tuple for those that must not import the probe (tests/test_layering.py keeps the two equal).
 AMDGPU_EVENT_KINDS = tuple(dict.fromkeys(
     [k for k, _, _ in _PATTERNS if k not in ("ras_counts", "aca")]
     + list(_RAS_COUNT_KINDS.values()) + list(ACA_KINDS) + ["ring_test_failed_multimedia"]))

@@ -1,5 +1,5 @@
 """NVML initialising on a thread of its own while `gpudiag check` imports the model and the checks
-(gpudiag/direct.py)."""
+(gpudiag/cli/direct.py)."""
 
 from __future__ import annotations
 

@@ -199,7 +199,7 @@ class XidWatcher:
                 try:
                     self._on_xid(bus_id, int(data.eventData))
                 except Exception:  # noqa: BLE001 - a bug in the consumer must not kill the watcher
-                    log.exception("counting Xid %s failed", data.eventData)
+                    log.exception("counting Xid %s failed", data.eventData, extra={"bound": ("xid count",)})
         return False
 
     def _beat(self, session: _Session) -> None:

@@ -6,7 +6,7 @@ import json
 from typing import Optional
 
 from gpudiag.model import REPORT_SCHEMA_VERSION, CheckResult, NodeSnapshot, to_dict
-from gpudiag.report import summarize
+from gpudiag.report.summary import summarize
 from gpudiag.report.causes import caused_by
 
 

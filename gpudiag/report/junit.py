@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from gpudiag.model import CheckResult, NodeSnapshot, Status
-from gpudiag.report import family_of
+from gpudiag.report.summary import family_of
 
 
 def _case_name(result: CheckResult) -> str:

@@ -15,7 +15,8 @@ from collections import Counter, defaultdict
 from typing import Any, Optional
 
 from gpudiag.model import STATUS_SEVERITY, CheckResult, NodeSnapshot, Status
-from gpudiag.report import causes, family_of, grouping, summarize
+from gpudiag.report import causes, grouping
+from gpudiag.report.summary import family_of, summarize
 
 WIDTH = 100
 _INDENT = " " * 6

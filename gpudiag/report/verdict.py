@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from gpudiag.exitcodes import ExitCode
 from gpudiag.model import CheckResult, NodeSnapshot
 
 NOTHING_PROBED = "nothing could be probed: no usable GPU library and no GPU on the PCI bus"
@@ -20,15 +21,15 @@ def ending(snapshot: NodeSnapshot, results: list) -> tuple[int, Optional[str]]:
     NOTHING_PROBED) when nothing could be probed and no check could fail for it. A profile or baseline that expects
     GPUs makes a node without any a FAIL (exit 1, with the warning): zero GPUs where eight should be is a verdict,
     not a probe problem."""
-    from gpudiag.report import summarize
+    from gpudiag.report.summary import summarize
 
     failed = summarize(results).failed
     if not nothing_probed(snapshot):
-        return (1 if failed else 0), None
+        return (ExitCode.FAILED if failed else ExitCode.OK), None
     if failed:
-        return 1, ("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against the "
+        return ExitCode.FAILED, ("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against the "
                    "expected node, that fails")
-    return 3, None
+    return ExitCode.NOTHING_PROBED, None
 
 
 def tell_ending(snapshot: NodeSnapshot, results: list) -> int:
@@ -39,7 +40,7 @@ def tell_ending(snapshot: NodeSnapshot, results: list) -> int:
     code, warning = ending(snapshot, results)
     if warning:
         logging.getLogger("gpudiag").warning(warning)
-    if code == 3:
+    if code == ExitCode.NOTHING_PROBED:
         print(f"gpudiag: error: {NOTHING_PROBED}", file=sys.stderr)
     return code
 
@@ -68,7 +69,7 @@ def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], onl
 
 def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
                   open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool) -> int:
-    """`gpudiag check`'s ending, for the typer CLI and gpudiag/direct.py alike: the report on stdout, then
+    """`gpudiag check`'s ending, for the typer CLI and gpudiag/cli/direct.py alike: the report on stdout, then
     `tell_ending`."""
     import sys
 

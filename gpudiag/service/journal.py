@@ -171,11 +171,14 @@ class Journal:
         try:
             write_atomically(self.directory / CURRENT, text, JOURNAL_MODE, exact=True)
         except OSError as exc:
+            if self._write_problem is None:  # told once when writing starts failing, once when it works again
+                log.error("journal write failing", extra={"bound": ("journal",), "fields": {
+                    "path": str(self.directory / CURRENT), "error": exc.strerror or str(exc)}})
             self._write_problem = f"writing {self.directory / CURRENT} failed: {exc.strerror or exc}"
-            log.warning("journal: %s", self._write_problem)
         else:
             if self._write_problem is not None:
-                log.warning("journal: written again to %s", self.directory / CURRENT)
+                log.info("journal written again", extra={"bound": ("journal",), "fields": {
+                    "path": str(self.directory / CURRENT)}})
             self._write_problem = None
 
     # -- reading ----------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Optional
 
 from gpudiag.checks.kernel_log import event_severity
 from gpudiag.expect import Expectations
-from gpudiag.exporter.poller import Collection
+from gpudiag.daemon.poller import Collection
 from gpudiag.model import KernelEvent, NodeSnapshot, Status
 from gpudiag.service.journal import Journal, by_time, iso, parse_time
 

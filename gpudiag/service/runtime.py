@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import Optional
 
 from gpudiag import __version__
-from gpudiag.exporter.poller import Collection
+from gpudiag.daemon.poller import Collection
 from gpudiag.model import to_dict
-from gpudiag.service.fresh import FreshCollections
+from gpudiag.daemon.fresh import FreshCollections
 from gpudiag.service.journal import Journal, select
 from gpudiag.service.keeper import JournalKeeper
-from gpudiag.service.protocol import ProtocolError
-from gpudiag.service.server import Peer, SocketServer, instance_lock
+from gpudiag.service.protocol import MAX_AGE_SECONDS, ProtocolError
+from gpudiag.service.socket_server import Peer, SocketServer, instance_lock
 
 log = logging.getLogger(__name__)
 
-MAX_AGE_SECONDS = 1.0  # a client gets a collection at most this old (one collection a second, however many ask)
 MAX_HISTORY_ENTRIES = 5000
 MIN_MAX_AGE_UNPRIVILEGED = 1.0  # the freshest a peer other than root or the service's user may ask for
 
@@ -51,7 +50,7 @@ class Service:
         self.started = time.monotonic()
         self._cache_lock = threading.Lock()
         self._cached: Optional[tuple[Collection, str]] = None  # (the collection, its snapshot as JSON)
-        from gpudiag.service.judge import Answers
+        from gpudiag.service.check_answers import Answers
 
         self._answers = Answers()  # the `check` answers made from the latest collection
         self.server = SocketServer(socket_path, self.handle, max_clients=max_clients, read_timeout=read_timeout)
@@ -97,7 +96,7 @@ class Service:
                 + self._snapshot_json(collection) + "}\n").encode("utf-8")
 
     def _check(self, request: dict) -> bytes:
-        from gpudiag.service.judge import answer_check, parse_check
+        from gpudiag.service.check_answers import answer_check, parse_check
 
         fields = parse_check(request)
         wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)

@@ -36,6 +36,10 @@ def candidate_tests(targets: list[str], root: Path) -> list[str]:
     for name in list(graph):  # a package import runs its __init__, and a submodule import its parents
         parts = name.split(".")
         graph[name] |= {".".join(parts[:k]) for k in range(1, len(parts)) if ".".join(parts[:k]) in files}
+        if files[name].name == "__init__.py" and "pkgutil" in _imports(files[name]):
+            # a package that finds its modules by name (the check families, probe parts, metric modules:
+            # docs/adding-a-check-family.md) imports them without naming them
+            graph[name] |= {other for other in files if other.rpartition(".")[0] == name}
     reach = {module_name(root / t, root) for t in targets}
     changed = True
     while changed:  # the modules that reach a target: grown to a fixed point

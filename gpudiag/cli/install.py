@@ -25,14 +25,14 @@ from typing import Optional
 
 import typer
 
-try:  # as in cli.py: typer 0.2x ships its own copy of click
+try:  # as in gpudiag/cli/app.py: typer 0.2x ships its own copy of click
     from typer._click.exceptions import UsageError
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import UsageError
 
 # The package's copy of the top-level systemd/ and monitoring/ directories (symbolic links in the source tree, which
 # an editable install follows and a wheel build copies; pyproject.toml's package-data ships them).
-SHIPPED = Path(__file__).resolve().parent / "_shipped"
+SHIPPED = Path(__file__).resolve().parent.parent / "_shipped"
 UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer")
 SYSUSERS = "gpudiag.sysusers"
 PLACEHOLDER = "/usr/local/bin/gpudiag"  # what the shipped units name

@@ -1,5 +1,5 @@
 """The `check` request: the service judges and renders a level-1 `gpudiag check` on a client's behalf, so that the
-client (gpudiag/fastpath.py) imports neither typer nor the model nor the checks (docs/service.md "The fast path").
+client (gpudiag/cli/fastpath.py) imports neither typer nor the model nor the checks (docs/service.md "The fast path").
 
 What a client may send is only what needs nothing from its filesystem: the selection, the output format, --verbose,
 colour, and a *shipped* profile's name with `-p KEY=VALUE` overrides. A profile named by a path is refused: the
@@ -14,14 +14,14 @@ import json
 import threading
 from typing import Optional
 
-from gpudiag.service.protocol import ProtocolError
+from gpudiag.exitcodes import ExitCode
+from gpudiag.service.protocol import MAX_AGE_SECONDS, ProtocolError
 
 FORMATS = ("text", "json", "junit")
 MAX_IDS = 64  # --only/--skip entries
 MAX_PARAMS = 32
 MAX_TEXT = 256  # one check ID, profile name or KEY=VALUE
 MAX_RENDERED_BYTES = 16 << 20  # the answer's cap: a report for a large node is a few hundred kB
-EXIT_USAGE = 2  # the others: report/verdict.ending
 
 
 def _strings(request: dict, key: str, limit: int) -> list[str]:
@@ -41,7 +41,7 @@ def _flag(request: dict, key: str) -> bool:
 
 def parse_check(request: dict) -> dict:
     """The request's fields, validated (a ProtocolError goes back to the peer)."""
-    from gpudiag.profile import is_profile_path
+    from gpudiag.expect.profile import is_profile_path
 
     fmt = request.get("format", "text")
     if fmt not in FORMATS:
@@ -86,7 +86,7 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
     "fallback": "failed" | "stale"} when there is no fresh collection (the client then probes directly, as
     `gpudiag check` does when the service's collection did not finish)."""
     from gpudiag.checks import resolve_selection
-    from gpudiag.profile import ProfileError, load_expectations
+    from gpudiag.expect.profile import ProfileError, load_expectations
 
     try:
         resolve_selection(fields["only"], fields["skip"])
@@ -94,8 +94,7 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
         if fields["profile"] is not None or fields["params"]:
             expectations = load_expectations(fields["profile"], fields["params"])
     except (ValueError, ProfileError) as exc:  # the same one line and exit 2 as gpudiag check's own
-        return _line({"ok": True, "exit": EXIT_USAGE, "stdout": "", "stderr": f"gpudiag: error: {exc}\n"})
-    from gpudiag.service.runtime import MAX_AGE_SECONDS
+        return _line({"ok": True, "exit": ExitCode.USAGE, "stdout": "", "stderr": f"gpudiag: error: {exc}\n"})
 
     collection, problem = collections.get(MAX_AGE_SECONDS, wait)
     if collection is None or problem is not None:

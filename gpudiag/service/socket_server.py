@@ -199,7 +199,8 @@ class SocketServer:
                 self._slots.give(peer)
                 self.refused += 1
                 conn.close()
-                log.warning("socket client refused: cannot start its thread: %s", exc)
+                log.warning("socket client refused: cannot start its thread: %s", exc,
+                            extra={"bound": ("socket thread",)})
                 time.sleep(0.05)
 
     def _refuse_loop(self) -> None:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from gpudiag.exporter.poller import Collection
+from gpudiag.daemon.poller import Collection
 log = logging.getLogger(__name__)
 
 
@@ -95,7 +95,7 @@ class FreshCollections:
                 try:
                     listener(collection)
                 except Exception:  # noqa: BLE001 - a journal problem must not cost the clients their answer
-                    log.exception("a collection listener failed")
+                    log.exception("a collection listener failed", extra={"bound": ("listener failed",)})
         with self._cond:
             self._running = False
             if self._wanted > self._generation:  # asked for while the listeners ran

@@ -1,5 +1,5 @@
 """`gpudiag fleet`: judge many nodes at once, from their `gpudiag check --format json` reports or from the
-Prometheus that scrapes them. Registered on the app by one import line in gpudiag/cli.py.
+Prometheus that scrapes them. Registered on the app by gpudiag/cli/app.py.
 
 Exit codes as `check`: 0 every node sound (warnings allowed) · 1 some node fails, is silent, drifts or lags, or the
 answer was incomplete · 2 usage (a bad flag, selector, report or credential file) · 3 nothing to judge (Prometheus
@@ -13,13 +13,14 @@ from typing import List, Optional
 
 import typer
 
-from gpudiag.cli import EXIT_FAILED, EXIT_NOTHING_PROBED, EXIT_OK, OutputFormat, UsageProblem, app
+from gpudiag.cli.node_collect import UsageProblem
+from gpudiag.cli.options import OutputFormat
+from gpudiag.exitcodes import ExitCode
 
 DEFAULT_THRESHOLD_PERCENT = 5.0
 DEFAULT_SELECTOR = '{job=~"gpudiag.*"}'  # as gpudiag.fleet.prometheus (not imported here: the CLI starts fast)
 
 
-@app.command()
 def fleet(
     reports: Optional[List[str]] = typer.Argument(
         None, metavar="[REPORT]...", help="`gpudiag check --format json` reports: files, directories of *.json, or - "
@@ -72,11 +73,11 @@ def fleet(
         raise UsageProblem(str(exc)) from None
     except NothingToJudge as exc:
         print(f"gpudiag: error: nothing to judge: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_NOTHING_PROBED)
+        raise typer.Exit(ExitCode.NOTHING_PROBED)
     complete = not any(w.startswith("incomplete:") for w in warnings)
     verdict = judge(nodes, threshold / 100.0, source, warnings, complete)
     for warning in warnings:  # hostnames and skipped text come from the input: no terminal controls
         print(f"gpudiag: warning: {clean(warning)}", file=sys.stderr)
     write("json" if as_json else fmt.value, verdict, sys.stdout)
     sys.stdout.flush()
-    raise typer.Exit(EXIT_OK if verdict.status in ("pass", "warn") else EXIT_FAILED)
+    raise typer.Exit(ExitCode.OK if verdict.status in ("pass", "warn") else ExitCode.FAILED)

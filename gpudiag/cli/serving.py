@@ -1,66 +1,36 @@
-"""`gpudiag serve`: the exporter assembled (collector → poller → state → HTTP) and run until SIGTERM.
+"""`gpudiag serve` assembled: the one place that wires collection (gpudiag/daemon/), the exporter
+(collector → poller → state → HTTP) and the local service (socket, journal) together, and runs them until SIGTERM.
 
-Default listen address `:9858`, every interface, IPv4 and IPv6. Prometheus scrapes node exporters from another
-host, so a loopback default would only make every deployment override it; the port keeps clear of the GPU
-exporters a node may already run during a migration (DCGM exporter 9400, nvidia_gpu_exporter 9835); it is also
-sysload_exporter's default, and Prometheus' port allocation list has no free number left (docs/exporter-security.md,
-"The port"): where both run, move one with --listen. The metrics
-describe hardware health and inventory (UUIDs, serials, driver versions), nothing that grants access; where they
-must not leave a trusted network, use `--web-config` (TLS, basic auth) or `--listen 127.0.0.1:9858`.
-"""
+Where it listens and why: gpudiag/exporter/listen.py."""
 
 from __future__ import annotations
 
 import logging
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from gpudiag.daemon.fresh import FreshCollections
+from gpudiag.daemon.poller import Poller, collect_and_judge
+from gpudiag.exitcodes import ExitCode
+from gpudiag.exporter.changes import ChangeLog
 from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
-from gpudiag.exporter.poller import Poller, collect_and_judge
+from gpudiag.exporter.listen import bind, parse_listen
 from gpudiag.exporter.state import ExporterState, WatcherFactory
 from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_config
 from gpudiag.model import CheckResult, NodeSnapshot
 from gpudiag.probe import deadline
 from gpudiag.probe.nvml_events import XidWatcher
-from gpudiag.service.fresh import FreshCollections
 from gpudiag.service.runtime import Service
-from gpudiag.service.server import SocketBindError
+from gpudiag.service.socket_server import SocketBindError
 
 if TYPE_CHECKING:
     from gpudiag.expect import Expectations
     from gpudiag.probe import CollectOptions
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LISTEN = ":9858"
-EXIT_OK, EXIT_USAGE = 0, 2
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[IPV6]:PORT` or `:PORT` (every interface)."""
-    host, sep, port_text = listen.strip().rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, [IPV6]:PORT or :PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port_text)
-
-
-def _bind(host: str, port: int, make: Callable[[socket.AddressFamily, tuple], ExporterHTTPServer]) -> ExporterHTTPServer:
-    if host in ("", "*"):
-        if socket.has_ipv6:
-            try:
-                return make(socket.AF_INET6, ("::", port))
-            except OSError as exc:  # IPv6 disabled on this host: IPv4 alone
-                log.debug("dual-stack bind failed (%s); binding IPv4 only", exc)
-        return make(socket.AF_INET, ("0.0.0.0", port))
-    family, _, _, _, address = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0,
-                                                  socket.AI_PASSIVE)[0]
-    return make(family, address)
 
 
 def _default_judge(snapshot: NodeSnapshot) -> list[CheckResult]:
@@ -103,9 +73,10 @@ class Exporter:
         cycle_deadline = collect_timeout_seconds + max(2.0, collect_timeout_seconds / 2)
         self.state = ExporterState(stale_after_seconds=2 * interval_seconds + cycle_deadline,
                                    watcher_factory=watcher_factory)
-        # One collection at a time, shared by the poller and the socket's clients (gpudiag/service/fresh.py).
+        # One collection at a time, shared by the poller and the socket's clients (gpudiag/daemon/fresh.py).
         self.collections = FreshCollections(lambda: collect_and_judge(collect, judge))
-        self.poller = Poller(self.collections.collect, self.state.on_cycle, interval_seconds, cycle_deadline)
+        self.changes = ChangeLog()  # what changed, told once per change on the log (gpudiag/exporter/changes.py)
+        self.poller = Poller(self.collections.collect, self._on_cycle, interval_seconds, cycle_deadline)
         self.service: Optional[Service] = None
         if socket_path is not None:
             try:
@@ -120,7 +91,7 @@ class Exporter:
         host, port = parse_listen(listen)
         routes = Routes(self.state.body, self._health)
         try:
-            self.http = _bind(host, port, lambda family, address: ExporterHTTPServer(
+            self.http = bind(host, port, lambda family, address: ExporterHTTPServer(
                 family, address, routes, web, max_connections=max_connections,
                 request_timeout_seconds=request_timeout_seconds, max_request_seconds=max_request_seconds))
         except BaseException:
@@ -160,6 +131,10 @@ class Exporter:
             self.http.shutdown()  # returns within one poll interval
         self.http.server_close()
 
+    def _on_cycle(self, cycle) -> None:
+        self.state.on_cycle(cycle)  # first: it gives a lost GPU the identity it had, which its log line names
+        self.changes.observe(cycle)
+
     def _health(self) -> tuple[bool, str]:
         if not self.poller.alive:
             return False, "the collection loop is not running"
@@ -176,7 +151,7 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
         web = load_web_config(web_config) if web_config is not None else WebConfig()
     except WebConfigError as exc:
         print(f"gpudiag: error: --web-config: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     collector = Collector(options)
     try:
         exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
@@ -184,19 +159,19 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
                             socket_required=socket_required, service_options={"expect": expectations})
     except SocketBindError as exc:
         print(f"gpudiag: error: cannot listen on {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except (ValueError, OSError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         print(f"gpudiag: error: cannot listen on {listen}: {reason}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     exporter.start()
-    print(f"gpudiag: serving {exporter.url}/metrics (collecting every {interval_seconds:g}s)"
-          + (f" and local clients on {socket_path}" if exporter.service else ""), file=sys.stderr, flush=True)
+    log.info(f"serving {exporter.url}/metrics", extra={"fields": {
+        "interval_seconds": interval_seconds, "socket": str(socket_path) if exporter.service else None}})
     while not stop.wait(1.0):
         pass
     exporter.stop()
@@ -204,5 +179,5 @@ def serve(listen: str, web_config: Optional[Path], options: "CollectOptions", in
     closed = deadline.run_one(lambda tracker: collector.close(), 2.0, "close")
     if not closed.done:
         log.warning("closing the vendor libraries did not finish; exiting anyway")
-    print("gpudiag: stopped", file=sys.stderr, flush=True)
-    return EXIT_OK
+    log.info("stopped")
+    return ExitCode.OK

@@ -26,8 +26,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as a package (pyproj
 
 from gpudiag.expect import DEFAULT_EXPECTATIONS, ExpectationError, Expectations
 from gpudiag.fileio import CONFIG_MAX_BYTES, DocumentError, parse_bounded, read_text
-from gpudiag.probe.host import MODULES_OF_INTEREST
-from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS
+from gpudiag.model.vocabulary import AMDGPU_EVENT_KINDS, MODULES_OF_INTEREST
 
 METADATA_KEYS = ("name", "description")
 NOT_SETTABLE = ("baseline",)  # set by `--baseline FILE`, not by a profile

@@ -1,5 +1,5 @@
-"""Probing the node and reading what it should be, for every command that judges one: the typer CLI (gpudiag/cli.py)
-and `gpudiag check` without typer (gpudiag/direct.py), so that the two collect and judge alike. No typer here."""
+"""Probing the node and reading what it should be, for every command that judges one: the typer CLI (gpudiag/cli/app.py)
+and `gpudiag check` without typer (gpudiag/cli/direct.py), so that the two collect and judge alike. No typer here."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Iterator, Optional
+
+from gpudiag.exitcodes import ExitCode
 
 PASSIVE_DEFAULT_TIMEOUT = 10.0
 
@@ -25,19 +27,19 @@ def start_logging(debug: bool) -> None:
 
 
 def exit_for_failure(exc: Exception, debug: bool) -> int:
-    """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/direct.py alike:
+    """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/cli/direct.py alike:
     bad input is one line and exit 2, a reader that left early (a broken pipe) exit 0, anything else one line and
     exit 4 instead of a traceback (GPUDIAG_DEBUG=1 raises it again)."""
     if isinstance(exc, UsageProblem):
         print(f"gpudiag: error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if isinstance(exc, BrokenPipeError):
-        return 0
+        return ExitCode.OK
     if debug:
         raise exc
     print(f"gpudiag: internal error: {type(exc).__name__}: {exc} (set GPUDIAG_DEBUG=1 for the traceback)",
           file=sys.stderr)
-    return 4
+    return ExitCode.INTERNAL
 
 
 @contextlib.contextmanager
@@ -110,8 +112,8 @@ def expectations(profile: Optional[str], params: list[str], baseline_file: Optio
         return None  # the defaults: no TOML parser or baseline reader to import on the common path
     import dataclasses
 
-    from gpudiag.baseline import BaselineError, load_baseline
-    from gpudiag.profile import ProfileError, load_expectations
+    from gpudiag.expect.baseline import BaselineError, load_baseline
+    from gpudiag.expect.profile import ProfileError, load_expectations
 
     try:
         expectations = load_expectations(profile, params)

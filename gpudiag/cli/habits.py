@@ -1,8 +1,8 @@
-"""The habits a command-line tool is expected to have, kept out of cli.py so that it stays one screen of commands:
+"""The habits a command-line tool is expected to have, kept out of the command modules:
 `--version`/`-V`, `-h`, help for a bare `gpudiag`, refusing options that cannot apply, and a stdout that cannot
 encode the checklist's symbols.
 
-Nothing here may import more than cli.py already does: `gpudiag check` is timed against `nvidia-smi -q`.
+Nothing here may import more than gpudiag/cli/app.py already does: `gpudiag check` is timed against `nvidia-smi -q`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from typing import Optional
 
 import typer
 
-try:  # as in cli.py: typer 0.2x ships its own copy of click
+from gpudiag.exitcodes import ExitCode
+
+try:  # as in gpudiag/cli/app.py: typer 0.2x ships its own copy of click
     from typer._click.exceptions import UsageError
     from typer._click.globals import get_current_context
 except ImportError:  # pragma: no cover - depends on the installed typer
@@ -29,7 +31,7 @@ def show_version(value: bool) -> None:
         from gpudiag import __version__
 
         print(f"gpudiag {__version__}")
-        raise typer.Exit(0)
+        raise typer.Exit(ExitCode.OK)
 
 
 VersionOption = typer.Option(False, "--version", "-V", is_eager=True, callback=show_version,
@@ -41,7 +43,7 @@ def help_when_bare(ctx: typer.Context) -> None:
     `git` without arguments shows its usage; a usage *error* is exit 2 on stderr)."""
     if ctx.invoked_subcommand is None and not ctx.resilient_parsing:
         print(ctx.get_help())
-        raise typer.Exit(0)
+        raise typer.Exit(ExitCode.OK)
 
 
 def nothing_probed(snapshot) -> bool:
@@ -54,7 +56,7 @@ def nothing_probed(snapshot) -> bool:
 def nothing_probed_exit() -> typer.Exit:
     """Exit 3 says why, on one line (the output, if any, is written all the same: it shows what was tried)."""
     print("gpudiag: error: nothing could be probed: no usable GPU library and no GPU on the PCI bus", file=sys.stderr)
-    return typer.Exit(3)
+    return typer.Exit(ExitCode.NOTHING_PROBED)
 
 
 # -- options a mode ignores ---------------------------------------------------------------------------------------

@@ -6,19 +6,21 @@ library.
 --format/-f, --json, --only, --skip, --verbose/-v, --color/--no-color, --profile with a shipped profile's NAME,
 -p/--param, --socket, --root, --timeout, --level 1, --direct. Anything else (a profile file, --baseline, --replay,
 --kernel-log, --level 2|3, -h, an option it does not know, GPUDIAG_DEBUG) returns None: not handled, and the entry
-point runs the full CLI (gpudiag.cli), which then behaves exactly as before. So does a service that accepts the
+point runs the full CLI (gpudiag.cli.app), which then behaves exactly as before. So does a service that accepts the
 connection but does not answer, is busy, or is of an older version. With --direct, with nobody listening on the
 socket, and when the service's collection failed or did not finish (the same warning as `gpudiag check`), this
-process probes the node itself through gpudiag/direct.py: still without typer.
+process probes the node itself through gpudiag/cli/direct.py: still without typer.
 """
 
 import os
 import sys
 import time
 
+from gpudiag.exitcodes import ExitCode
+
 DEFAULT_SOCKET = "/run/gpudiag/gpudiag.sock"  # gpudiag/service/__init__.py; a test keeps the two equal
 MAX_REQUEST_BYTES = 4096  # gpudiag/service/protocol.py
-MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/judge.py) and the JSON
+MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/check_answers.py) and the JSON
 CONNECT_TIMEOUT_SECONDS = 0.25  # gpudiag/service/client.py
 FORMATS = ("text", "json", "junit")
 # option -> the request field it sets; a value option takes the next argument or `--opt=value`
@@ -27,6 +29,9 @@ VALUE_OPTIONS = {"--format": "format", "-f": "format", "--only": "only", "--skip
                  "--level": "level"}
 FLAGS = {"--json": ("json", True), "--direct": ("direct", True), "--verbose": ("verbose", True), "-v": ("verbose", True),
          "--color": ("color", True), "--no-color": ("color", False)}
+# `check`'s options this module leaves to the full CLI (they need this machine's files, typer's help, or a load test).
+# With VALUE_OPTIONS and FLAGS they are every option of gpudiag/cli/check.py: tests/test_cli_options.py says so.
+HANDED_ON = ("--replay", "--baseline", "--kernel-log", "--stress-seconds", "-h", "--help")
 
 
 def parse(argv: list) -> "dict | None":
@@ -61,7 +66,7 @@ def _request(opts: dict) -> "dict | None":
     fmt = opts.get("format")
     if opts.get("json"):
         if fmt not in (None, "json"):
-            return None  # a usage error: gpudiag.cli says so
+            return None  # a usage error: gpudiag.cli.app says so
         fmt = "json"
     profile = opts.get("profile")
     if fmt not in (None, *FORMATS) or opts.get("level", "1") != "1":
@@ -140,7 +145,7 @@ def ask(path: str, request: dict, timeout: float) -> "dict | None":
 
 
 def _encodable() -> bool:
-    """A stdout that cannot encode the checklist's symbols needs gpudiag.cli_habits' stand-ins: the full CLI."""
+    """A stdout that cannot encode the checklist's symbols needs gpudiag.cli.habits' stand-ins: the full CLI."""
     for stream in (sys.stdout, sys.stderr):
         encoding = getattr(stream, "encoding", None)
         try:
@@ -152,7 +157,7 @@ def _encodable() -> bool:
 
 
 def main(argv: "list | None" = None) -> "int | None":
-    """The exit code of a check the service judged, or None: not handled here (run gpudiag.cli)."""
+    """The exit code of a check the service judged, or None: not handled here (run gpudiag.cli.app)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if os.environ.get("GPUDIAG_DEBUG") or not _encodable():
         return None
@@ -178,20 +183,17 @@ def main(argv: "list | None" = None) -> "int | None":
                          f"probing directly\n")
         return _direct(request, root, timeout)
     stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("exit")
-    if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (0, 1, 2, 3):
+    if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.NOTHING_PROBED):
         return None
     try:
         sys.stdout.write(stdout)
         sys.stdout.flush()
     except BrokenPipeError:
-        return 0
+        return ExitCode.OK
     except OSError as exc:
         return unwritable(exc)
     sys.stderr.write(stderr)
     return code
-
-
-EXIT_INTERNAL = 4  # cli/ExitCode.INTERNAL: gpudiag could not finish its job
 
 
 def unwritable(exc: OSError) -> int:
@@ -202,11 +204,11 @@ def unwritable(exc: OSError) -> int:
         sys.stderr.flush()
     except OSError:
         pass
-    return EXIT_INTERNAL
+    return ExitCode.INTERNAL
 
 
 def _direct(request: dict, root: str, timeout: "float | None") -> int:
-    from gpudiag.direct import check
+    from gpudiag.cli.direct import check
 
     return check(request, root, timeout)
 
@@ -215,7 +217,7 @@ def run() -> None:
     """The `gpudiag` console script and `python -m gpudiag`: the fast path, else the full CLI."""
     code = main()
     if code is None:
-        from gpudiag.cli import run as full_cli
+        from gpudiag.cli.app import run as full_cli
 
         full_cli()
     leave(code)
@@ -229,11 +231,11 @@ def leave(code: int) -> None:
     interleaved runs, tests/fixtures/h200/recorded/direct-check-exit-ab.txt). Nothing is skipped that matters: the
     output is flushed here, the collector has shut its NVML session down, the fast path writes no file and leaves
     no atexit work but logging's flush of stderr (done here), and the kernel closes the process's descriptors as
-    at any exit. A reader that left early (`gpudiag check | head -1`) is exit 0, as in gpudiag/cli.py."""
+    at any exit. A reader that left early (`gpudiag check | head -1`) is exit 0, as in gpudiag/cli/app.py."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        code = 0
+        code = ExitCode.OK
     except OSError as exc:
         code = unwritable(exc)
     try:

@@ -54,7 +54,7 @@ def collect_and_judge(collect: Callable[[], NodeSnapshot], judge: Callable[[Node
     try:
         results, error = judge(snapshot), None
     except Exception as exc:  # noqa: BLE001 - a failing check must not take the measurements down with it
-        log.exception("running the checks failed")
+        log.exception("running the checks failed", extra={"bound": ("checks failed",)})
         results, error = [], f"{type(exc).__name__}: {exc}"
     checks_run = CollectorRun("checks", error is None, round(time.monotonic() - started, 4), error)
     return Collection(snapshot, results, checks_run, time.time())
@@ -94,7 +94,7 @@ class Poller:
             try:
                 self._on_cycle(self.run_cycle())
             except Exception:  # noqa: BLE001 - the loop must outlive a bug in one cycle
-                log.exception("collection cycle failed")
+                log.exception("collection cycle failed", extra={"bound": ("cycle failed",)})
             next_due += self._interval
             now = time.monotonic()
             if next_due < now:  # a slow cycle: skip the missed slots rather than run back to back
@@ -112,9 +112,10 @@ class Poller:
         duration = time.monotonic() - started
         if not outcome.done:
             self._running, self._running_since = outcome, started
-            log.warning("collection overran its %.1fs deadline; its thread is abandoned", self._deadline)
+            # (debug: gpudiag/exporter/changes.py tells the overrun once, not once a cycle)
+            log.debug("collection overran its %.1fs deadline; its thread is abandoned", self._deadline)
             return Cycle(OVERRUN, duration, error=f"no result within {self._deadline:.1f}s")
         if outcome.error is not None:
-            log.error("collection failed: %s", outcome.error, exc_info=outcome.error)
+            log.debug("collection failed: %s", outcome.error, exc_info=outcome.error)  # told as the overrun is
             return Cycle(ERROR, duration, error=f"{type(outcome.error).__name__}: {outcome.error}")
         return Cycle(COMPLETE, duration, collection=outcome.value)

@@ -1,8 +1,8 @@
 """`gpudiag check` probing the node itself, without typer: `--direct`, or no service listening (docs/service.md
 "The fast path").
 
-gpudiag/fastpath.py parses the options it knows (a level-1 check with a shipped profile at most) and hands them
-here; everything else goes to the full CLI (gpudiag/cli.py). Both collect with gpudiag/node_collect.py and judge and
+gpudiag/cli/fastpath.py parses the options it knows (a level-1 check with a shipped profile at most) and hands them
+here; everything else goes to the full CLI (gpudiag/cli/app.py). Both collect with gpudiag/cli/node_collect.py and judge and
 render with gpudiag/report/verdict.py, so they write the same bytes and exit codes (tests/test_direct_check.py).
 What this saves is typer, click and the CLI's other commands at start-up; and NVML's initialisation runs while
 Python imports the checks (gpudiag/probe/nvml_early.py).
@@ -13,25 +13,25 @@ from __future__ import annotations
 import os
 import sys
 
-EXIT_ABORTED = 130  # 0, 1 and 3: report/verdict.py; 0, 2 and 4 on a failure: node_collect.exit_for_failure
+from gpudiag.exitcodes import ExitCode
 
 
 def check(request: dict, root: str, timeout: "float | None") -> int:
-    """`gpudiag check` with the fields of a fast-path request (gpudiag/fastpath.py), probed in this process; the
-    same messages and exit codes as gpudiag/cli.py's `main`."""
+    """`gpudiag check` with the fields of a fast-path request (gpudiag/cli/fastpath.py), probed in this process; the
+    same messages and exit codes as gpudiag/cli/app.py's `main`."""
     debug = bool(os.environ.get("GPUDIAG_DEBUG"))
     if root == "/":
         from gpudiag.probe.nvml_early import start_nvml_init
 
         start_nvml_init()  # the driver's 28 ms beside the imports below
-    from gpudiag.node_collect import exit_for_failure, start_logging
+    from gpudiag.cli.node_collect import exit_for_failure, start_logging
 
     start_logging(debug)
     try:
         return _check(request, root, timeout)
     except KeyboardInterrupt:  # as click turns it into an Abort
         print("gpudiag: aborted", file=sys.stderr)
-        return EXIT_ABORTED
+        return ExitCode.ABORTED
     except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
         return exit_for_failure(exc, debug)
 
@@ -40,7 +40,7 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
     from pathlib import Path
 
     from gpudiag.checks import probe_parts_for, resolve_selection
-    from gpudiag.node_collect import UsageProblem, collect, expectations
+    from gpudiag.cli.node_collect import UsageProblem, collect, expectations
     from gpudiag.report.verdict import print_verdict
 
     only, skip = request["only"], request["skip"]

@@ -1,4 +1,5 @@
-"""What a healthy node looks like: the thresholds the checks judge a snapshot against.
+"""What a healthy node looks like: the thresholds the checks judge a snapshot against (here), node profiles that set
+them (profile.py, the shipped TOML in gpudiag/profiles/) and golden baselines (baseline.py).
 
 `Expectations` is deliberately flat (one typed field per threshold, no nesting) so that a TOML profile can set any
 field by name and `dataclasses.replace(DEFAULT, field=value)` derives a variant. The defaults are what an
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from gpudiag.baseline import NodeBaseline
+from gpudiag.expect.baseline import NodeBaseline
 
 GIB = 1024**3
 
