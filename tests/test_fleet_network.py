@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from gpudiag.checks import network, network_affinity, network_counters
+from gpudiag.checks import network, network_affinity
+from gpudiag.checks.verdicts import assign
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.fleet import judge
 from gpudiag.fleet.report_facts import node_facts
@@ -14,7 +15,7 @@ from gpudiag.report.json_report import report_dict
 from tests import rdma_tree
 from tests.network_nodes import clear_counters, snapshot
 
-CHECKS = network.CHECKS + network_counters.CHECKS + network_affinity.CHECKS
+CHECKS = network.FAMILY.checks + network_affinity.TOPOLOGY_CHECKS
 
 
 def report(root, name: str, fault=None) -> dict:
@@ -23,7 +24,7 @@ def report(root, name: str, fault=None) -> dict:
         fault(node)
     snap = snapshot(root)
     snap.hostname = name
-    results = [r for c in CHECKS for r in c.run(snap, DEFAULT_EXPECTATIONS)]
+    results = [assign(r) for c in CHECKS for r in c.run(snap, DEFAULT_EXPECTATIONS)]
     return json.loads(json.dumps(report_dict(snap, results)))  # as the file holds it
 
 

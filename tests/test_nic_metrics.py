@@ -1,4 +1,4 @@
-"""The gpudiag_nic_* series (exporter/nic_metrics.py) over the fake NIC trees: each fault shows on its NIC's series, the
+"""The gpudiag_nic_* series (exporter/metrics_network.py) over the fake NIC trees: each fault shows on its NIC's series, the
 text passes prometheus_client's parser and `promtool check metrics`, and what was not read has no series."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from gpudiag.exporter.families import FamilySet
-from gpudiag.exporter.nic_metrics import SPECS, add_network
+from gpudiag.exporter.metrics_network import SPECS, add
 from gpudiag.model.network import NetworkInfo
 from tests import rdma_tree
 from tests.exporter_support import parse as samples
@@ -20,7 +20,7 @@ from tests.rdma_tree_amd import mi355x_pollara
 
 def exposition(snap) -> str:
     fs = FamilySet()
-    add_network(fs, snap)
+    add(fs, snap)
     return fs.exposition().decode()
 
 

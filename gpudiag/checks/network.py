@@ -3,9 +3,13 @@ should train at, and NICs of one board run one firmware.
 
 An HGX H100/H200 node carries eight 400 Gb/s ConnectX-7, one per GPU; when one port trains at 200 Gb/s or stays
 down, every job that spans nodes runs at that node's pace. What a port must be comes from the profile
-(checks/network_settings.py) or, without one, from its siblings: a port down or slow beside ports of the same model
+(gpudiag/expect/network_settings.py) or, without one, from its siblings: a port down or slow beside ports of the same model
 that are up at full rate fails; a port no sibling has up either (an unused second port) is not judged.
 Sources of the files and their formats: docs/network.md.
+
+The family's declaration ends this module: its checks (these, network_counters.py's and network_affinity.py's
+network.gpudirect), verdict rows, reference text, settings and probe parts. topology.gpu_nic_affinity is judged in
+network_affinity.py too, but it is a topology check and the topology family declares it (checks/topology.py).
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Optional
 
+from gpudiag.checks import network_affinity, network_counters
 from gpudiag.checks.common import Check, failed, passed, skipped, unknown, warned
-from gpudiag.checks.network_common import (FIRMWARE, NICS, RATE, board_of, confirm, errors_of, fabric_nics,
-                                           fabric_to_judge, ident, judged, label, model_of, not_collected, pci_id,
+from gpudiag.checks.family import Family
+from gpudiag.checks.network_common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, board_of, confirm, errors_of, fabric_nics,
+                                           fabric_to_judge, ident, label, model_of, not_collected, pci_id,
                                            unreadable)
-from gpudiag.checks.network_settings import NetworkSettings, settings_of
-from gpudiag.model import CheckResult, NodeSnapshot
+from gpudiag.expect.network_settings import NetworkSettings, settings_of
+from gpudiag.model import CheckResult, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
 
 _UP = ("ACTIVE", "ACTIVE_DEFER")
@@ -164,7 +170,7 @@ def nics(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
     early = not_collected(NICS, snapshot, settings, judges_count=True)
     if early is not None:
-        return [judged(r) for r in early]
+        return early
     info = snapshot.network
     fabric, others = fabric_nics(info, settings)
     results = []
@@ -175,7 +181,7 @@ def nics(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
                                            f"({', '.join(settings.nic_pci_ids)}): nothing to judge"))
     for device in fabric:
         results += _judge_nic(device, fabric, settings)
-    return [judged(r) for r in results]
+    return results
 
 
 # -- network.rate -----------------------------------------------------------------------------------------------
@@ -233,7 +239,7 @@ def rate(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     fabric, nothing = fabric_to_judge(RATE, snapshot, settings)
     if nothing is not None:
         return nothing
-    return [judged(_judge_rate(d, p, fabric, settings)) for d in fabric for p in d.ports]
+    return [_judge_rate(d, p, fabric, settings) for d in fabric for p in d.ports]
 
 
 # -- network.firmware -------------------------------------------------------------------------------------------
@@ -298,12 +304,12 @@ def firmware(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
     early = not_collected(FIRMWARE, snapshot, settings)
     if early is not None:
-        return [judged(r) for r in early]
+        return early
     groups: dict[str, list[RdmaDevice]] = defaultdict(list)
     for device in snapshot.network.devices:
         groups[board_of(device)].append(device)
     must = settings.firmware()
-    return [judged(r) for board, devices in sorted(groups.items())
+    return [r for board, devices in sorted(groups.items())
             for r in _firmware_group(board, devices, must.get(board), model_of(devices[0]))]
 
 
@@ -311,4 +317,60 @@ CHECKS = (
     Check(NICS, nics, "the RDMA NICs the profile expects are there and their ports ACTIVE / LinkUp"),
     Check(RATE, rate, "each up NIC port trained at its expected rate (the profile's, or its siblings')"),
     Check(FIRMWARE, firmware, "NICs of one board run one firmware version (and the profile's, where it names one)"),
+)
+
+F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
+_UNREADABLE = ("watch", "GPUDIAG-NETWORK-UNREADABLE")
+# A NIC that is missing, down or slow keeps jobs that span nodes from running at the pace of the rest: drain. Counts
+# and firmware are watched. Fault codes are part of the JSON contract: never rename one.
+_VERDICTS = {
+    NICS: {F: ("drain", "GPUDIAG-NETWORK-NIC-DOWN"), W: ("watch", "GPUDIAG-NETWORK-NIC-DOWN"), U: _UNREADABLE},
+    RATE: {F: ("drain", "GPUDIAG-NETWORK-RATE-DEGRADED"), U: _UNREADABLE},
+    ERRORS: {F: ("drain", "GPUDIAG-NETWORK-LINK-ERRORS"), W: ("watch", "GPUDIAG-NETWORK-LINK-ERRORS"), U: _UNREADABLE},
+    FLAPS: {F: ("drain", "GPUDIAG-NETWORK-LINK-FLAPPING"), W: ("watch", "GPUDIAG-NETWORK-LINK-FLAP"),
+            U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
+    FIRMWARE: {F: ("drain", "GPUDIAG-NETWORK-FIRMWARE-UNEXPECTED"), W: ("watch", "GPUDIAG-NETWORK-FIRMWARE-MISMATCH"),
+               U: _UNREADABLE},
+    GPUDIRECT: {F: ("drain", "GPUDIAG-NETWORK-GPUDIRECT-UNAVAILABLE"), W: ("watch", "GPUDIAG-NETWORK-ACS-REDIRECT"),
+                U: _UNREADABLE},
+}
+_REFERENCE = {
+    NICS: ("the RDMA devices under /sys/class/infiniband (the fabric NICs: nic_pci_ids), each port's state and "
+           "phys_state, a RoCE port's netdev operstate",
+           "A NIC missing: reseat it, check `lspci` and that mlx5_ib / bnxt_re / ionic is loaded. A port down: "
+           "Polling is the cable, optic or switch port; INIT / ARMED is no subnet manager: drain until it is up."),
+    RATE: ("each up port's rate and width (ports/N/rate) against expected_nic_rate_gbps or its siblings'",
+           "A port below its rate (400G at 200G: lanes lost): reseat or replace the cable / optic, then the "
+           "switch port; drain, since every job spanning nodes runs at the slowest port's pace."),
+    ERRORS: ("the ports' PortCounters and hw_counters, as rates since they were cleared and since the previous "
+             "collection",
+             "Rising symbol errors or link downs: clean or replace the cable / optic, check the switch port's "
+             "counters; clear the counters after the fix so that new errors show."),
+    FLAPS: ("the kernel log's NIC link-down records within nic_flap_window_seconds",
+            "A flapping port: replace the cable / optic, check the switch port; drain while it flaps."),
+    FIRMWARE: ("each NIC's fw_ver, per board (PSID) against its siblings and expected_nic_firmware",
+               "Update the odd NIC to the fleet's firmware (mlxfwmanager / mstflint, bnxtnvm, the vendor's tool) and "
+               "reset it or reboot."),
+    GPUDIRECT: ("the peer-memory module (nvidia_peermem) or dma-buf support, and ACS redirect on the bridges "
+                "between each GPU and its NIC",
+                "Load nvidia_peermem (or use the open kernel modules with dma-buf); disable ACS redirect on the "
+                "switches between GPU and NIC (BIOS, or setpci on bare metal)."),
+}
+_FABRIC = ("nic_pci_ids",)
+_SETTINGS = {
+    NICS: _FABRIC + ("expected_nics", "expected_nic_ports", "expected_nic_link_layer"),
+    RATE: _FABRIC + ("expected_nics", "expected_nic_rate_gbps"),
+    ERRORS: _FABRIC + ("expected_nics", "nic_symbol_error_warn_per_hour", "nic_symbol_error_fail_per_second",
+                       "nic_link_error_recovery_warn_per_minute", "nic_port_rcv_errors_warn_per_second",
+                       "nic_port_xmit_discards_warn_per_second"),
+    FLAPS: _FABRIC + ("expected_nics", "nic_flap_window_seconds", "nic_flap_fail_count"),
+    FIRMWARE: _FABRIC + ("expected_nics", "expected_nic_firmware"),
+    GPUDIRECT: _FABRIC + ("expected_nics", "gpudirect_path", "gpu_nic_pairs"),
+}
+FAMILY = Family(
+    "network", order=75, checks=CHECKS + network_counters.CHECKS + network_affinity.CHECKS,
+    verdicts=_VERDICTS, reference=_REFERENCE, settings=_SETTINGS,
+    # network.flaps reads the kernel log's NIC records beside the NICs
+    probe_parts={"network": ("network.",), "kernel_log": ("network.flaps",)},
+    note="The RDMA NICs beside the GPUs (InfiniBand / RoCE): docs/network.md.",
 )

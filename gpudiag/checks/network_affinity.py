@@ -29,8 +29,8 @@ from typing import Optional
 
 from gpudiag.checks.common import (Check, PhysicalGpu, failed, passed, physical_gpus, skipped, unknown, vendors_present,
                                    verdict, warned)
-from gpudiag.checks.network_common import AFFINITY, GPUDIRECT, fabric_to_judge, judged, label
-from gpudiag.checks.network_settings import NetworkSettings, settings_of
+from gpudiag.checks.network_common import AFFINITY, GPUDIRECT, fabric_to_judge, label
+from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot, Status, Vendor
 from gpudiag.model.network import NetworkInfo, PciBridge, RdmaDevice
 
@@ -109,7 +109,7 @@ def affinity(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
         return nothing
     gpus = physical_gpus(snapshot)
     if not gpus:
-        return [judged(skipped(AFFINITY, None, "no GPU on this node: nothing to judge"))]
+        return [skipped(AFFINITY, None, "no GPU on this node: nothing to judge")]
     found = {id(g): nearest(g, fabric, settings) for g in gpus}
     if settings.gpu_nic_affinity is not None:
         allowed, source = _REQUIRED[settings.gpu_nic_affinity], f"the profile ({settings.gpu_nic_affinity})"
@@ -124,8 +124,8 @@ def affinity(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     for gpu in gpus:
         rel = found[id(gpu)]
         must = ("PIX", "PXB") if gpu.pci_bus_id in paired else allowed
-        results.append(judged(_judge_affinity(gpu, rel, must, source if gpu.pci_bus_id not in paired
-                                              else f"the profile's pair {paired[gpu.pci_bus_id]}")))
+        results.append(_judge_affinity(gpu, rel, must, source if gpu.pci_bus_id not in paired
+                                              else f"the profile's pair {paired[gpu.pci_bus_id]}"))
     return results
 
 
@@ -258,7 +258,7 @@ def gpudirect(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     info: NetworkInfo = snapshot.network
     vendors = vendors_present(snapshot)
     if not vendors:
-        return [judged(skipped(GPUDIRECT, None, "no GPU on this node: nothing to judge"))]
+        return [skipped(GPUDIRECT, None, "no GPU on this node: nothing to judge")]
     results = [_stack(snapshot, vendor, settings) for vendor in (Vendor.NVIDIA, Vendor.AMD) if vendor in vendors]
     bridges = {b.pci_bus_id: b for b in info.bridges}
     unread: list[str] = []
@@ -280,12 +280,15 @@ def gpudirect(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
                                remediation="Run gpudiag as root: the ACS capability lies in extended config space, "
                                            "which the kernel gives only to CAP_SYS_ADMIN (pci-sysfs.c). Or read it "
                                            "yourself: `sudo lspci -vvv | grep -e ACSCtl`."))
-    return [judged(r) for r in results]
+    return results
 
 
-CHECKS = (
+# topology.gpu_nic_affinity is the topology family's (checks/topology.py declares it); network.gpudirect network's.
+TOPOLOGY_CHECKS = (
     Check(AFFINITY, affinity, "each GPU has a fabric NIC below its PCIe switch (nvidia-smi topo -m's PIX/PXB), or "
                               "as near as the profile asks"),
+)
+CHECKS = (
     Check(GPUDIRECT, gpudirect, "GPUDirect RDMA is possible: a peer-memory client or dma-buf, and no ACS redirect "
                                 "between each GPU and its NIC"),
 )

@@ -1,5 +1,6 @@
 """What the network checks share: which RDMA devices are the GPU fabric's NICs, how a NIC is named in a result, what a
-check says when the NICs were not read or there are none, and the family's verdict rows.
+check says when the NICs were not read or there are none. The family's declaration (verdict rows, reference text,
+settings) ends network.py.
 
 A NIC is not a GPU: its results are node-level (`device` None) and name the NIC, its PCI function and port in the
 message and in `observed` ({"nic": "mlx5_3", "pci_bus_id": "0000:5c:00.0", "port": 1, …}); the GPU–NIC results
@@ -12,8 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from gpudiag.checks.common import failed, skipped, unknown
-from gpudiag.checks.network_settings import NetworkSettings
-from gpudiag.checks.verdicts import assign, with_verdict
+from gpudiag.expect.network_settings import NetworkSettings
 from gpudiag.model import CheckResult, NodeSnapshot, ProbeError, Status
 from gpudiag.model.network import NetworkInfo, RdmaDevice, RdmaPort
 
@@ -24,26 +24,6 @@ FLAPS = "network.flaps"
 FIRMWARE = "network.firmware"
 GPUDIRECT = "network.gpudirect"
 AFFINITY = "topology.gpu_nic_affinity"
-
-F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
-# The family's verdict rows (as checks/verdicts.TABLE holds the others'): check ID → {status: (action, fault code)}.
-# A NIC that is missing, down or slow keeps jobs that span nodes from running at the pace of the rest: drain. Counts
-# and firmware are watched. Fault codes are part of the JSON contract: never rename one.
-VERDICTS: dict[str, dict[Status, tuple[str, str]]] = {
-    NICS: {F: ("drain", "GPUDIAG-NETWORK-NIC-DOWN"), W: ("watch", "GPUDIAG-NETWORK-NIC-DOWN"),
-           U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},
-    RATE: {F: ("drain", "GPUDIAG-NETWORK-RATE-DEGRADED"), U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},
-    ERRORS: {F: ("drain", "GPUDIAG-NETWORK-LINK-ERRORS"), W: ("watch", "GPUDIAG-NETWORK-LINK-ERRORS"),
-             U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},
-    FLAPS: {F: ("drain", "GPUDIAG-NETWORK-LINK-FLAPPING"), W: ("watch", "GPUDIAG-NETWORK-LINK-FLAP"),
-            U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
-    FIRMWARE: {F: ("drain", "GPUDIAG-NETWORK-FIRMWARE-UNEXPECTED"), W: ("watch", "GPUDIAG-NETWORK-FIRMWARE-MISMATCH"),
-               U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},
-    GPUDIRECT: {F: ("drain", "GPUDIAG-NETWORK-GPUDIRECT-UNAVAILABLE"), W: ("watch", "GPUDIAG-NETWORK-ACS-REDIRECT"),
-                U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},
-    AFFINITY: {F: ("drain", "GPUDIAG-TOPOLOGY-GPU-NIC-AFFINITY"), W: ("watch", "GPUDIAG-TOPOLOGY-GPU-NIC-AFFINITY"),
-               U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},
-}
 
 # PCI IDs → the names the vendors give the parts (pci.ids; the drivers' ID tables: mlx5 main.c mlx5_core_pci_table,
 # bnxt.c bnxt_pci_tbl, ionic_bus_pci.c ionic_id_table).
@@ -138,7 +118,8 @@ def not_collected(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettin
                             remediation="Collect again with this gpudiag (`gpudiag check`) to read the NICs.")]
         return [skipped(check_id, None, message)]
     if not info.readable:
-        return [unknown(check_id, None, "the RDMA NICs could not be read (sysfs unreadable)",
+        why = info.errors[0].message if info.errors else "sysfs unreadable"
+        return [unknown(check_id, None, f"the RDMA NICs could not be read ({why})",
                         observed={"errors": error_text(info.errors)}, expected="/sys/class/infiniband readable",
                         remediation="Run gpudiag where /sys is mounted (a container needs the host's /sys) and as "
                                     "root; see `observed` for the failing read.")]
@@ -166,19 +147,11 @@ def fabric_to_judge(check_id: str, snapshot: NodeSnapshot, settings: NetworkSett
     """(the fabric NICs, None), or ([], the results that say why there is nothing to judge)."""
     early = not_collected(check_id, snapshot, settings)
     if early is not None:
-        return [], [judged(r) for r in early]
+        return [], early
     fabric, _ = fabric_nics(snapshot.network, settings)
     if not fabric:
-        return [], [judged(skipped(check_id, None, "no fabric NIC on this node: nothing to judge"))]
+        return [], [skipped(check_id, None, "no fabric NIC on this node: nothing to judge")]
     return fabric, None
-
-
-def judged(result: CheckResult) -> CheckResult:
-    """The result with the family's verdict (a result that set its own keeps it)."""
-    if result.action is None and result.status in VERDICTS.get(result.check, {}):
-        action, code = VERDICTS[result.check][result.status]
-        return with_verdict(result, action, code)
-    return assign(result)
 
 
 def counter_width_bits(name: str) -> Optional[int]:

@@ -6,7 +6,7 @@ The counters are judged twice where they can be:
   not cleared at boot) reads as a higher rate, never a lower one;
 - since the previous collection (NetworkInfo.previous, kept by a collector that reads again): the increase over the
   seconds between the two readings — the rate NVSentinel's NIC monitor judges (its defaults are the profile
-  defaults: checks/network_settings.py).
+  defaults: gpudiag/expect/network_settings.py).
 The IBTA PortCounters are 4, 8 or 16 bits wide and stop at their top (docs/network.md): a counter there is "at
 least" that, a rate from it a lower bound, and an increase past it cannot be seen; the result says so.
 
@@ -21,8 +21,8 @@ from typing import Callable, Optional
 
 from gpudiag.checks.common import Check, passed, skipped, unknown, verdict
 from gpudiag.checks.fabric import uptime_seconds
-from gpudiag.checks.network_common import ERRORS, FLAPS, confirm, fabric_to_judge, ident, judged, label, saturated
-from gpudiag.checks.network_settings import NetworkSettings, settings_of
+from gpudiag.checks.network_common import ERRORS, FLAPS, confirm, fabric_to_judge, ident, label, saturated
+from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
 
@@ -221,7 +221,7 @@ def errors(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     fabric, nothing = fabric_to_judge(ERRORS, snapshot, settings)
     if nothing is not None:
         return nothing
-    return [judged(_judge_port(d, p, snapshot, settings)) for d in fabric for p in d.ports]
+    return [_judge_port(d, p, snapshot, settings) for d in fabric for p in d.ports]
 
 
 # -- network.flaps ----------------------------------------------------------------------------------------------
@@ -247,13 +247,13 @@ def flaps(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     log = snapshot.kernel_log
     if not log.readable:
         if log.source is None and log.error is None:
-            return [judged(skipped(FLAPS, None, "the kernel log was not read in this collection"))]
+            return [skipped(FLAPS, None, "the kernel log was not read in this collection")]
         why = log.error.message if log.error is not None else "not readable"
-        return [judged(unknown(FLAPS, None, f"the kernel log could not be read ({why}): link flaps cannot be seen",
+        return [unknown(FLAPS, None, f"the kernel log could not be read ({why}): link flaps cannot be seen",
                                observed={"source": log.source, "error": why},
                                expected="the kernel log readable",
                                remediation="Run gpudiag as root or in the adm group (dmesg_restrict), or give it "
-                                           "the log with --kernel-log FILE."))]
+                                           "the log with --kernel-log FILE.")]
     uptime = uptime_seconds(snapshot)
     window = settings.nic_flap_window_seconds
     since = None if uptime is None else uptime - window
@@ -277,7 +277,7 @@ def flaps(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
             remediation=(f"A flapping link breaks the jobs that use it each time. {_ADVICE['link']} Look at the "
                          f"records (`dmesg -T | grep -e '{device.name}' -e '{device.pci_bus_id or device.name}'`) "
                          f"and the switch's log for the port. Confirm the port is up now with {confirm(device)}.")))
-    return [judged(r) for r in results]
+    return results
 
 
 CHECKS = (

@@ -1,5 +1,5 @@
-"""The RDMA NICs' series (gpudiag_nic_*) from one snapshot's NetworkInfo: identity, port state and rate, and the
-ports' counters as `_total`.
+"""The network family's metrics, found by this module's name (exporter/catalog.py): the RDMA NICs' series
+(gpudiag_nic_*) from one snapshot's NetworkInfo: identity, port state and rate, and the ports' counters as `_total`.
 
 Labels: every NIC series carries `nic` (the RDMA device, "mlx5_0") and `pci_bus_id` (its PCI function, empty for a
 bond), every port series `port` too; identity (model, board, firmware, driver) sits only on gpudiag_nic_info, as GPU
@@ -8,14 +8,12 @@ identity sits on gpudiag_gpu_info. A value the NIC does not report has no series
 The IBTA PortCounters are 4, 8 or 16 bits wide and stop at their top instead of wrapping (docs/network.md): exported
 as counters they stop rising, so gpudiag_nic_port_pma_saturated says which one is there (rate() over it reads 0
 while errors may go on). port_rcv_data / port_xmit_data count 4-octet words: they are exported as bytes.
-
-These specs are the family's, not yet in exporter/catalog.py: the network family declares them when it registers.
 """
 
 from __future__ import annotations
 
 from gpudiag.checks.network_common import counter_width_bits, model_of, pci_id, saturated
-from gpudiag.exporter.catalog import MetricSpec
+from gpudiag.exporter import catalog
 from gpudiag.exporter.families import FamilySet
 from gpudiag.model import NodeSnapshot
 from gpudiag.model.network import RdmaDevice, RdmaPort
@@ -24,9 +22,9 @@ NIC_LABELS = ("nic", "pci_bus_id")
 PORT_LABELS = NIC_LABELS + ("port",)
 
 
-def _spec(name: str, kind: str, help_text: str, labels: tuple[str, ...]) -> MetricSpec:
-    assert name.startswith("gpudiag_nic_") and (kind == "counter") == name.endswith("_total"), name
-    return MetricSpec(name, kind, help_text, labels)
+def _spec(name: str, kind: str, help_text: str, labels: tuple[str, ...]) -> catalog.MetricSpec:
+    assert name.startswith("gpudiag_nic_"), name  # the family's prefix; catalog.define checks the rest
+    return catalog.define(name, kind, help_text, labels)
 
 
 NIC_INFO = _spec("gpudiag_nic_info", "gauge", "An RDMA NIC and its identity; always 1.",
@@ -70,7 +68,7 @@ SPECS = (NIC_INFO, PORT_INFO, PORT_UP, PORT_STATE, PORT_PHYS_STATE, PORT_RATE, P
 _DATA = {"port_rcv_data": "rx", "port_xmit_data": "tx"}
 
 
-def add_network(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+def add(fs: FamilySet, snapshot: NodeSnapshot) -> None:
     """The NICs' series; nothing when the NICs were not read or could not be (gpudiag_nic_devices is absent then,
     so that "no NIC" and "not read" are told apart)."""
     info = snapshot.network

@@ -2,20 +2,18 @@
 error-counter and flap thresholds, and the GPU–NIC pairing. Each default is a figure a public source gives (cited
 beside it) or says why it was chosen.
 
-They are data the family declares: `NetworkSettings` is flat and typed as Expectations is (gpudiag/expect.py), so
-that a profile sets any of them by name. `settings_of(expect)` is the one place the checks get them from: it takes
-every field that the Expectations in hand carries under the same name and the default for the rest, so the checks
-work before and after the profile loader knows these keys.
+A family's own settings module (gpudiag/expect/__init__.py finds it by its name, <family>_settings.py, as SETTINGS):
+`NetworkSettings` is flat and typed as Expectations is, so that a profile or `-p KEY=VALUE` sets any of them by name,
+and Expectations carries it (`expect.of(NetworkSettings)`); `settings_of(expect)` is how the checks get them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
-from gpudiag.expect import ExpectationError
+from gpudiag.expect import ExpectationError  # defined before this module is found
 
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 # How a GPU must sit relative to its NIC: below the same PCIe switch (nvidia-smi topo -m: PIX or PXB), or at least
@@ -126,14 +124,9 @@ class NetworkSettings:
         return dict(entry.split("=", 1) for entry in self.expected_nic_firmware)
 
 
-DEFAULT_NETWORK_SETTINGS = NetworkSettings()
-SETTING_NAMES = tuple(f.name for f in fields(NetworkSettings))
+SETTINGS = NetworkSettings  # what gpudiag/expect/__init__.py looks for
 
 
 def settings_of(expect: Any) -> NetworkSettings:
-    """The family's settings as `expect` (an Expectations, or anything with some of these fields) carries them."""
-    carried = getattr(expect, "network", None)
-    if isinstance(carried, NetworkSettings):
-        return carried
-    values = {name: getattr(expect, name) for name in SETTING_NAMES if hasattr(expect, name)}
-    return dataclasses.replace(DEFAULT_NETWORK_SETTINGS, **values) if values else DEFAULT_NETWORK_SETTINGS
+    """The family's settings as an Expectations carries them (a NetworkSettings given as it is: the tests' way)."""
+    return expect if isinstance(expect, NetworkSettings) else expect.of(NetworkSettings)
