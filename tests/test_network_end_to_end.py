@@ -192,3 +192,17 @@ def test_the_textfile_carries_the_nic_series_and_the_faults_check_status(tmp_pat
     assert 'gpudiag_nic_port_rate_bytes_per_second{nic="mlx5_4",pci_bus_id="0000:3b:00.0",port="1"} 25000000000' in text
     assert 'gpudiag_check_status{check="network.rate",gpu="",uuid="",pci_bus_id="",status="fail"} 1' in text
     assert 'gpudiag_collector_success{collector="network"} 1' in text
+
+
+@pytest.mark.parametrize("profile, build", [("h200-8x", healthy_h100),
+                                            ("mi300x-8x", lambda root: clear_counters(mi300x_thor2(root))),
+                                            ("mi355x-8x", lambda root: clear_counters(mi355x_pollara(root)))])
+def test_the_shipped_profiles_nics_pass_their_healthy_node_and_a_slow_port_fails(tmp_path, profile, build):
+    node = build(tmp_path / "root")
+    code, report = check_json(tmp_path / "root", tmp_path, "--profile", profile, "-p", "expected_nics=8")
+    assert bad(report) == [] and code == 0
+    fabric = [r for r in report["results"] if r["check"] == "network.rate" and r["status"] == "pass"]
+    assert len(fabric) == 8  # the profile's nic_pci_ids: the eight fabric NICs, not the front-end ones
+    rdma_tree.half_rate(node, fabric[0]["observed"]["nic"])
+    _, report = check_json(tmp_path / "root", tmp_path, "--profile", profile)
+    assert [(r["check"], r["status"]) for r in bad(report)] == [("network.rate", "fail")]
