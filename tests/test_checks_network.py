@@ -24,7 +24,7 @@ from tests.snapshots import assert_actionable
 
 CHECKS = network.FAMILY.checks + network_affinity.TOPOLOGY_CHECKS
 IDS = tuple(c.id for c in CHECKS)
-# What the shipped HGX H100/H200 profiles set (gpudiag/profiles/h100-8x.toml), with the count and link layer of an IB site.
+# What the shipped HGX H100/H200 profiles set (gpudiag/profiles/h100-8x.toml), with an IB site's count and link layer.
 HGX_PROFILE = NetworkSettings(nic_pci_ids=("15b3:1021",), expected_nics=8, expected_nic_rate_gbps=400.0,
                               expected_nic_link_layer="InfiniBand", gpu_nic_affinity="switch")
 

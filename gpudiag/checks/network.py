@@ -3,8 +3,8 @@ should train at, and NICs of one board run one firmware.
 
 An HGX H100/H200 node carries eight 400 Gb/s ConnectX-7, one per GPU; when one port trains at 200 Gb/s or stays
 down, every job that spans nodes runs at that node's pace. What a port must be comes from the profile
-(gpudiag/expect/network_settings.py) or, without one, from its siblings: a port down or slow beside ports of the same model
-that are up at full rate fails; a port no sibling has up either (an unused second port) is not judged.
+(gpudiag/expect/network_settings.py) or, without one, from its siblings: a port down or slow beside ports of the
+same model that are up at full rate fails; a port no sibling has up either (an unused second port) is not judged.
 Sources of the files and their formats: docs/network.md.
 
 The family's declaration ends this module: its checks (these, network_counters.py's and network_affinity.py's
@@ -20,9 +20,9 @@ from typing import Optional
 from gpudiag.checks import network_affinity, network_counters
 from gpudiag.checks.common import Check, failed, passed, skipped, unknown, warned
 from gpudiag.checks.family import Family
-from gpudiag.checks.network_common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, board_of, confirm, errors_of, fabric_nics,
-                                           fabric_to_judge, ident, label, model_of, not_collected, pci_id,
-                                           unreadable)
+from gpudiag.checks.network_common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, board_of, confirm,
+                                           each_fabric_port, errors_of, fabric_nics, ident, label, model_of,
+                                           not_collected, pci_id, unreadable)
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
@@ -236,10 +236,7 @@ def _judge_rate(device: RdmaDevice, port: RdmaPort, fabric: list[RdmaDevice],
 
 def rate(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
-    fabric, nothing = fabric_to_judge(RATE, snapshot, settings)
-    if nothing is not None:
-        return nothing
-    return [_judge_rate(d, p, fabric, settings) for d in fabric for p in d.ports]
+    return each_fabric_port(RATE, snapshot, settings, lambda d, p, fabric: _judge_rate(d, p, fabric, settings))
 
 
 # -- network.firmware -------------------------------------------------------------------------------------------

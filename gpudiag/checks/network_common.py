@@ -10,7 +10,7 @@ result says what was seen, what was expected and what to do.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from gpudiag.checks.common import failed, skipped, unknown
 from gpudiag.expect.network_settings import NetworkSettings
@@ -140,6 +140,15 @@ def not_collected(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettin
                                    "(`lsmod | grep -e mlx5_ib -e bnxt_re -e ionic`; `modprobe mlx5_ib`), and the kernel "
                                    "log for NIC errors. In a VM, the NICs must be passed through (SR-IOV VFs).")]
     return [skipped(check_id, None, f"no RDMA device on this node ({why}): nothing to judge")]
+
+
+def each_fabric_port(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettings,
+                     judge: Callable[[RdmaDevice, RdmaPort, list[RdmaDevice]], CheckResult]) -> list[CheckResult]:
+    """judge(device, port, fabric) for every port of every fabric NIC, or the results that say why there is none."""
+    fabric, nothing = fabric_to_judge(check_id, snapshot, settings)
+    if nothing is not None:
+        return nothing
+    return [judge(device, port, fabric) for device in fabric for port in device.ports]
 
 
 def fabric_to_judge(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettings

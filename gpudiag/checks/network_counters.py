@@ -21,7 +21,8 @@ from typing import Callable, Optional
 
 from gpudiag.checks.common import Check, passed, skipped, unknown, verdict
 from gpudiag.checks.fabric import uptime_seconds
-from gpudiag.checks.network_common import ERRORS, FLAPS, confirm, fabric_to_judge, ident, label, saturated
+from gpudiag.checks.network_common import (ERRORS, FLAPS, confirm, each_fabric_port, fabric_to_judge, ident, label,
+                                           saturated)
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
@@ -218,10 +219,7 @@ def _carrier_finding(port: RdmaPort, before: Optional[dict], seconds: float) -> 
 
 def errors(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     settings = settings_of(expect)
-    fabric, nothing = fabric_to_judge(ERRORS, snapshot, settings)
-    if nothing is not None:
-        return nothing
-    return [_judge_port(d, p, snapshot, settings) for d in fabric for p in d.ports]
+    return each_fabric_port(ERRORS, snapshot, settings, lambda d, p, _fabric: _judge_port(d, p, snapshot, settings))
 
 
 # -- network.flaps ----------------------------------------------------------------------------------------------
