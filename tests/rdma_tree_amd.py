@@ -57,6 +57,7 @@ def mi300x_thor2(root: Path) -> Node:
     node = Node(tree, pairs).finish()
     tree.add_modules("ib_core", "ib_uverbs", "bnxt_en", "bnxt_re", "amdgpu")
     tree.sys.write("sys/kernel/mm/memory_peers/amdkfd/version", "1.0")
+    tree.sys.set_kernel_release("5.15.0-119-generic")  # constructed: an Ubuntu 22.04 kernel, as MLNX OFED runs on
     return node
 
 
@@ -79,6 +80,7 @@ def mi355x_pollara(root: Path) -> Node:
         tree.add_pair(pair, vendor="0x1002", device="0x75a3", class_code="0x120000", driver="amdgpu")
         (tree.nic_dirs[nic.name] / "ports" / "1" / "counters").mkdir()  # "is empty" (omnistat PR 301)
         pairs.append(pair)
-    node = Node(tree, pairs)
+    node = Node(tree, pairs).finish()  # the switch ports' ACS as on the THOR2 node (constructed)
     tree.add_modules("ib_core", "ionic", "ionic_rdma", "amdgpu")
+    tree.sys.set_kernel_release("6.8.0-60-generic")  # constructed: an Ubuntu 24.04 kernel, as ROCm 6.4 supports
     return node

@@ -27,7 +27,8 @@ def test_catalog_follows_the_naming_rules():
         assert (spec.kind == "counter") == name.endswith("_total"), name
         assert len(set(spec.labels)) == len(spec.labels), name
         identity = {"model", "serial", "vbios_version"} & set(spec.labels)
-        assert not identity or name == "gpudiag_gpu_info", f"{name} carries identity labels {identity}"
+        # identity only on the info series (value 1): the GPU's, and the NIC's (exporter/metrics_network.py)
+        assert not identity or name in ("gpudiag_gpu_info", "gpudiag_nic_info"), f"{name} carries identity {identity}"
         if "driver_version" in spec.labels:  # versions only on info series (value 1), never on measurements
             assert name.endswith("_info"), name
         if name.startswith("gpudiag_gpu_"):

@@ -30,6 +30,14 @@ SPECIAL = {
     "expected_ecc_enabled": ("false", False),
     "pcie_recovery_fail_count_per_day": ("5", 5),
     "kernel_log_repeat_boots": ("2", 2),
+    # the network family's (gpudiag/expect/network_settings.py)
+    "nic_pci_ids": ('["15b3:1021"]', ("15b3:1021",)),
+    "expected_nic_link_layer": ('"InfiniBand"', "InfiniBand"),
+    "expected_nic_firmware": ('["MT_0000000838=28.41.1000"]', ("MT_0000000838=28.41.1000",)),
+    "gpu_nic_affinity": ('"switch"', "switch"),
+    "gpu_nic_pairs": ('["0000:18:00.0=mlx5_0"]', ("0000:18:00.0=mlx5_0",)),
+    "gpudirect_path": ('"peermem"', "peermem"),
+    "nic_flap_fail_count": ("5", 5),
 }
 BY_TYPE = {"int": ("3", 3), "float": ("0.5", 0.5), "bool": ("true", True), "tuple": ("[48, 79]", (48, 79))}
 WRONG = {"int": ('"3"', "expected an integer"), "float": ('"fast"', "expected a number"),
@@ -58,10 +66,10 @@ def _write(tmp_path, text: str, name: str = "node.toml"):
 @pytest.mark.parametrize("key", sorted(settings()))
 def test_every_key_is_read_from_toml_with_its_type(tmp_path, key):
     toml_value, expected = _valid(key)
-    assert getattr(DEFAULT_EXPECTATIONS, key) != expected, "the sample must differ from the default"
+    assert DEFAULT_EXPECTATIONS.setting(key) != expected, "the sample must differ from the default"
     values = load_profile(str(_write(tmp_path, f'name = "t"\n{key} = {toml_value}\n')))
     assert values == {key: expected}
-    assert getattr(load_expectations(str(tmp_path / "node.toml")), key) == expected
+    assert load_expectations(str(tmp_path / "node.toml")).setting(key) == expected
 
 
 @pytest.mark.parametrize("key", sorted(settings()))
@@ -79,7 +87,7 @@ def test_every_key_can_be_overridden_with_p(key):
     toml_value, expected = _valid(key)
     text = {"bool": toml_value, "tuple": ",".join(str(v) for v in expected) if isinstance(expected, tuple) else ""}
     param = text.get(_kind(settings()[key])) or str(expected)
-    assert getattr(load_expectations(None, [f"{key}={param}"]), key) == expected
+    assert load_expectations(None, [f"{key}={param}"]).setting(key) == expected
 
 
 def test_none_and_boot_words_reset_optional_settings():
@@ -107,6 +115,9 @@ def test_overrides_apply_after_the_profile():
     ("amdgpu_fail_kinds=gpu_hang", "-p amdgpu_fail_kinds: 'gpu_hang' is not an amdgpu event kind"),
     ("required_kernel_modules=ib_core", "-p required_kernel_modules: gpudiag does not probe module 'ib_core'"),
     ("xid_fail_codes=0", "-p xid_fail_codes: 0 is not an Xid code"),
+    ("family_settings=x", "-p family_settings: unknown setting"),
+    ("expected_nic=8", "-p expected_nic: unknown setting; did you mean expected_nics"),
+    ("gpu_nic_affinity=rack", "-p gpu_nic_affinity: 'rack' is not one of switch, numa"),
 ])
 def test_bad_overrides_are_one_line_naming_the_key(param, message):
     with pytest.raises(ProfileError) as error:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpudiag.checks import fabric
+from gpudiag.checks import fabric, network_affinity
 from gpudiag.checks.common import (
     Check,
     errors_about,
@@ -256,6 +256,10 @@ _VERDICTS = {
     "topology.numa": {W: ("watch", "GPUDIAG-TOPOLOGY-NO-NUMA")},
     # topology.fabric and driver.recovery_action set their verdicts per finding (checks/fabric.py, recovery.py).
     "topology.fabric": {F: ("drain", "GPUDIAG-FABRIC-NOT-READY"), W: ("watch", "GPUDIAG-FABRIC-SETTING-UP")},
+    # A GPU whose NIC is not below its PCIe switch sends its RDMA through the root complex (checks/network_affinity.py).
+    "topology.gpu_nic_affinity": {F: ("drain", "GPUDIAG-TOPOLOGY-GPU-NIC-AFFINITY"),
+                                  W: ("watch", "GPUDIAG-TOPOLOGY-GPU-NIC-AFFINITY"),
+                                  U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},
 }
 _REFERENCE = {
     "topology.links_up": (
@@ -274,15 +278,22 @@ _REFERENCE = {
     "topology.fabric": (
         "NVML GPU fabric info: the fabric manager's set-up state and health (NVIDIA HGX)",
         "Start or restart nvidia-fabricmanager (its version must match the driver) and check the NVSwitches."),
+    "topology.gpu_nic_affinity": (
+        "each GPU's nearest fabric NIC in the PCI tree (nvidia-smi topo -m's PIX/PXB/PHB/NODE/SYS), or its "
+        "gpu_nic_pairs NIC",
+        "A GPU without a NIC below its switch: check that the NIC is seated in the slot the board's design gives that "
+        "GPU and that its driver is loaded; the pairing in the profile may be wrong."),
 }
 _SETTINGS = {
     "topology.links_up": ("expected_links_per_gpu",),
     "topology.link_errors": ("link_error_warn_count",),
     "topology.fabric": ("fabric_setup_grace_seconds",),
+    "topology.gpu_nic_affinity": ("nic_pci_ids", "expected_nics", "gpu_nic_affinity", "gpu_nic_pairs"),
 }
 FAMILY = Family(
-    "topology", order=70, checks=CHECKS + fabric.CHECKS,
+    "topology", order=70, checks=CHECKS + fabric.CHECKS + network_affinity.TOPOLOGY_CHECKS,
     verdicts=_VERDICTS, reference=_REFERENCE,
     settings=_SETTINGS,
-    probe_parts={"peers": ("topology.p2p",), "link_errors": ("topology.link_errors",)},
+    probe_parts={"peers": ("topology.p2p",), "link_errors": ("topology.link_errors",),
+                 "network": ("topology.gpu_nic_affinity",)},
 )

@@ -5,13 +5,22 @@ them (profile.py, the shipped TOML in gpudiag/profiles/) and golden baselines (b
 field by name and `dataclasses.replace(DEFAULT, field=value)` derives a variant. The defaults are what an
 experienced operator of H100/H200 and MI300X nodes would start from; where a vendor publishes a number, the comment
 cites it, otherwise the comment says why the number was chosen.
+
+A check family whose settings are its own declares them in a module of this package named <family>_settings.py
+(network_settings.py), found by its name: one frozen dataclass `SETTINGS` of flat, typed fields with their defaults,
+validated in its __post_init__ (raising ExpectationError). Expectations carries one instance of each
+(`family_settings`; `expect.of(NetworkSettings)` gives the family's) and the profile loader takes their fields as
+keys beside these (profile.py), so a family adds profile keys without editing this module.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import pkgutil
 import re
-from dataclasses import dataclass, fields
-from typing import Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional, TypeVar
 
 from gpudiag.expect.baseline import NodeBaseline
 
@@ -162,6 +171,10 @@ class Expectations:
     # --- golden baseline (gpudiag check --baseline FILE; not a profile key) ---------------------------------
     baseline: Optional[NodeBaseline] = None
 
+    # --- the families' own settings (<family>_settings.py; each field a profile key of its own) -------------
+    # One instance of each discovered SETTINGS type, in module-name order; read them with `of(kind)`.
+    family_settings: tuple = field(default_factory=lambda: tuple(kind() for kind in FAMILY_SETTINGS))
+
     # --- active (load tests, `gpudiag check --level 2`) ------------------------------------------------------
     # None: the default of checks/active_links.ActiveExpectations, where each is explained and sourced. The
     # *_expected_gbps fields pin the achievable copy rate instead of deriving it from the link (e.g. a platform
@@ -218,6 +231,15 @@ class Expectations:
                 raise ExpectationError(f"active_{test}_fail_ratio", f"{fail} is above active_{test}_warn_ratio "
                                                                     f"({warn}): nothing would only warn")
 
+    def of(self, kind: type[_S]) -> _S:
+        """The settings of one family (its SETTINGS type) that this Expectations carries."""
+        return next((s for s in self.family_settings if type(s) is kind), None) or kind()
+
+    def setting(self, key: str) -> Any:
+        """The value of any profile key, this class's or a family's."""
+        kind = family_keys().get(key)
+        return getattr(self.of(kind) if kind is not None else self, key)
+
     def _check_choices(self) -> None:
         for name, choices in (("expected_compute_partition", COMPUTE_PARTITIONS),
                               ("expected_memory_partition", MEMORY_PARTITIONS),
@@ -246,4 +268,38 @@ class Expectations:
             raise ExpectationError("expected_driver_version", f"{exact} is below min_driver_version ({minimum})")
 
 
+_S = TypeVar("_S")
+
+
+def _family_settings_types() -> tuple[type, ...]:
+    """The SETTINGS dataclass of every <family>_settings.py module of this package, in name order; a key that two
+    of them (or one of them and Expectations) both name raises, since a profile key must mean one thing."""
+    found = [importlib.import_module(f"{__name__}.{info.name}").SETTINGS
+             for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
+             if info.name.endswith("_settings")]
+    owner = {f.name: "Expectations" for f in fields(Expectations)}
+    for kind in found:
+        for f in fields(kind):
+            if f.name in owner:
+                raise TypeError(f"profile key {f.name!r} is declared by both {owner[f.name]} and {kind.__name__}")
+            owner[f.name] = kind.__name__
+    return tuple(found)
+
+
+def family_keys() -> dict[str, type]:
+    """Profile key -> the family SETTINGS type that declares it."""
+    return {f.name: kind for kind in FAMILY_SETTINGS for f in fields(kind)}
+
+
+def with_settings(base: Expectations, **values: Any) -> Expectations:
+    """`base` with `values` set, each key routed to Expectations or to the family settings that declare it (a
+    value a family cannot have raises ExpectationError from that family's __post_init__)."""
+    owners = family_keys()
+    core = {k: v for k, v in values.items() if k not in owners}
+    carried = tuple(dataclasses.replace(s, **{k: v for k, v in values.items() if owners.get(k) is type(s)})
+                    for s in base.family_settings)
+    return dataclasses.replace(base, **core, family_settings=carried)
+
+
+FAMILY_SETTINGS: tuple[type, ...] = _family_settings_types()
 DEFAULT_EXPECTATIONS = Expectations()

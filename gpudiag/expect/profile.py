@@ -1,8 +1,8 @@
 """Node profiles: what a node must be, as a TOML file of Expectations settings, plus `-p KEY=VALUE` overrides.
 
-A profile is flat: each key is an Expectations field (gpudiag/expect.py says what each means), typed as the field
-is; `name` and `description` are free text. Nothing else is allowed, so a typo is an error, not a setting silently
-ignored. `--profile` takes the name of a profile shipped in gpudiag/profiles/ ("h200-8x"), or a file: a path with
+A profile is flat: each key is an Expectations field (gpudiag/expect/__init__.py says what each means) or a field
+of a family's own settings (gpudiag/expect/<family>_settings.py), typed as the field is; `name` and `description`
+are free text. Nothing else is allowed, so a typo is an error, not a setting silently ignored. `--profile` takes the name of a profile shipped in gpudiag/profiles/ ("h200-8x"), or a file: a path with
 a slash or a .toml suffix ("./site", "site.toml"), read as gpudiag.fileio reads any input (a regular file, at most
 CONFIG_MAX_BYTES, UTF-8, nested no deeper than MAX_NESTING).
 
@@ -24,12 +24,13 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser as a package (pyproject: tomli; python_version < 3.11)
     import tomli as tomllib  # type: ignore[no-redef]
 
-from gpudiag.expect import DEFAULT_EXPECTATIONS, ExpectationError, Expectations
+from gpudiag.expect import DEFAULT_EXPECTATIONS, FAMILY_SETTINGS, ExpectationError, Expectations, with_settings
 from gpudiag.fileio import CONFIG_MAX_BYTES, DocumentError, parse_bounded, read_text
 from gpudiag.model.vocabulary import AMDGPU_EVENT_KINDS, MODULES_OF_INTEREST
 
 METADATA_KEYS = ("name", "description")
-NOT_SETTABLE = ("baseline",)  # set by `--baseline FILE`, not by a profile
+# `--baseline FILE` sets the baseline; family_settings holds the families' keys, each settable by its own name.
+NOT_SETTABLE = ("baseline", "family_settings")
 # Accepted for kernel_log_window_seconds: judge every event since boot.
 SINCE_BOOT = "boot"
 _NONE_WORDS = ("none", "null")
@@ -41,9 +42,12 @@ class ProfileError(ValueError):
 
 
 def settings() -> dict[str, Any]:
-    """Settable key → its type hint."""
-    hints = typing.get_type_hints(Expectations)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Expectations) if f.name not in NOT_SETTABLE}
+    """Settable key → its type hint: the fields of Expectations, then those of every family's SETTINGS."""
+    known = {}
+    for kind in (Expectations, *FAMILY_SETTINGS):
+        hints = typing.get_type_hints(kind)
+        known.update({f.name: hints[f.name] for f in dataclasses.fields(kind) if f.name not in NOT_SETTABLE})
+    return known
 
 
 def shipped_profiles() -> list[str]:
@@ -118,8 +122,8 @@ def _from_text(key: str, hint: Any, text: str) -> Any:
 
 def _unknown_key(key: str, known: Iterable[str]) -> ExpectationError:
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}?" if close else "the settings are the fields of gpudiag/expect.py " \
-                                                             "(docs/acceptance.md lists them)"
+    hint = f"did you mean {' or '.join(close)}?" if close else "the settings are the fields of gpudiag/expect/ " \
+                                                             "(docs/reference/checks.md names them)"
     return ExpectationError(key, f"unknown setting; {hint}")
 
 
@@ -201,7 +205,7 @@ def read_profile(ref: str) -> tuple[str, str]:
 
 
 def _build(values: dict[str, Any]) -> Expectations:
-    return dataclasses.replace(DEFAULT_EXPECTATIONS, **values)
+    return with_settings(DEFAULT_EXPECTATIONS, **values)
 
 
 def load_profile(ref: str) -> dict[str, Any]:

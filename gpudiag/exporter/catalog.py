@@ -2,8 +2,8 @@
 
 Naming (docs/architecture.md; Prometheus naming): prefix `gpudiag_`, base units in the name (`_celsius`, `_watts`,
 `_joules`, `_hertz`, `_bytes`, `_seconds`, `_ratio`), counters end in `_total`. Identity labels (model, serial,
-VBIOS, driver) sit only on `gpudiag_gpu_info`; every per-GPU series carries `gpu` (index), `uuid` and `pci_bus_id`
-so that it can be joined to the info series. The dashboard and alert-rule tests check their expressions against
+VBIOS, driver) sit only on `gpudiag_gpu_info` (a NIC's on `gpudiag_nic_info`); every per-GPU series carries `gpu`
+(index), `uuid` and `pci_bus_id` so that it can be joined to the info series. The dashboard and alert-rule tests check their expressions against
 this catalog, so a renamed metric breaks them rather than silently emptying a panel.
 
 A check family adds its metrics in a module of its own, gpudiag/exporter/metrics_<family>.py, found by its name:

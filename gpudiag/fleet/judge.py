@@ -19,7 +19,8 @@ from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
 from gpudiag.fleet.model import (FIGURES, FIRMWARE_PREFIX, GPU_PROPERTIES, KIND_STATUS, MAX_FAILURES, MAX_LISTED,
-                                 NODE_PROPERTIES, NODE_SEVERITY, UNSOUND, FleetVerdict, NodeFacts, NodeVerdict)
+                                 NIC_FIRMWARE_PREFIX, NODE_PROPERTIES, NODE_SEVERITY, UNSOUND, FleetVerdict, NodeFacts,
+                                 NodeVerdict)
 
 MIN_PEERS = 3  # fewer nodes of a model have no meaningful median
 UNKNOWN_MODEL = "unknown model"
@@ -41,7 +42,12 @@ _DRIFT_ADVICE = {
     "ecc_mode": "Set ECC as on its peers (`nvidia-smi -e 1`, then a GPU reset) and find what changed it.",
     "partition_mode": "Set the partition / MIG mode its peers run (`amd-smi set --compute-partition`, "
                       "`nvidia-smi -mig`), then reset the GPU.",
+    "nic_port_rate_min": "A NIC port trained slower than on its peers: `gpudiag check --only network.rate` on the "
+                         "node names it; the suspects are its cable or optic and the switch port.",
 }
+_NIC_FIRMWARE_ADVICE = ("Flash the NIC firmware its peers run (mlx5: `mlxfwmanager --query`, then the system "
+                        "vendor's bundle; Broadcom: niccli) and reset the NIC or reboot; `gpudiag check --only "
+                        "network.firmware` on the node names the NIC.")
 # Drift that changes what a job computes or sees (driver, runtime, missing GPUs, ECC, partitions) keeps work off the
 # node until aligned; a firmware, link-capability or power-limit difference is watched and fixed in a window.
 _DRIFT_ACTION = {"driver_version": "drain", "runtime_version": "drain", "gpu_count": "drain", "ecc_mode": "reset",
@@ -162,7 +168,10 @@ def find_drift(nodes: list[NodeFacts]) -> list[dict]:
     for model, members in sorted(_groups(nodes).items()):
         if len(members) < 2:
             continue
-        for name, description in NODE_PROPERTIES.items():
+        node_names = dict(NODE_PROPERTIES)
+        node_names.update({n: f"{n[len(NIC_FIRMWARE_PREFIX):]} NIC firmware" for node in members
+                           for n in node.properties if n.startswith(NIC_FIRMWARE_PREFIX)})
+        for name, description in sorted(node_names.items(), key=lambda item: item[0] not in NODE_PROPERTIES):
             holders: dict[str, dict[str, Optional[list[int]]]] = defaultdict(dict)
             for node in members:
                 if name in node.properties:
@@ -195,7 +204,8 @@ def _drift_entry(model: str, name: str, description: str, holders: dict[str, dic
                 for value, count in ranked if value != expected]
     return [{"model": model, "property": name, "description": description, "expected": expected,
              "expected_count": 0 if tied else ranked[0][1], "minority": minority,
-             "remediation": _FIRMWARE_ADVICE if name.startswith(FIRMWARE_PREFIX) else _DRIFT_ADVICE.get(name, "")}]
+             "remediation": _FIRMWARE_ADVICE if name.startswith(FIRMWARE_PREFIX) else _NIC_FIRMWARE_ADVICE
+             if name.startswith(NIC_FIRMWARE_PREFIX) else _DRIFT_ADVICE.get(name, "")}]
 
 
 def _drift_finding(group: dict, value: str, member: dict) -> dict:

@@ -42,6 +42,7 @@ NODE_PROPERTIES = {
     "driver_version": "driver version",
     "runtime_version": "CUDA / ROCm runtime version",
     "gpu_count": "GPU count",
+    "nic_port_rate_min": "slowest RDMA NIC port",  # network.rate: the lowest rate an up fabric port trained at
 }
 GPU_PROPERTIES = {
     "vbios_version": "VBIOS version",
@@ -51,6 +52,10 @@ GPU_PROPERTIES = {
     "partition_mode": "partition / MIG mode",
 }
 FIRMWARE_PREFIX = "firmware:"  # + component name: a per-GPU firmware version (reports only)
+# + NIC board (PSID or PCI ID): the firmware versions the node's NICs of that board run, sorted and comma-joined
+# (network.firmware; reports only): a node whose NIC firmware differs from its siblings' drifts on it.
+NIC_FIRMWARE_PREFIX = "nic_firmware:"
+MAX_NIC_BOARDS = 16  # NIC boards kept per node; a node has two or three
 
 # Load-test figures compared across peers, per GPU: what each measures, higher is better.
 FIGURES = {

@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Any, Optional
 
 from gpudiag.fleet.jsonstream import Malformed, Reader
-from gpudiag.fleet.model import (FIRMWARE_PREFIX, MAX_GPUS, MAX_VALUE_CHARS, Failure, NodeFacts, ecc_mode, finite,
-                                 watts)
+from gpudiag.fleet.model import (FIRMWARE_PREFIX, MAX_GPUS, MAX_NIC_BOARDS, MAX_VALUE_CHARS, NIC_FIRMWARE_PREFIX,
+                                 Failure, NodeFacts, ecc_mode, finite, watts)
 
 RESULT_MAX_CHARS = 1 << 20  # one result; gpudiag's largest (a kernel log's event counts) is a few KB
 HEAD_MAX_CHARS = 1 << 20  # any other member (summary, versions)
@@ -108,6 +108,7 @@ class _Facts:
         self.facts = NodeFacts(node="")
         self.models: Counter = Counter()
         self.unreadable = 0
+        self.nic_rate_min: Optional[float] = None  # Gb/s, the slowest up fabric port (network.rate)
 
     def done(self, hostname: str) -> NodeFacts:
         facts = self.facts
@@ -115,6 +116,8 @@ class _Facts:
         facts.model = min(self.models, key=lambda m: (-self.models[m], m)) if self.models else None
         if "gpu_count" not in facts.properties and facts.gpus:
             facts.properties["gpu_count"] = str(len(facts.gpus))
+        if self.nic_rate_min is not None:
+            facts.properties["nic_port_rate_min"] = f"{self.nic_rate_min:g} Gb/s"
         if self.unreadable:
             facts.add_unread(f"{self.unreadable:,} result(s) that are not check results")
         return facts
@@ -179,6 +182,15 @@ class _Facts:
             for index in sorted(facts.bus_ids):
                 for component, version in components:
                     facts.gpu_property(index, FIRMWARE_PREFIX + component, version)
+        elif check == "network.firmware":  # {"board": …, "versions": {version: [NIC names]}}
+            self._nic_firmware(observed)
+        elif check == "network.rate":
+            raw = observed.get("rate_gbps")
+            rate = finite(raw)
+            if raw is not None and rate is None:
+                facts.add_unread(f"network.rate: rate_gbps {str(raw)[:20]} is not a finite number")
+            elif rate is not None:
+                self.nic_rate_min = rate if self.nic_rate_min is None else min(self.nic_rate_min, rate)
         elif gpu is None:
             return
         elif check == "pcie.link_generation":
@@ -205,6 +217,24 @@ class _Facts:
             value = self._number(observed, name, scale, check, gpu)
             if value is not None:
                 facts.figure(figure, gpu, value, check)
+
+    def _nic_firmware(self, observed: dict) -> None:
+        """The firmware versions one board's NICs run, as a node property (a node-level comparison: which NIC runs
+        which is the node's own check's to say)."""
+        board, versions = observed.get("board"), observed.get("versions")
+        if not isinstance(board, str) or not board or len(board) > 64 or not isinstance(versions, dict):
+            return
+        name = NIC_FIRMWARE_PREFIX + board
+        boards = [n for n in self.facts.properties if n.startswith(NIC_FIRMWARE_PREFIX)]
+        if name not in boards and len(boards) >= MAX_NIC_BOARDS:
+            self.facts.add_unread(f"NIC boards past the first {MAX_NIC_BOARDS}")
+            return
+        known = set(self.facts.properties.get(name, "").split(",")) - {""}
+        value = ",".join(sorted(known | {v for v in versions if isinstance(v, str) and v}))
+        if len(value) > MAX_VALUE_CHARS:
+            self.facts.add_unread(f"{name}: a value of {len(value):,} characters")
+        elif value:
+            self.facts.properties[name] = value
 
     def _number(self, observed: dict, name: str, scale: float, check: str, gpu: int) -> Optional[float]:
         """observed[name] x scale as a finite number; absent is None, anything else unreadable (never compared)."""

@@ -130,6 +130,26 @@ class GpuDirectInputs:
 
 
 @dataclass
+class CounterReading:
+    """The port counters of the collection before this one, so that the checks can judge rates since then (a
+    collector that reads again keeps its last reading: gpudiag/probe/rdma_history.py)."""
+
+    seconds_before: float  # how long before this reading it was taken (monotonic clock)
+    # "<device>/<port>" → {counter name: value}: counters/ and hw_counters/ by their file names (hw_counters under
+    # "hw:<name>", since a driver may give one the name of a PortCounter; a RoCE netdev's carrier_changes under
+    # "netdev:carrier_changes").
+    ports: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def of(self, device: str, port: int) -> Optional[dict[str, int]]:
+        return self.ports.get(port_key(device, port))
+
+
+def port_key(device: str, port: int) -> str:
+    """How CounterReading.ports names a port: "mlx5_0/1"."""
+    return f"{device}/{port}"
+
+
+@dataclass
 class NetworkInfo:
     """One read of the node's RDMA NICs (gpudiag/probe/rdma.py read_network)."""
 
@@ -143,6 +163,7 @@ class NetworkInfo:
     host: GpuDirectInputs = field(default_factory=GpuDirectInputs)
     incomplete: Optional[str] = None  # why not everything was read (deadline, a cap), or None
     errors: list[ProbeError] = field(default_factory=list)  # node-level; per-device ones are on the device
+    previous: Optional[CounterReading] = None  # the previous collection's counters; None: this is the first read
 
     def device(self, name: str) -> Optional[RdmaDevice]:
         return next((d for d in self.devices if d.name == name), None)

@@ -27,7 +27,7 @@ import logging
 import pkgutil
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -81,6 +81,9 @@ class CollectOptions:
     # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/boot_history.py); None: not read.
     state_dir: Optional[Path] = None
     journalctl: Optional[str] = None  # the program to read the systemd journal with; None: journalctl on PATH
+    # What a probe part carries from one collection to the next of the Collector these options belong to (part name
+    # -> the part's own object, e.g. the last NIC counters): a one-shot `gpudiag check` starts with none.
+    part_state: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.parts) - PROBE_PARTS
