@@ -15,11 +15,14 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   cat /sys/module/nvidia/version 2>&1; modinfo -F license nvidia 2>&1; } > "$out/host-network.txt" 2>&1
 python3 -m gpudiag check --verbose --no-color > "$out/check-verbose.txt" 2>> "$err"; echo "check exit $?" >> "$err"
 python3 -m gpudiag check --json > "$out/check.json" 2>> "$err"; echo "json exit $?" >> "$err"
-# The node's profile expects 8 NICs: on a VM without them the network family must fail, not skip.
+python3 -m gpudiag check -i 0 --json > "$out/check-gpu0.json" 2>> "$err"; echo "-i 0 exit $?" >> "$err"
+python3 -m gpudiag profiles > "$out/profiles.txt" 2>> "$err"
+# With the node's profile, and with 8 NICs expected: on a VM without them the network family must fail, not skip.
 python3 -m gpudiag check --json --profile h200-8x -p expected_gpu_count="$gpus" > "$out/check-profile.json" \
   2>> "$err"; echo "profile exit $?" >> "$err"
 python3 -m gpudiag check --only network,topology --verbose --no-color --profile h200-8x \
-  -p expected_gpu_count="$gpus" > "$out/check-network-profile.txt" 2>> "$err"; echo "network exit $?" >> "$err"
+  -p expected_gpu_count="$gpus" -p expected_nics=8 > "$out/check-network-expected.txt" 2>> "$err"
+echo "network expected exit $?" >> "$err"
 # serve beside the faults: its stderr is what journald would keep.
 python3 -m gpudiag serve --listen 127.0.0.1:19858 --interval 2 --state-dir "$out/state" \
   --socket "$out/gpudiag.sock" > "$out/serve-stdout.txt" 2> "$out/serve-log.txt" &
