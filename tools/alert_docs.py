@@ -175,8 +175,10 @@ def alerts_page() -> str:
 def _matches(matchers: list[str], name: str) -> bool:
     for matcher in matchers:
         label, op, value = re.fullmatch(r'(\w+)\s*(=~|!~|!=|=)\s*"(.*)"', matcher).groups()
+        if label == "severity":
+            continue  # a condition on the source, not a name: inhibitions() shows it
         if label != "alertname":
-            raise ValueError(f"the docs read alertname matchers only: {matcher}")
+            raise ValueError(f"the docs read alertname and severity matchers only: {matcher}")
         if not {"=": value == name, "!=": value != name, "=~": re.fullmatch(value, name) is not None,
                 "!~": re.fullmatch(value, name) is None}[op]:
             return False
@@ -197,6 +199,9 @@ def inhibitions(grouped: dict[str, list[dict]]) -> tuple[dict[str, list[str]], d
     inhibited_by: dict[str, list[str]] = {n: [] for n in names}
     for rule in yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]:
         same = f"same {', '.join(rule['equal'])}"
+        when = [m.replace('"', "") for m in rule["source_matchers"] if m.startswith("severity")]
+        if when:
+            same += f"; while {' and '.join(when)}"
         sources = [n for n in names if _matches(rule["source_matchers"], n)]
         targets = [n for n in names if _matches(rule["target_matchers"], n) and n not in sources
                    and set(rule["equal"]) - {"instance"} <= _labels_used(grouped[n])]

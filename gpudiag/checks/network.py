@@ -335,23 +335,28 @@ _REFERENCE = {
     NICS: ("the RDMA devices under /sys/class/infiniband (the fabric NICs: nic_pci_ids), each port's state and "
            "phys_state, a RoCE port's netdev operstate",
            "A NIC missing: reseat it, check `lspci` and that mlx5_ib / bnxt_re / ionic is loaded. A port down: "
-           "Polling is the cable, optic or switch port; INIT / ARMED is no subnet manager: drain until it is up."),
+           "Polling is the cable, optic or switch port (check the switch port, reseat or swap the cable / optic); "
+           "INIT / ARMED is no subnet manager: drain until it is up. `ibstat` / `ibv_devinfo` show each port's "
+           "state after the fix."),
     RATE: ("each up port's rate and width (ports/N/rate) against expected_nic_rate_gbps or its siblings'",
            "A port below its rate (400G at 200G: lanes lost): reseat or replace the cable / optic, then the "
-           "switch port; drain, since every job spanning nodes runs at the slowest port's pace."),
+           "switch port; drain, since every job spanning nodes runs at the slowest port's pace. `ibstat` shows "
+           "the rate and width the port trained at; `mlxlink -d <bdf>` (mlx5) the lanes and the module."),
     ERRORS: ("the ports' PortCounters and hw_counters, as rates since they were cleared and since the previous "
              "collection",
              "Rising symbol errors or link downs: clean or replace the cable / optic, check the switch port's "
-             "counters; clear the counters after the fix so that new errors show."),
+             "counters (`perfquery` on InfiniBand); clear the counters after the fix so that new errors show."),
     FLAPS: ("the kernel log's NIC link-down records within nic_flap_window_seconds",
-            "A flapping port: replace the cable / optic, check the switch port; drain while it flaps."),
+            "A flapping port: replace the cable / optic, check the switch port and its log; drain while it flaps. "
+            "`dmesg -T | grep -i -e mlx5 -e bnxt -e ionic` shows the link-down records."),
     FIRMWARE: ("each NIC's fw_ver, per board (PSID) against its siblings and expected_nic_firmware",
                "Update the odd NIC to the fleet's firmware (mlxfwmanager / mstflint, bnxtnvm, the vendor's tool) and "
                "reset it or reboot."),
     GPUDIRECT: ("the peer-memory module (nvidia_peermem) or dma-buf support, and ACS redirect on the bridges "
                 "between each GPU and its NIC",
-                "Load nvidia_peermem (or use the open kernel modules with dma-buf); disable ACS redirect on the "
-                "switches between GPU and NIC (BIOS, or setpci on bare metal)."),
+                "Load nvidia_peermem (`modprobe nvidia_peermem`, and at boot) or use the open kernel modules with "
+                "dma-buf; on AMD, the ROCm peer-memory path. Disable ACS redirect on the switches between GPU and "
+                "NIC (BIOS, or setpci on bare metal)."),
 }
 _FABRIC = ("nic_pci_ids",)
 _SETTINGS = {

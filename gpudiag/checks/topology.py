@@ -282,7 +282,8 @@ _REFERENCE = {
         "each GPU's nearest fabric NIC in the PCI tree (nvidia-smi topo -m's PIX/PXB/PHB/NODE/SYS), or its "
         "gpu_nic_pairs NIC",
         "A GPU without a NIC below its switch: check that the NIC is seated in the slot the board's design gives that "
-        "GPU and that its driver is loaded; the pairing in the profile may be wrong."),
+        "GPU and that its driver is loaded (a missing NIC is network.nics'); the pairing in the profile may be wrong. "
+        "`nvidia-smi topo -m` (`rocm-smi --showtopo`) shows the GPU's distance to each NIC."),
 }
 _SETTINGS = {
     "topology.links_up": ("expected_links_per_gpu",),
