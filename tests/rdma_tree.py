@@ -108,10 +108,13 @@ class Pair:
 class RdmaTree:
     """Writes RDMA NICs, GPUs and bridges into a SysfsTree."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, gpus: bool = True):
         self.sys = SysfsTree(root)
         self.root = Path(root)
         self.nic_dirs: dict[str, Path] = {}
+        # False: the GPUs are another writer's (a fake vendor node's own tree, tests/fabric_nodes.py): pairs add only
+        # their NICs and bridges.
+        self.gpus = gpus
 
     def add_gpu(self, bdf: str, *, bridges: tuple[str, ...], upstream: str, vendor: str = "0x10de",
                 device: str = "0x2335", class_code: str = "0x030200", driver: str = "nvidia", numa_node: int = 0) -> None:
@@ -146,8 +149,9 @@ class RdmaTree:
 
     def add_pair(self, pair: Pair, **gpu) -> None:
         """The GPU (an H200 unless `gpu` says otherwise: add_gpu's keywords) and its NIC."""
-        self.add_gpu(pair.gpu, bridges=(pair.root_port, pair.switch_up), upstream=pair.gpu_down,
-                     numa_node=pair.nic.numa_node, **gpu)
+        if self.gpus:
+            self.add_gpu(pair.gpu, bridges=(pair.root_port, pair.switch_up), upstream=pair.gpu_down,
+                         numa_node=pair.nic.numa_node, **gpu)
         self.add_nic(pair.nic, bridges=(pair.nic_root_port or pair.root_port, pair.nic_switch_up or pair.switch_up),
                      upstream=pair.nic_down)
 
@@ -232,11 +236,11 @@ FRONTEND_BDF, FRONTEND_ROOT = "0000:c1:00.0", "0000:c0:01.0"  # constructed
 
 
 def hgx_h100_ib(root: Path, *, peermem: bool = True, nic_elsewhere: Optional[int] = None,
-                privileged: bool = True) -> Node:
+                privileged: bool = True, gpus: bool = True) -> Node:
     """8x H100-class GPUs, each with its ConnectX-7 NDR HCA below the same switch, plus the BlueField-3 front-end.
     `nic_elsewhere`: the index of a GPU whose HCA is moved below the next pair's switch. `privileged`: the bridges'
-    config files as root reads them (4 KiB) or as a user does (64 bytes)."""
-    tree = RdmaTree(root)
+    config files as root reads them (4 KiB) or as a user does (64 bytes). `gpus`: RdmaTree's."""
+    tree = RdmaTree(root, gpus)
     files = gpud_h100_files()
     pairs = []
     for index, (gpu, switch, nic_bdf, name) in enumerate(zip(HGX_GPUS, HGX_SWITCHES, HGX_NICS, GPUD_HCAS)):
@@ -282,8 +286,8 @@ def _roce_port(gpud: dict[str, str], ifname: str) -> dict[str, str]:
     return port
 
 
-def h200_roce(root: Path) -> Node:
-    tree = RdmaTree(root)
+def h200_roce(root: Path, gpus: bool = True) -> Node:
+    tree = RdmaTree(root, gpus)
     bond = gpud_h100_files()["mlx5_bond_0"]
     pairs = []
     for index, (gpu, switch, nic_bdf) in enumerate(zip(HGX_GPUS, HGX_SWITCHES, HGX_NICS)):
