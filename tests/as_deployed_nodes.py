@@ -55,8 +55,8 @@ def _alerting(scenario: alerting_nodes.Scenario) -> DeployedNode:
 
 
 def _hgx8(lost: Optional[int] = None) -> Callable[[Optional[Path]], object]:
-    """tests/checklist_scenarios.py's 8x H200 (nvidia_uvm loaded, as the profiles require); `lost`: that GPU fell off
-    the bus before the first collection, with its Xid 79 in the log."""
+    """tests/checklist_scenarios.py's 8x H200 (nvidia_uvm loaded, its NICs: as the profiles require); `lost`: that GPU
+    fell off the bus before the first collection, with its Xid 79 in the log."""
 
     def make(root: Optional[Path]):
         node = FakeNode.hgx_h200(8)
@@ -65,7 +65,7 @@ def _hgx8(lost: Optional[int] = None) -> Callable[[Optional[Path]], object]:
             node.gpus[lost].lost = True
             kmsg = (xid_line(2, 41_000_000, node.gpus[lost].bus_id, 79),)
         if root is not None:
-            fake_root(root, node, kmsg=kmsg).add_module("nvidia_uvm")
+            fabric_nodes.with_nics(root, node).tree.sys.add_kmsg(kmsg)
         return node
 
     return make

@@ -19,6 +19,7 @@ from typing import Optional
 
 from tests import rdma_tree, rdma_tree_amd
 from tests.fakes.amd_node import FakeAmdNode, mi300x_node, mi355x_node
+from gpudiag.model import normalize_pci_bus_id
 from tests.fakes.fake_nvml import FakeNode
 from tests.network_nodes import clear_counters
 
@@ -41,22 +42,32 @@ def hgx_h200(root: Optional[Path], *, roce: bool = False, **ib) -> tuple[FakeNod
     """The fake HGX H200 and (with a root) its tree: 8 GPU/NIC pairs below 8 switches, the BlueField-3 front end on
     the InfiniBand variant; `ib` goes to rdma_tree.hgx_h100_ib (peermem=False, nic_elsewhere=3, ...)."""
     node = hgx_h200_node()
-    if root is None:
-        return node, None
+    return node, (with_nics(root, node, roce=roce, **ib) if root is not None else None)
+
+
+def with_nics(root: Path, node: FakeNode, *, roce: bool = False, **ib) -> rdma_tree.Node:
+    """The tree of a fake NVIDIA node whose GPUs each have their NIC below their switch: on the recorded board's
+    layout where the GPUs are at its bus IDs (hgx_h200_node), else placed by rdma_tree.constructed_layout (InfiniBand
+    only), and the nvidia host tree (module and /proc version of the node's driver, nvidia_uvm, kernel log)."""
+    bus_ids = tuple(normalize_pci_bus_id(gpu.bus_id) for gpu in node.gpus)
+    if bus_ids != rdma_tree.HGX_GPUS:
+        assert not roce, "the RoCE tree is laid out on the recorded board only"
+        ib["gpu_bus_ids"] = bus_ids
     tree = clear_counters(rdma_tree.h200_roce(root) if roce else rdma_tree.hgx_h100_ib(root, **ib))
     host = tree.tree.sys
-    if roce:
-        host.set_proc_nvidia_version(f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {NVIDIA_DRIVER}  "
-                                     "Release Build  (dvs-builder@U16-I3-B03-4-3)  Mon Jul 28 23:00:00 UTC 2025\n")
-        host.set_kernel_release("6.8.0-60-generic")
-    host.add_module("nvidia", version=NVIDIA_DRIVER)
+    host.set_proc_nvidia_version(f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {node.driver_version}  "
+                                 "Release Build  (dvs-builder@U16-I3-B03-4-3)  Mon Jul 28 23:00:00 UTC 2025\n")
+    host.set_kernel_release("6.8.0-60-generic")
+    host.write("sys/module/nvidia/version", node.driver_version)  # the NIC trees list the module, without one
+    if "nvidia_peermem" in host.path("proc/modules").read_text():
+        host.write("sys/module/nvidia_peermem/version", node.driver_version)
     host.add_module("nvidia_uvm")
     host.set_cmdline("BOOT_IMAGE=/vmlinuz ro quiet iommu=pt")
     host.add_kmsg(["6,1,1000,-;Linux version 6.8.0-60-generic"])
-    for position, gpu in enumerate(node.gpus):  # the GPUs' CPU lists, which the NIC tree leaves out
-        first = 32 * (position // 4)
-        host.write(f"sys/bus/pci/devices/{rdma_tree.HGX_GPUS[position]}/local_cpulist", f"{first}-{first + 31}")
-    return node, tree
+    for position, gpu in enumerate(node.gpus):  # the GPUs' CPU lists, which the NIC tree leaves out: NVML's
+        cpus = sorted(gpu.cpus)
+        host.write(f"sys/bus/pci/devices/{bus_ids[position]}/local_cpulist", f"{cpus[0]}-{cpus[-1]}")
+    return tree
 
 
 def _amd_on_fabric(node: FakeAmdNode, pairs: list) -> FakeAmdNode:

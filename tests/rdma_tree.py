@@ -235,20 +235,33 @@ GPUD_HCAS = ("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8
 FRONTEND_BDF, FRONTEND_ROOT = "0000:c1:00.0", "0000:c0:01.0"  # constructed
 
 
+def constructed_layout(gpu_bus_ids: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(switches, NICs) for GPUs at other bus IDs than the recorded board's, by the recorded pattern (nccl-tests issue
+    256: a GPU at bus b below a switch whose upstream port is at b-2 or b-3, its NIC on the switch's other port): here
+    the switch at b-3 (root port b-4, downstream ports b-2) and the NIC at b+1. Constructed."""
+    buses = [bus_of(gpu) for gpu in gpu_bus_ids]
+    return (tuple(f"0000:{b - 3:02x}:00.0" for b in buses), tuple(f"0000:{b + 1:02x}:00.0" for b in buses))
+
+
 def hgx_h100_ib(root: Path, *, peermem: bool = True, nic_elsewhere: Optional[int] = None,
-                privileged: bool = True, gpus: bool = True) -> Node:
+                privileged: bool = True, gpus: bool = True, gpu_bus_ids: Optional[tuple[str, ...]] = None) -> Node:
     """8x H100-class GPUs, each with its ConnectX-7 NDR HCA below the same switch, plus the BlueField-3 front-end.
     `nic_elsewhere`: the index of a GPU whose HCA is moved below the next pair's switch. `privileged`: the bridges'
-    config files as root reads them (4 KiB) or as a user does (64 bytes). `gpus`: RdmaTree's."""
+    config files as root reads them (4 KiB) or as a user does (64 bytes). `gpus`: RdmaTree's. `gpu_bus_ids`: the GPUs
+    elsewhere than on the recorded board (tests/acceptance_nodes.py's), their switches and NICs placed by
+    constructed_layout."""
     tree = RdmaTree(root, gpus)
     files = gpud_h100_files()
     pairs = []
-    for index, (gpu, switch, nic_bdf, name) in enumerate(zip(HGX_GPUS, HGX_SWITCHES, HGX_NICS, GPUD_HCAS)):
+    gpu_ids, switches, nics = HGX_GPUS, HGX_SWITCHES, HGX_NICS
+    if gpu_bus_ids is not None:
+        gpu_ids, (switches, nics) = gpu_bus_ids, constructed_layout(gpu_bus_ids)
+    for index, (gpu, switch, nic_bdf, name) in enumerate(zip(gpu_ids, switches, nics, GPUD_HCAS)):
         root_port, gpu_down, nic_down = _pcie_path(switch)
         nic = Nic(name=name, bdf=nic_bdf, files=files[name], numa_node=index // 4)
         pair = Pair(gpu, nic, root_port, switch, gpu_down, nic_down)
         if nic_elsewhere == index:
-            other = HGX_SWITCHES[(index + 1) % len(HGX_SWITCHES)]
+            other = switches[(index + 1) % len(switches)]
             pair.nic_root_port, _, _ = _pcie_path(other)
             pair.nic_switch_up = other
             pair.nic_down = f"0000:{bus_of(other) + 1:02x}:02.0"
