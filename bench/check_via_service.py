@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_vs_nvidia_smi import interleaved, precompile, timed  # noqa: E402 - the sibling benchmark's harness
 # Runs gpudiag with the tests' fake NVML installed (the fake node's GPUs), for --fake.
-FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.exporter_node import fake_node; "
-               "from tests.fakes import fake_nvml_events; from tests.fakes.fake_nvml import installed; "
+FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.support.exporter_node import fake_node; "
+               "from tests.support.fakes import fake_nvml_events; from tests.support.fakes.fake_nvml import installed; "
                "fake = installed(fake_node(int(sys.argv[1]))); fake.__enter__(); "
                "from gpudiag.cli.app import main; sys.exit(main(sys.argv[2:]))")
 
@@ -141,7 +141,7 @@ def main() -> int:
         print(f"timing {args.gpudiag} (interpreter {python})")
     if args.fake:
         sys.path.insert(0, str(REPO))
-        from tests.exporter_node import fake_node, fake_root
+        from tests.support.exporter_node import fake_node, fake_root
 
         root = tmp / "root"
         fake_root(root, fake_node(args.fake))

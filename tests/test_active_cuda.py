@@ -12,9 +12,9 @@ from gpudiag.active import run_active
 from gpudiag.active.cuda import CudaRuntime
 from gpudiag.active.runtime import GpuOutOfMemory, RuntimeUnavailable
 from gpudiag.model import ErrorKind, PcieInfo
-from tests.active_support import fast_options, idle_device, install_cuda, live_reader, sim_devices, snapshot_of
-from tests.fakes import libcuda
-from tests.fakes.gpu_sim import SimNode, patch_cdll
+from tests.support.active import fast_options, idle_device, install_cuda, live_reader, sim_devices, snapshot_of
+from tests.support.fakes import libcuda
+from tests.support.fakes.gpu_sim import SimNode, patch_cdll
 
 
 def test_missing_library_is_reported_on_every_requested_test(monkeypatch):

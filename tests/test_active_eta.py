@@ -1,5 +1,5 @@
 """The `--level 2|3` progress lines end with an estimate of the time left (issue 27, item 6): active/eta.py over a
-fake clock, and a whole run over the fake CUDA runtime (tests/fakes/libcuda.py)."""
+fake clock, and a whole run over the fake CUDA runtime (tests/support/fakes/libcuda.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from gpudiag.active import run_active
 from gpudiag.active.eta import Remaining, human
-from tests.active_support import fast_options, idle_device, install_cuda, sim_devices, snapshot_of
+from tests.support.active import fast_options, idle_device, install_cuda, sim_devices, snapshot_of
 
 LEFT = re.compile(r" \(about (?:(\d+) h )?(?:(\d+) min ?)?(?:(\d+) s)? left\)$")
 

@@ -9,9 +9,9 @@ from gpudiag.active import run_active
 from gpudiag.active.hip import HipRuntime
 from gpudiag.active.runtime import GpuOutOfMemory, RuntimeUnavailable
 from gpudiag.model import ErrorKind, Vendor
-from tests.active_support import fast_options, idle_device, install_hip, live_reader, sim_devices, snapshot_of
-from tests.fakes import libamdhip
-from tests.fakes.gpu_sim import SimNode, patch_cdll
+from tests.support.active import fast_options, idle_device, install_hip, live_reader, sim_devices, snapshot_of
+from tests.support.fakes import libamdhip
+from tests.support.fakes.gpu_sim import SimNode, patch_cdll
 
 
 def amd(index: int, **changes):

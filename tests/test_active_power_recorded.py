@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,9 +17,10 @@ from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import ActiveDevice, ActiveResults, Status, StressResult, from_dict
 from gpudiag.model.recording import load_snapshot
 from gpudiag.report import render
-from tests.exporter_support import value
+from tests.support.exporter import value
+from tests.support.paths import FIXTURES
 
-H200 = Path(__file__).parent / "fixtures" / "h200"
+H200 = FIXTURES / "h200"
 SWEEP = json.loads((H200 / "recorded" / "power-stress-sweep.json").read_text())
 
 

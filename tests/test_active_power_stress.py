@@ -16,7 +16,7 @@ from gpudiag.active import tensor_kernels
 from gpudiag.checks.active_stress import STRESS, stress as judge_stress
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import ClockInfo, EccInfo, KernelEvent, PowerInfo, Status, TemperatureSensor, Vendor
-from tests.active_support import fast_options, idle_device, install_cuda, install_hip, sim_devices, snapshot_of
+from tests.support.active import fast_options, idle_device, install_cuda, install_hip, sim_devices, snapshot_of
 
 
 def reader(power=None, reasons=None, sm_mhz=None, temperature=None, ecc=None):

@@ -11,7 +11,7 @@ import pytest
 
 from gpudiag.active import ActiveOptions, run_active
 from gpudiag.model import ErrorKind, MemoryUsage, Utilization
-from tests.active_support import (
+from tests.support.active import (
     busy_process,
     fast_options,
     idle_device,

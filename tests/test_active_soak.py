@@ -3,19 +3,19 @@ moving-inversions memory test over the fake CUDA library."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from gpudiag.cli import app as cli
 from gpudiag.active import ActiveOptions, run_active
 from gpudiag.active import kernels
 from gpudiag.active.options import default_deadline
+from gpudiag.cli import app as cli
 from gpudiag.model import NodeSnapshot
-from tests.active_support import fast_options, idle_device, install_cuda, sim_devices, snapshot_of
-from tests.fakes.gpu_sim import SimNode
+from tests.support.active import fast_options, idle_device, install_cuda, sim_devices, snapshot_of
+from tests.support.fakes.gpu_sim import SimNode
+from tests.support.paths import FIXTURES
 
-RECORDED = Path(__file__).parent / "fixtures" / "h200" / "snapshot.json"
+RECORDED = FIXTURES / "h200" / "snapshot.json"
 
 
 def test_level_3_is_the_soak_and_level_2_stays_short():

@@ -17,7 +17,7 @@ from gpudiag.model import (
     TemperatureSensor,
     Vendor,
 )
-from tests.snapshots import for_gpu, node_level, run
+from tests.support.snapshots import for_gpu, node_level, run
 from tests.test_checks_active import BUS, node
 
 F, W, P, U, S = Status.FAIL, Status.WARN, Status.PASS, Status.UNKNOWN, Status.SKIP

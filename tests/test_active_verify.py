@@ -1,5 +1,5 @@
-"""Every result of the stress checked bit for bit, over the fake CUDA and HIP runtimes (tests/fakes/gpu_sim.py runs
-the kernels' contract, gpudiag/active/ptx_parts.py): the block records compared, a faulty SM named, the
+"""Every result of the stress checked bit for bit, over the fake CUDA and HIP runtimes (tests/support/fakes/gpu_sim.py
+runs the kernels' contract, gpudiag/active/ptx_parts.py): the block records compared, a faulty SM named, the
 validation-only seams, identical GPUs compared, the verified HBM stream, what active.compute and the exporter say."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from gpudiag.checks.active_compute import COMPUTE, compute
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import Status, Vendor
-from tests.active_support import fast_options, idle_device, install_cuda, install_hip, sim_devices, snapshot_of
-from tests.exporter_support import value
-from tests.fakes.gpu_sim import SimDevice, SimNode
+from tests.support.active import fast_options, idle_device, install_cuda, install_hip, sim_devices, snapshot_of
+from tests.support.exporter import value
+from tests.support.fakes.gpu_sim import SimDevice, SimNode
 
 
 def stressed(monkeypatch, sims=None, **changes):
@@ -112,7 +112,7 @@ def test_a_bit_flipping_cell_in_the_streamed_memory_is_caught(monkeypatch):
 def test_a_gpu_that_computes_other_bits_than_its_identical_siblings_fails(monkeypatch):
     sims = [SimDevice(f"0000:{bus}:00.0".upper()) for bus in ("3b", "5e", "86")]
     sims[2].faulty_sms = {0, 1, 2, 3}  # every SM of GPU 2 wrong the same way: its blocks agree with each other
-    monkeypatch.setattr("tests.active_support.BUS_IDS", ("0000:3b:00.0", "0000:5e:00.0", "0000:86:00.0"))
+    monkeypatch.setattr("tests.support.active.BUS_IDS", ("0000:3b:00.0", "0000:5e:00.0", "0000:86:00.0"))
     snapshot, results, _ = stressed(monkeypatch, sims)
     assert snapshot.active.devices[2].stress.verification.mismatched_blocks == 0
     assert [results[i].status for i in range(3)] == [Status.PASS, Status.PASS, Status.FAIL]

@@ -5,14 +5,14 @@ level-3 runs, and the 10 + 10 runs with a validation-only fault injected — eac
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from gpudiag.checks.stress_figures import figures_of
 from gpudiag.model import ActiveResults, StressResult, from_dict
+from tests.support.paths import FIXTURES
 
-LAB = Path(__file__).parent / "fixtures" / "h200" / "recorded" / "verify-2"
+LAB = FIXTURES / "h200" / "recorded" / "verify-2"
 INJECTED_SMS = (17, 42, 5, 99, 131, 0, 64, 77, 120, 33)  # tools/lab_verify.sh, in run order
 
 

@@ -1,9 +1,9 @@
 """The shipped alerting end to end, wired as a site wires it (issue 23): a real Prometheus loading
 monitoring/prometheus/gpudiag-alerts.yml, a real Alertmanager with monitoring/alertmanager/gpudiag-alertmanager.yml
 (its inhibitions unchanged, its receivers pointed at a webhook in this test), and one `gpudiag serve` per
-single-fault node of tests/alerting_nodes.py, both vendors, plus a healthy node of each, all scraped at once.
+single-fault node of tests/support/alerting_nodes.py, both vendors, plus a healthy node of each, all scraped at once.
 
-Durations are scaled down by SCALE (tests/rule_scaling.py, itself tested): 15-second scrapes become 1 s (and the
+Durations are scaled down by SCALE (tests/support/rule_scaling.py, itself tested): 15-second scrapes become 1 s (and the
 rules' 15 minutes 60 s), so that the whole run takes about two minutes. For each fault: its own alert fires with
 the right name, severity and GPU labels within its `for` plus three scrapes; at most three alerts reach the
 receiver; none resolves while the fault lasts. Healthy nodes fire nothing. One more node's exporter is killed once
@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.alerting_nodes import SCENARIOS, Scenario
-from tests.exporter_support import wait_for
-from tests.prometheus_support import (
+from tests.support.alerting_nodes import SCENARIOS, Scenario
+from tests.support.exporter import wait_for
+from tests.support.prometheus import (
     ALERTMANAGER,
     PROMETHEUS,
     WebhookReceiver,
@@ -38,13 +38,13 @@ from tests.prometheus_support import (
     start_prometheus,
     stop,
 )
-from tests.rule_scaling import parse_ms, scale_alertmanager, scale_duration, write_scaled_rules
+from tests.support.paths import REPO
+from tests.support.rule_scaling import parse_ms, scale_alertmanager, scale_duration, write_scaled_rules
 
 pytestmark = [pytest.mark.slow,  # end to end: real servers and processes (tests/README.md)
               pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
                                  reason="prometheus / prometheus-alertmanager not installed")]
 
-REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
 ALERTMANAGER_CONFIG = REPO / "monitoring" / "alertmanager" / "gpudiag-alertmanager.yml"
 SCALE = 15  # 15 s scrapes (docs/monitoring.md) → 1 s: every window holds as many samples as in production
@@ -74,7 +74,7 @@ def rule_for_seconds(alertname: str, severity: str) -> float:
 
 def start_node(scenario: str, root: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.alerting_nodes", scenario, str(root), "--",
+        [sys.executable, "-m", "tests.support.alerting_nodes", scenario, str(root), "--",
          "--listen", "127.0.0.1:0", "--interval", str(COLLECT_SECONDS), "--timeout", str(DEADLINE_SECONDS)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("w"), env={**os.environ, "PYTHONPATH": str(REPO)})
 

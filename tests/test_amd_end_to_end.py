@@ -13,11 +13,11 @@ from gpudiag.checks import run_checks
 from gpudiag.cli.app import main
 from gpudiag.model import CheckResult, NodeSnapshot, Status
 from gpudiag.probe import CollectOptions, collect
-from tests.fakes import amd_node
-from tests.fakes.amd_node import FakeAmdNode, mi300x_node
-from tests.fakes.amdgpu_sysfs_tree import add_amdgpu_node
-from tests.fakes.fake_amdsmi import installed
-from tests.sysfs_tree import SysfsTree
+from tests.support.fakes import amd_node
+from tests.support.fakes.amd_node import FakeAmdNode, mi300x_node
+from tests.support.fakes.amdgpu_sysfs_tree import add_amdgpu_node
+from tests.support.fakes.fake_amdsmi import installed
+from tests.support.sysfs_tree import SysfsTree
 
 BOOT_LOG = [
     "[    4.812345] [drm] amdgpu kernel modesetting enabled.",

@@ -1,17 +1,17 @@
 """AMD false alarms on healthy nodes (issue 21, item 6), through the real amdsmi 7.0.2 wrapper over the fake
 libamd_smi.so and the amdgpu sysfs tree: each quirk passes on the healthy node and the true fault beside it still
-fails (tests/fakes/amd_node.py cites each quirk's source)."""
+fails (tests/support/fakes/amd_node.py cites each quirk's source)."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpudiag.checks import run_checks
+from gpudiag.expect.profile import load_expectations
 from gpudiag.model import Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.expect.profile import load_expectations
-from tests.fakes import amd_node
-from tests.fakes.fake_amdsmi import installed
+from tests.support.fakes import amd_node
+from tests.support.fakes.fake_amdsmi import installed
 from tests.test_amd_end_to_end import node_root, not_passing, only
 from tests.test_amd_real_nodes import PROFILE, check, on
 
@@ -66,7 +66,7 @@ def test_a_busy_gpu_held_below_its_clock_is_throttled_even_when_cool(tmp_path):
 
 def test_a_throttle_flag_that_cannot_be_checked_against_temperature_stands():
     from gpudiag.checks.amd_throttle import unbacked
-    from tests.snapshots import amd_mi300x_node
+    from tests.support.snapshots import amd_mi300x_node
 
     device = amd_mi300x_node().devices[0]
     device.clocks.throttle_reasons = ["socket_thermal"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from gpudiag.checks import run_checks
 from gpudiag.model import Status
 from gpudiag.probe import CollectOptions, collect
-from tests.fakes.amd_node import mi300x_node
-from tests.fakes.amdgpu_sysfs_tree import add_amdgpu_node
-from tests.fakes.fake_amdsmi import installed
-from tests.sysfs_tree import SysfsTree
+from tests.support.fakes.amd_node import mi300x_node
+from tests.support.fakes.amdgpu_sysfs_tree import add_amdgpu_node
+from tests.support.fakes.fake_amdsmi import installed
+from tests.support.sysfs_tree import SysfsTree
 
 
 def _verdicts(tmp_path, node, dpm: dict[int, str]):

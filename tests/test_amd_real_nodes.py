@@ -1,5 +1,5 @@
 """AMD Instinct nodes as real MI300X / MI325X / MI355X nodes answer (gpudiag issues 9 and 15): the real collector
-over the fake libamd_smi.so bent to each quirk seen on real nodes (tests/fakes/amd_node.py cites them), then the
+over the fake libamd_smi.so bent to each quirk seen on real nodes (tests/support/fakes/amd_node.py cites them), then the
 real checks. Healthy nodes of every kind must pass with nothing unknown; each fault fails on its GPU."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 
 from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
+from gpudiag.expect.profile import load_expectations
 from gpudiag.model import CheckResult, Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.expect.profile import load_expectations
-from tests.fakes import amd_node
-from tests.fakes.amd_node import FakeAmdNode
-from tests.fakes.fake_amdsmi import installed
+from tests.support.fakes import amd_node
+from tests.support.fakes.amd_node import FakeAmdNode
+from tests.support.fakes.fake_amdsmi import installed
 from tests.test_amd_end_to_end import node_root, not_passing, only
 
 # What an 8-GPU MI3xx profile asserts about links and ECC.
@@ -308,7 +308,7 @@ def test_cpx_partition_zero_reports_the_whole_vram(tmp_path):
 def test_the_exporter_shows_a_healthy_mi300x_node_all_ok_and_xgmi_wafl_counts(tmp_path, bend):
     """Issue 9 item 2 in the exporter's series: no check of a healthy MI300X node reads 0 (unknown)."""
     from gpudiag.exporter.textfile import render_textfile
-    from tests.exporter_support import series
+    from tests.support.exporter import series
 
     snapshot, results = check(tmp_path, bend(amd_node.mi300x_node()))
     text = render_textfile(snapshot, results, finished_at=1_800_000_000.0)

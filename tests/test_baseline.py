@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from gpudiag.expect.baseline import BaselineError, load_baseline, save_baseline
 from gpudiag.checks import run_checks
 from gpudiag.checks.baseline_of import baseline_of
 from gpudiag.expect import DEFAULT_EXPECTATIONS
+from gpudiag.expect.baseline import BaselineError, load_baseline, save_baseline
 from gpudiag.model import ErrorKind, ProbeError, Status, Vendor
-from tests.acceptance_nodes import nvidia_h200_8x
-from tests.snapshots import amd_mi300x_node, assert_actionable, cpx_partitioned, nvidia_h200_node
+from tests.support.acceptance_nodes import nvidia_h200_8x
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, cpx_partitioned, nvidia_h200_node
 
 
 def judge(snapshot, golden):

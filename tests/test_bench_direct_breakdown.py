@@ -7,13 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 LIST_CALLS_OVER_FAKE_NODE = (
     "import json, sys\nsys.path.insert(0, 'bench')\n"
-    "from tests.fakes.fake_nvml import FakeNode, installed\nfrom direct_breakdown import child_calls\n"
+    "from tests.support.fakes.fake_nvml import FakeNode, installed\nfrom direct_breakdown import child_calls\n"
     "with installed(FakeNode.hgx_h200(2)):\n    print(json.dumps(child_calls()))\n")
 
 

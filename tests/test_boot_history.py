@@ -15,12 +15,12 @@ from gpudiag.model import BootFault, BootHistory, Status
 from gpudiag.probe import CollectOptions, collect
 from gpudiag.probe.boot_history import earlier_boots, read_boot_history
 from gpudiag.probe.kernel_log import read_kernel_log
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.nvidia_node import sysfs_for
-from tests.snapshots import for_gpu, nvidia_h200_node, run, xid_event
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.nvidia_node import sysfs_for
+from tests.support.snapshots import for_gpu, nvidia_h200_node, run, xid_event
 
 BOOT = "0f9a3c2e4b1d4e6f8a7b9c0d1e2f3a4b"
-GPU1 = "0000:3b:00.0"  # FakeNode.hgx_h200 GPU 1; tests.snapshots' nvidia_h200_node GPU 1
+GPU1 = "0000:3b:00.0"  # FakeNode.hgx_h200 GPU 1; tests.support.snapshots' nvidia_h200_node GPU 1
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
 

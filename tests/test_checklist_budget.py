@@ -11,7 +11,7 @@ import re
 import pytest
 
 from bench.checklist_lines import BUDGET
-from tests.checklist_scenarios import ALL, LOST_GPU, checklist
+from tests.support.checklist_scenarios import ALL, LOST_GPU, checklist
 
 HEADS = re.compile(r"^(FAIL|WARN|UNKN)  ")
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import ErrorKind, ProbeError, Status
-from tests.snapshots import (
+from tests.support.snapshots import (
     amd_mi300x_node,
     amdgpu_event,
     assert_actionable,

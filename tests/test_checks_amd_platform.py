@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from gpudiag.model import Status
-from tests.snapshots import amd_mi300x_node, assert_actionable, cpx_partitioned, for_gpu, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, cpx_partitioned, for_gpu, run
 
 METRICS_SKEW = ("the driver's gpu_metrics v1.9 is newer than this amdsmi decodes (v1.8): upgrade amd-smi-lib")
 # A snapshot recorded earlier and judged now (`check --snapshot`): its own collection time, not the clock, bounds the

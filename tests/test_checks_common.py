@@ -10,7 +10,7 @@ from gpudiag.checks.common import PERMISSION_REMEDIATION
 from gpudiag.checks.verdicts import is_internal_error
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError, Status
-from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
 
 
 def test_every_check_answers_a_node_without_gpus_with_one_node_level_skip():

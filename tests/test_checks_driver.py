@@ -3,7 +3,8 @@ import pytest
 from gpudiag.checks.common import PERMISSION_REMEDIATION
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError, Status
-from tests.snapshots import AMDGPU_DKMS, NVIDIA_DRIVER, amd_mi300x_node, assert_actionable, nvidia_h200_node, run
+from tests.support.snapshots import (AMDGPU_DKMS, NVIDIA_DRIVER, amd_mi300x_node, assert_actionable, nvidia_h200_node,
+                                     run)
 
 
 def _without_nvidia_module(snap):

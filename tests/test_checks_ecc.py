@@ -2,7 +2,7 @@ import dataclasses
 
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, ProbeError, Status
-from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
 
 
 def test_ecc_disabled_fails_and_pending_changes_warn():

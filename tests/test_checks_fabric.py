@@ -10,7 +10,7 @@ import pytest
 
 from gpudiag.expect import Expectations
 from gpudiag.model import DriverHealth, FabricInfo, Status
-from tests.snapshots import for_gpu, nvidia_h200_node, run
+from tests.support.snapshots import for_gpu, nvidia_h200_node, run
 
 F, W, P, S, U = Status.FAIL, Status.WARN, Status.PASS, Status.SKIP, Status.UNKNOWN
 COLLECTED = "2026-11-30T11:00:00Z"  # nvidia_h200_node's collection time

@@ -1,5 +1,5 @@
 from gpudiag.model import Status
-from tests.snapshots import amd_mi300x_node, assert_actionable, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, nvidia_h200_node, run
 
 
 def test_vbios_mismatch_warns_listing_which_gpu_has_which():

@@ -1,5 +1,5 @@
 from gpudiag.model import ErrorKind, ProbeError, Status
-from tests.snapshots import GIB, MIB, amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
+from tests.support.snapshots import GIB, MIB, amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
 
 
 def test_persistence_mode_off_warns():

@@ -2,7 +2,7 @@ import dataclasses
 
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, ProbeError, Status
-from tests.snapshots import (
+from tests.support.snapshots import (
     amd_mi300x_node,
     assert_actionable,
     cpx_partitioned,

@@ -7,7 +7,7 @@ from gpudiag.checks.xid_catalog import XID_CATALOG, xid_severity
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, KernelEvent, ProbeError, Status, Vendor
 from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, NVIDIA_EVENT_KINDS
-from tests.snapshots import (
+from tests.support.snapshots import (
     amd_mi300x_node,
     amdgpu_event,
     assert_actionable,
@@ -250,7 +250,7 @@ def test_nvrm_fallen_off_the_bus_asks_for_a_reboot_with_xid_79s_code():
 
 def test_a_lost_slot_fails_the_nvidia_gpu_below_it_and_warns_node_level_otherwise():
     from gpudiag.probe.kernel_log_events import parse_event
-    snap = nvidia_h200_node()  # GPU 1 (0000:3b:00.0) hangs off port 0000:3a:01.0 (tests/snapshots.py)
+    snap = nvidia_h200_node()  # GPU 1 (0000:3b:00.0) hangs off port 0000:3a:01.0 (tests/support/snapshots.py)
     snap.kernel_log.events = [parse_event("pcieport 0000:3a:01.0: pciehp: Slot(7): Link Down")]
     lost = for_gpu(run(snap, "kernel_log.xid"), 1)
     assert (lost.status, lost.action, lost.fault_code) == (Status.FAIL, "reboot", "GPUDIAG-PCIE-SLOT-LOST")

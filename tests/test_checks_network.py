@@ -1,6 +1,6 @@
 """The network checks (checks/network*.py) on nodes read by the real probes from fake sysfs trees built from public
-recordings (tests/rdma_tree*.py, tests/network_nodes.py): healthy nodes of each NIC kind pass with nothing unknown, and
-each fault fails or warns on the NIC (or GPU) that has it, saying what to do."""
+recordings (tests/support/rdma_tree*.py, tests/support/network_nodes.py): healthy nodes of each NIC kind pass with
+nothing unknown, and each fault fails or warns on the NIC (or GPU) that has it, saying what to do."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import dataclasses
 
 import pytest
 
-from gpudiag.checks import network, network_affinity, network_counters
 from gpudiag.checks import VERDICTS
+from gpudiag.checks import network, network_affinity, network_counters
 from gpudiag.checks.verdicts import assign
-from gpudiag.expect.network_settings import NetworkSettings
 from gpudiag.expect import DEFAULT_EXPECTATIONS
+from gpudiag.expect.network_settings import NetworkSettings
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.model.network import NetworkInfo
 from gpudiag.probe.rdma_history import CounterHistory
-from tests import rdma_tree
-from tests.network_nodes import clear_counters, hgx_h100, read, snapshot
-from tests.rdma_tree import GPUD_HCAS, HGX_GPUS, firmware, half_rate, link_errors, port_down
-from tests.rdma_tree_amd import mi300x_thor2, mi355x_pollara
-from tests.snapshots import assert_actionable
+from tests.support import rdma_tree
+from tests.support.network_nodes import clear_counters, hgx_h100, read, snapshot
+from tests.support.rdma_tree import GPUD_HCAS, HGX_GPUS, firmware, half_rate, link_errors, port_down
+from tests.support.rdma_tree_amd import mi300x_thor2, mi355x_pollara
+from tests.support.snapshots import assert_actionable
 
 CHECKS = network.FAMILY.checks + network_affinity.TOPOLOGY_CHECKS
 IDS = tuple(c.id for c in CHECKS)

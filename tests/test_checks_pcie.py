@@ -6,7 +6,7 @@ from gpudiag.checks.common import PhysicalGpu
 from gpudiag.checks.pcie_power import LoadedLink, under_load
 from gpudiag.expect import Expectations
 from gpudiag.model import ActiveDevice, ActiveResults, CopyBandwidth, ErrorKind, PcieDpmLevel, ProbeError, Status
-from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
 
 
 def _downshift(device, pci, generation):

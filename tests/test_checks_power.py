@@ -2,7 +2,7 @@ import dataclasses
 
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, ProbeError, Status
-from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
 
 
 def test_power_brake_fails_pointing_at_psu_and_cable():

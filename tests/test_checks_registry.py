@@ -12,7 +12,7 @@ import gpudiag.checks as checks
 from gpudiag.checks import CHECK_IDS, FAMILIES, REGISTRY, resolve_selection, run_checks
 from gpudiag.checks.common import Check
 from gpudiag.model import Status
-from tests.snapshots import amd_mi300x_node, cpx_partitioned, nvidia_h200_node
+from tests.support.snapshots import amd_mi300x_node, cpx_partitioned, nvidia_h200_node
 
 def test_ids_are_unique_dotted_and_in_the_declared_families():
     assert len(set(CHECK_IDS)) == len(CHECK_IDS)

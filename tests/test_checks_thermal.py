@@ -4,7 +4,7 @@ import pytest
 
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, ProbeError, Status, TemperatureSensor
-from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
 
 
 @pytest.mark.parametrize("celsius, status", [(80.0, Status.PASS), (86.0, Status.WARN), (88.0, Status.WARN),

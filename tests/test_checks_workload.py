@@ -1,5 +1,5 @@
 from gpudiag.model import ErrorKind, GpuProcess, ProbeError, Status
-from tests.snapshots import GIB, amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
+from tests.support.snapshots import GIB, amd_mi300x_node, assert_actionable, for_gpu, nvidia_h200_node, run
 
 
 def test_processes_are_listed():

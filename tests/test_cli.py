@@ -5,18 +5,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
 
 from gpudiag.cli import app as cli
 from gpudiag.model import NodeSnapshot
 from gpudiag.model.recording import load_snapshot, save_snapshot
-from tests.fakes.fake_nvml import FakeNode, installed, library_missing
-from tests.nvidia_node import sysfs_for
+from tests.support.fakes.fake_nvml import FakeNode, installed, library_missing
+from tests.support.nvidia_node import sysfs_for
+from tests.support.paths import FIXTURES, GOLDEN
 
-FIXTURES = Path(__file__).parent / "fixtures"
-GOLDEN = Path(__file__).parent / "golden"
 RECORDED = {"h200x2": FIXTURES / "h200x2" / "snapshot.json", "h200": FIXTURES / "h200" / "snapshot.json"}
 
 

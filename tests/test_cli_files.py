@@ -17,10 +17,10 @@ import pytest
 from gpudiag import fileio
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model.recording import load_snapshot, save_snapshot
-from tests.acceptance_nodes import nvidia_h200_8x
+from tests.support.acceptance_nodes import nvidia_h200_8x
+from tests.support.paths import REPO
 from tests.test_cli import RECORDED, run
 
-REPO = Path(__file__).resolve().parent.parent
 MESSAGE = {
     "fifo": "not a regular file (a FIFO)",
     "dev-zero": "not a regular file (a character device)",

@@ -7,15 +7,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from gpudiag import __version__
 from gpudiag.cli import app as cli
-from tests.fakes.fake_nvml import library_missing
+from tests.support.fakes.fake_nvml import library_missing
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 RECORDED = REPO / "tests" / "fixtures" / "h200x2" / "snapshot.json"
 
 

@@ -4,16 +4,16 @@ completion of option values."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from gpudiag.checks import CHECK_IDS, FAMILIES
 from gpudiag.cli import app as cli
-from gpudiag.expect.profile import load_profile, shipped_profiles
 from gpudiag.exitcodes import ExitCode
+from gpudiag.expect.profile import load_profile, shipped_profiles
+from tests.support.paths import FIXTURES, REPO
 
-RECORDING = Path(__file__).parent / "fixtures" / "h200x2" / "snapshot.json"
+RECORDING = FIXTURES / "h200x2" / "snapshot.json"
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -109,7 +109,7 @@ def test_the_shell_gets_them_through_typer(tmp_path):
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO
     done = subprocess.run([sys.executable, "-c", "from gpudiag.cli.app import run; run()"], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(repo), "_GPUDIAG_COMPLETE": "complete_bash",
                                "COMP_WORDS": "gpudiag check --only pcie.link_w", "COMP_CWORD": "3"},
@@ -122,8 +122,8 @@ def test_the_shell_gets_them_through_typer(tmp_path):
 
 @pytest.fixture
 def node_with_a_bad_gpu_1(tmp_path):
-    from tests.fakes.fake_nvml import FakeNode
-    from tests.nvidia_node import sysfs_for
+    from tests.support.fakes.fake_nvml import FakeNode
+    from tests.support.nvidia_node import sysfs_for
 
     node = FakeNode.hgx_h200(2)
     node.gpus[1].remap_pending = True
@@ -132,7 +132,7 @@ def node_with_a_bad_gpu_1(tmp_path):
 
 
 def test_gpu_selects_what_is_judged_and_the_exit_code(capsys, node_with_a_bad_gpu_1):
-    from tests.fakes.fake_nvml import installed
+    from tests.support.fakes.fake_nvml import installed
 
     node, root = node_with_a_bad_gpu_1
     base = ["check", "--root", str(root), "--direct", "--format", "json"]
@@ -154,7 +154,7 @@ def test_gpu_selects_what_is_judged_and_the_exit_code(capsys, node_with_a_bad_gp
 
 
 def test_gpu_in_junit_too(capsys, node_with_a_bad_gpu_1):
-    from tests.fakes.fake_nvml import installed
+    from tests.support.fakes.fake_nvml import installed
 
     node, root = node_with_a_bad_gpu_1
     with installed(node):

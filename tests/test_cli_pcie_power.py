@@ -8,9 +8,9 @@ import json
 
 from gpudiag.cli import app as cli
 from gpudiag.cli.app import main
-from tests.exporter_support import value
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.nvidia_node import sysfs_for
+from tests.support.exporter import value
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.nvidia_node import sysfs_for
 
 
 def _check(capsys, node, root):

@@ -11,8 +11,8 @@ import pytest
 from gpudiag.cli import app as cli, install
 from gpudiag.exitcodes import ExitCode
 from gpudiag.exporter.http_server import PATHS
+from tests.support.paths import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
 RECORDING = FIXTURES / "h200x2" / "snapshot.json"
 
 

@@ -13,8 +13,8 @@ from gpudiag.checks import run_checks
 from gpudiag.model import DeviceSnapshot, ErrorKind, PciGpu, Status, Vendor
 from gpudiag.probe import CollectOptions, Collector, collect
 from gpudiag.probe.standins import place_unidentified
-from tests.fakes.fake_nvml import FakeNode, installed, library_missing
-from tests.nvidia_node import sysfs_for
+from tests.support.fakes.fake_nvml import FakeNode, installed, library_missing
+from tests.support.nvidia_node import sysfs_for
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ import fnmatch
 import json
 import re
 import shlex
-from pathlib import Path
 
 import pytest
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CONTAINERFILE = REPO / "contrib" / "kubernetes" / "Containerfile"
 MANIFEST = REPO / "contrib" / "kubernetes" / "gpudiag-exporter.yaml"
 

@@ -10,16 +10,15 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from gpudiag.cli import app as cli, fastpath
-from tests.exporter_node import fake_root
-from tests.fakes.fake_nvml import FakeNode, installed
+from tests.support.exporter_node import fake_root
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.paths import REPO
 from tests.test_service_fastpath import VARIANTS as SERVICE_VARIANTS
 
-REPO = Path(__file__).resolve().parent.parent
 
 # the fast path's option sets (tests/test_service_fastpath.py), and a deadline of the probe's own
 VARIANTS = [*SERVICE_VARIANTS, ["--timeout", "7.5", "--json"]]
@@ -99,7 +98,7 @@ def test_what_needs_the_full_cli_still_goes_there(extra, tmp_path):
 def test_the_lean_direct_check_loads_no_typer(tmp_path):
     node = FakeNode.hgx_h200(1)
     fake_root(tmp_path, node)
-    script = ("import json, sys\nfrom tests.fakes.fake_nvml import FakeNode, installed\n"
+    script = ("import json, sys\nfrom tests.support.fakes.fake_nvml import FakeNode, installed\n"
               "with installed(FakeNode.hgx_h200(1)):\n"
               "    from gpudiag.cli.fastpath import main\n    code = main(sys.argv[1:])\n"
               "print(json.dumps([m for m in ('typer', 'click', 'gpudiag.cli.app', 'rich') if m in sys.modules]),"
@@ -136,7 +135,7 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
 
 
 # The console script's own ending (fastpath.run → fastpath.leave): the answer flushed whole, then os._exit.
-RUN_OVER_FAKE_NODE = ("import atexit, sys\nfrom tests.fakes.fake_nvml import FakeNode, installed\n"
+RUN_OVER_FAKE_NODE = ("import atexit, sys\nfrom tests.support.fakes.fake_nvml import FakeNode, installed\n"
                       "atexit.register(lambda: sys.stderr.write('interpreter teardown ran\\n'))\n"
                       "with installed(FakeNode.hgx_h200(8)):\n"
                       "    from gpudiag.cli.fastpath import run\n    run()\n")

@@ -18,14 +18,15 @@ from gpudiag.checks import run_checks
 from gpudiag.cli.app import main
 from gpudiag.expect import Expectations
 from gpudiag.model import NodeSnapshot, Status
-from gpudiag.probe import CollectOptions, collect
 from gpudiag.model.recording import load_snapshot, save_snapshot
-from tests.exporter_support import series, value
-from tests.fakes.fake_nvml import FakeGpu, FakeNode, installed
-from tests.nvidia_node import sysfs_for
-from tests.probe_nvml_support import probe, probe_one
+from gpudiag.probe import CollectOptions, collect
+from tests.support.exporter import series, value
+from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, installed
+from tests.support.nvidia_node import sysfs_for
+from tests.support.paths import FIXTURES
+from tests.support.probe_nvml import probe, probe_one
 
-SURVEY = Path(__file__).parent / "fixtures" / "h200" / "nvml-health-survey.json"
+SURVEY = FIXTURES / "h200" / "nvml-health-survey.json"
 NEW_CHECKS = ("driver.recovery_action", "ecc.sram", "memory.unrepairable", "topology.fabric")
 HOUR = 3600.0
 

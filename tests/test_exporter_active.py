@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +12,10 @@ from gpudiag.checks import run_checks
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import ActiveResults, from_dict
 from gpudiag.model.recording import load_snapshot
-from tests.exporter_support import value
+from tests.support.exporter import value
+from tests.support.paths import FIXTURES
 
-H200X2 = Path(__file__).parent / "fixtures" / "h200x2"
+H200X2 = FIXTURES / "h200x2"
 
 
 @pytest.fixture

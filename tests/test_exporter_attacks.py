@@ -1,7 +1,7 @@
 """A real `gpudiag serve` (its own process, over the fake NVIDIA node, basic auth on) under the attacks of issue 10
 items 5-7: valid scrapes keep succeeding (>= 95 %) and the server's memory stays bounded while the attack runs.
 
-Each attack is 16 clients for a few seconds on loopback (tests/http_attacks.py: bounded loops that stop by
+Each attack is 16 clients for a few seconds on loopback (tests/support/http_attacks.py: bounded loops that stop by
 themselves). On the code before the fix: the header flood took the server from ~45 MiB to hundreds of MiB, and the
 bcrypt flood and slowloris left most scrapes refused.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from tests.http_attacks import (
+from tests.support.http_attacks import (
     Target, basic_auth, bcrypt_flood, connection_flood, header_flood, read_all, scrape_once, slowloris,
     under_attack,
 )

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 
 from gpudiag.checks import run_checks
+from gpudiag.daemon.poller import COMPLETE, ERROR, OVERRUN, Collection, Cycle
 from gpudiag.exporter.changes import MAX_LINES_PER_CYCLE, ChangeLog, ChangeTracker
 from gpudiag.exporter.log_bound import RateBound
-from gpudiag.daemon.poller import COMPLETE, ERROR, OVERRUN, Collection, Cycle
 from gpudiag.model import CheckResult, CollectorRun, DeviceRef, ErrorKind, ProbeError, Status
-from tests.snapshots import nvidia_h200_node
+from tests.support.snapshots import nvidia_h200_node
 
 GPU1 = "0000:3b:00.0"
 
@@ -22,8 +22,8 @@ def cycle_of(snapshot, results=None) -> Cycle:
 
 
 def node(lose: bool = False, kind: ErrorKind = ErrorKind.GPU_LOST):
-    """The healthy H200 pair of tests.snapshots, with GPU 1 not answering where `lose` (its identity kept, as the
-    exporter's state gives it back)."""
+    """The healthy H200 pair of tests.support.snapshots, with GPU 1 not answering where `lose` (its identity kept, as
+    the exporter's state gives it back)."""
     snapshot = nvidia_h200_node()
     snapshot.backends = [b for b in snapshot.backends if b.name == "nvml"]
     if lose:

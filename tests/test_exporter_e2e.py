@@ -22,12 +22,12 @@ import gpudiag.probe
 from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
-from tests.exporter_node import fake_root, xid_line
-from tests.exporter_support import series, value, wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.fakes.fake_nvml_events import nvml_events
+from tests.support.exporter import series, value, wait_for
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.fakes.fake_nvml_events import nvml_events
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 GPU1 = "0000:3b:00.0"
 
 
@@ -189,8 +189,8 @@ def test_an_xid_of_a_watched_gpu_counts_once_whichever_source_saw_it_first(tmp_p
 @pytest.mark.slow
 def test_sigterm_exits_promptly_with_a_call_hung(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.exporter_node", str(tmp_path), "2", "--hang", "nvmlDeviceGetPowerUsage", "--",
-         "--listen", "127.0.0.1:0", "--interval", "0.5", "--timeout", "0.5"],
+        [sys.executable, "-m", "tests.support.exporter_node", str(tmp_path), "2", "--hang", "nvmlDeviceGetPowerUsage",
+         "--", "--listen", "127.0.0.1:0", "--interval", "0.5", "--timeout", "0.5"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )

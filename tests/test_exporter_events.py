@@ -13,9 +13,9 @@ from gpudiag.exporter.events import BASELINE, LOG, NVML, EventTally, KernelLogFo
 from gpudiag.exporter.families import FamilySet
 from gpudiag.model import KernelEvent, Vendor
 from gpudiag.probe.nvml_events import XidWatcher
-from tests.exporter_support import series, wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.fakes.fake_nvml_events import nvml_events
+from tests.support.exporter import series, wait_for
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.fakes.fake_nvml_events import nvml_events
 
 
 def xid(bus: str, code: int, ts: float | None, tag: str = "") -> KernelEvent:
@@ -219,11 +219,11 @@ def test_request_reopen_registers_again(node):
 def test_events_on_bus_ids_of_no_gpu_fold_into_one_bounded_series():
     # 20,000 injected records on made-up bus IDs once made 20,000 Xid series (1.9 MB bodies). Only the GPUs of the
     # snapshot get their own series; every other bus ID is counted under pci_bus_id="other".
-    from gpudiag.exporter.events import OTHER_BUS_ID
     from gpudiag.daemon.poller import COMPLETE, Collection, Cycle
+    from gpudiag.exporter.events import OTHER_BUS_ID
     from gpudiag.exporter.state import ExporterState
     from gpudiag.model import CollectorRun
-    from tests.snapshots import nvidia_h200_node
+    from tests.support.snapshots import nvidia_h200_node
 
     state = ExporterState(stale_after_seconds=60, watcher_factory=None)
 
@@ -261,12 +261,12 @@ def test_stopping_a_watcher_whose_thread_is_not_started_yet_does_not_raise():
 def test_sxids_are_counted_per_switch_and_code_once_per_record_and_bounded():
     # Issue 21: an SXid record and its Severity/Data dump lines (GPUd's sxid README, verbatim) count once; switches
     # beyond MAX_SWITCHES fold into pci_bus_id="other", so a log cannot make series without end.
-    from gpudiag.exporter.events import MAX_SWITCHES, OTHER_BUS_ID
     from gpudiag.daemon.poller import COMPLETE, Collection, Cycle
+    from gpudiag.exporter.events import MAX_SWITCHES, OTHER_BUS_ID
     from gpudiag.exporter.state import ExporterState
     from gpudiag.model import CollectorRun
     from gpudiag.probe.kernel_log_events import parse_event
-    from tests.snapshots import nvidia_h200_node
+    from tests.support.snapshots import nvidia_h200_node
 
     state = ExporterState(stale_after_seconds=60, watcher_factory=None)
 

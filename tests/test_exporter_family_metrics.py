@@ -11,7 +11,7 @@ import pytest
 from gpudiag.exporter import catalog
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_snapshot
-from tests.snapshots import nvidia_h200_node
+from tests.support.snapshots import nvidia_h200_node
 
 
 def test_metric_modules_are_found_by_name(tmp_path):

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 
 from gpudiag.checks import run_checks
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model.recording import load_snapshot
+from tests.support.paths import FIXTURES, GOLDEN
 
-FIXTURES = Path(__file__).parent / "fixtures"
-GOLDEN = Path(__file__).parent / "golden"
 RECORDED = {"h200x2": FIXTURES / "h200x2" / "snapshot.json", "h200": FIXTURES / "h200" / "snapshot.json"}
 
 

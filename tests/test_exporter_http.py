@@ -19,11 +19,11 @@ from gpudiag.cli.serving import Exporter, serve
 from gpudiag.exporter.listen import DEFAULT_LISTEN, parse_listen
 from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_config
 from gpudiag.probe import CollectOptions
-from tests.exporter_support import value, wait_for
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import value, wait_for
+from tests.support.paths import FIXTURES, REPO
+from tests.support.snapshots import nvidia_h200_node
 
-TLS = Path(__file__).parent / "fixtures" / "tls"
-REPO = Path(__file__).resolve().parent.parent
+TLS = FIXTURES / "tls"
 
 
 def start(web: WebConfig = WebConfig(), collect=nvidia_h200_node, **kwargs) -> Exporter:

@@ -13,9 +13,9 @@ import pytest
 
 from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig, load_web_config
-from tests.exporter_support import wait_for
-from tests.http_attacks import read_all
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import wait_for
+from tests.support.http_attacks import read_all
+from tests.support.snapshots import nvidia_h200_node
 from tests.test_exporter_http import (  # noqa: F401 - exporter is a fixture
     client_context, closed_by_server, exporter, request, served, start, web_config,
 )

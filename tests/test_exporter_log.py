@@ -21,17 +21,17 @@ import pynvml
 import pytest
 
 import gpudiag.probe
-from gpudiag.exporter.log_format import daemon_logging
 from gpudiag.cli.serving import Exporter
+from gpudiag.exporter.log_format import daemon_logging
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
-from tests.exporter_node import fake_root, xid_line
-from tests.exporter_support import value, wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.log_support import records
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import value, wait_for
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.log import records
+from tests.support.paths import REPO
+from tests.support.snapshots import nvidia_h200_node
 
-REPO = Path(__file__).resolve().parent.parent
 GPU1 = "0000:3b:00.0"
 # A name as the driver could hand it over: a C string (no NUL) of UTF-8 (no lone surrogate) in NVML's 96 bytes.
 HOSTILE_NAME = 'H200\n{"ts":"x","level":"error","msg":"forged"}\nts=x level=error msg=forged\r\u2028\x85 "\\ \x1b[31m'
@@ -51,8 +51,9 @@ class Serve:
         self.port = free_port()
         own = ["--name", json.dumps(name)] if name is not None else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.exporter_node", str(root / "node"), "2", "--lose-while", str(self.flag),
-             *own, "--", "--listen", f"127.0.0.1:{self.port}", "--interval", "0.5", "--timeout", "1", *serve_args],
+            [sys.executable, "-m", "tests.support.exporter_node", str(root / "node"), "2", "--lose-while",
+             str(self.flag), *own, "--", "--listen", f"127.0.0.1:{self.port}", "--interval", "0.5", "--timeout", "1",
+             *serve_args],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)})
 

@@ -10,8 +10,8 @@ import logging
 
 import pytest
 
-from tests.log_support import parse_logfmt
 from gpudiag.exporter.log_bound import BoundFilter, RateBound
+from tests.support.log import parse_logfmt
 from gpudiag.exporter.log_format import (MAX_VALUE_CHARS, JsonFormatter, LogfmtFormatter, daemon_logging,
                                          level_name, logfmt_value)
 

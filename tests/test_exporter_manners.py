@@ -12,11 +12,11 @@ import zlib
 import pytest
 
 from gpudiag import __version__
-from gpudiag.exporter.responses import GzipCache, accepts_gzip
 from gpudiag.cli.serving import Exporter
+from gpudiag.exporter.responses import GzipCache, accepts_gzip
 from gpudiag.exporter.web_config import WebConfig
-from tests.exporter_support import parse, value, wait_for
-from tests.snapshots import amd_mi300x_node, nvidia_h200_node
+from tests.support.exporter import parse, value, wait_for
+from tests.support.snapshots import amd_mi300x_node, nvidia_h200_node
 
 
 def start(collect=nvidia_h200_node, **kwargs) -> Exporter:

@@ -9,8 +9,8 @@ import pytest
 from gpudiag.exporter import catalog
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import CheckResult, DeviceRef, ErrorKind, ProbeError, Status
-from tests.exporter_support import names, parse, series, value
-from tests.snapshots import amd_mi300x_node, cpx_partitioned, nvidia_h200_node
+from tests.support.exporter import names, parse, series, value
+from tests.support.snapshots import amd_mi300x_node, cpx_partitioned, nvidia_h200_node
 
 GPU0 = {"gpu": "0", "uuid": "GPU-5c1e2f3a-0000-4000-8000-000000000000", "pci_bus_id": "0000:19:00.0"}
 

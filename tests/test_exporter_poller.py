@@ -7,8 +7,8 @@ import threading
 from gpudiag.daemon.poller import COMPLETE, ERROR, OVERRUN, Poller, collect_and_judge
 from gpudiag.exporter.state import ExporterState
 from gpudiag.model import CheckResult, DeviceRef, KernelEvent, Status, Vendor
-from tests.exporter_support import series, value, wait_for
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import series, value, wait_for
+from tests.support.snapshots import nvidia_h200_node
 
 
 class Scripted:

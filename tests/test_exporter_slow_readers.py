@@ -3,8 +3,8 @@ than a socket's buffers hold, so the server's write to such a client stands stil
 the 10 s write timeout. A write that makes no progress is evictable now (gpudiag/exporter/connections.py).
 
 Here the HTTP server alone (gpudiag/exporter/http_server.py, no collector) serves a 4 MB body from 4 connection
-slots to 8 such clients (tests/http_attacks.py never_read) while a scraper scrapes; bench/exporter_slow_readers.py
-measures the same against a real 64-GPU `gpudiag serve`."""
+slots to 8 such clients (tests/support/http_attacks.py never_read) while a scraper scrapes;
+bench/exporter_slow_readers.py measures the same against a real 64-GPU `gpudiag serve`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
 from gpudiag.exporter.web_config import WebConfig
-from tests.http_attacks import never_read
+from tests.support.http_attacks import never_read
 
 pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
 

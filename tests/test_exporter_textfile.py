@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpudiag.cli.app import main
-from tests.exporter_node import fake_root
-from tests.exporter_support import series, value
-from tests.fakes.fake_nvml import FakeNode, installed
+from tests.support.exporter import series, value
+from tests.support.exporter_node import fake_root
+from tests.support.fakes.fake_nvml import FakeNode, installed
 
 
 def test_textfile_writes_metrics_and_check_results(tmp_path):

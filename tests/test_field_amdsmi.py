@@ -12,16 +12,16 @@ violation on an MI300X-class fake (amdsmi reports both through the same throttle
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from gpudiag.model import Status
-from tests.fakes import amd_node
-from tests.fakes.fake_amdsmi_identity import GARBAGE_BDF
+from tests.support.fakes import amd_node
+from tests.support.fakes.fake_amdsmi_identity import GARBAGE_BDF
+from tests.support.paths import FIXTURES
 from tests.test_amd_real_nodes import check
 
-CORPUS = Path(__file__).parent / "fixtures" / "field" / "amdsmi"
+CORPUS = FIXTURES / "field" / "amdsmi"
 
 
 def _records():

@@ -12,15 +12,16 @@ import re
 import pytest
 
 from gpudiag.cli import app as cli
-from tests.field_corpus import FIELD, REQUIRED, Record, check, gpus_named, matches, records, vendor_of
+from tests.support.field_corpus import FIELD, REQUIRED, Record, check, gpus_named, matches, records, vendor_of
+from tests.support.paths import REPO
 
 RECORDS = records()
 BUS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 def _nvidia_root(tmp_path, buses: list[str]):
-    from tests.fakes.fake_nvml import HGX_BUS_IDS, FakeGpu, FakeNode
-    from tests.nvidia_node import sysfs_for
+    from tests.support.fakes.fake_nvml import HGX_BUS_IDS, FakeGpu, FakeNode
+    from tests.support.nvidia_node import sysfs_for
 
     fillers = [f"0000:{b.lower()[9:]}" for b in HGX_BUS_IDS if f"0000:{b.lower()[9:]}" not in buses]
     chosen = (buses + fillers)[:max(2, len(buses))]  # two at least: an NVSwitch fabric (kernel_log.sxid runs)
@@ -28,7 +29,7 @@ def _nvidia_root(tmp_path, buses: list[str]):
                     serial=f"16548240001{i:02d}", minor_number=i) for i, bus in enumerate(chosen)]
     node = FakeNode(gpus=gpus)
     sysfs_for(node, tmp_path)
-    from tests.fakes.fake_nvml import installed
+    from tests.support.fakes.fake_nvml import installed
 
     return installed(node), tmp_path
 
@@ -36,8 +37,8 @@ def _nvidia_root(tmp_path, buses: list[str]):
 def _amd_root(tmp_path, buses: list[str], parents: dict[str, list[str]]):
     """An MI300X-class node with a GPU at each named bus (the fake places GPUs at 0000:BB:00.0); `parents` (a
     record's `pci_parents`) gives a GPU the bridges above it, root port first, for errors that name a port."""
-    from tests.fakes.amd_node import MI300X_BUSES, FakeAmdGpu, FakeAmdNode
-    from tests.fakes.fake_amdsmi import installed
+    from tests.support.fakes.amd_node import MI300X_BUSES, FakeAmdGpu, FakeAmdNode
+    from tests.support.fakes.fake_amdsmi import installed
     from tests.test_amd_end_to_end import node_root
 
     for bus in buses:
@@ -115,8 +116,7 @@ def test_the_corpus_covers_both_vendors_formats_and_benign_lines():
 def test_the_corpus_page_is_what_the_corpus_says():
     import subprocess
     import sys
-    from pathlib import Path
-
-    tool = Path(__file__).resolve().parent.parent / "tools" / "gen_field_corpus_doc.py"
+    
+    tool = REPO / "tools" / "gen_field_corpus_doc.py"
     done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, "docs/field-corpus.md is out of date: run python3 tools/gen_field_corpus_doc.py"

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
+from tests.support.paths import REPO
 from tests.test_prometheus import needs_prometheus
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @needs_prometheus

@@ -4,7 +4,7 @@ is `unknown`, never pass, and no answer (NaN, malformed, trickling, huge) crashe
 
 Item by item of issue 24 (1, 2, 5, 6): a real Prometheus scraping a real `gpudiag serve` process whose first
 collection hangs (a fake NVML call that never returns) and an in-process exporter whose collections overrun, and
-the stand-in Prometheus (tests/prometheus_stand_in.py) for the answers a real one gives only when broken."""
+the stand-in Prometheus (tests/support/prometheus_stand_in.py) for the answers a real one gives only when broken."""
 
 from __future__ import annotations
 
@@ -24,20 +24,20 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig
-from tests.exporter_support import wait_for
-from tests.fleet_support import run, statuses
-from tests.prometheus_stand_in import healthy, sample, stand_in, success  # noqa: F401 - stand_in: a fixture
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import wait_for
+from tests.support.fleet import run, statuses
+from tests.support.prometheus_stand_in import healthy, sample, stand_in, success  # noqa: F401 - stand_in: a fixture
+from tests.support.paths import REPO
+from tests.support.snapshots import nvidia_h200_node
 from tests.test_prometheus import needs_prometheus, query, start_prometheus, stop
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 # -- 1. positive evidence of health, from a real Prometheus ----------------------------------------------------
 
 
 def _serve(root: Path, *args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.exporter_node", str(root), "2", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.exporter_node", str(root), "2", *args],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     return proc, re.search(r"serving https?://(\S+)/metrics", proc.stderr.readline()).group(1)

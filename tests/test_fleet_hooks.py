@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from gpudiag.model.recording import save_snapshot
-from tests.acceptance_nodes import nvidia_h200_8x
+from tests.support.acceptance_nodes import nvidia_h200_8x
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CONTRIB = REPO / "contrib"
 HEALTHCHECK = CONTRIB / "gpudiag-healthcheck.sh"
 NHC = CONTRIB / "slurm" / "gpudiag.nhc"
@@ -378,9 +378,9 @@ def test_a_full_tmpdir_under_the_real_gpudiag_through_the_service_is_unknown(ben
     """The issue's case end to end: the hook runs the real gpudiag, which takes the service's fast path over a fake
     healthy node, and TMPDIR is a full tmpfs (private to this run: unshare -m). gpudiag exited 1 (an uncaught
     ENOSPC) and the hook drained the node; now gpudiag exits 4 and the hook leaves the node alone."""
-    from tests.exporter_node import fake_root
-    from tests.fakes.fake_nvml import FakeNode, installed
-    from tests.service_support import running_service
+    from tests.support.exporter_node import fake_root
+    from tests.support.fakes.fake_nvml import FakeNode, installed
+    from tests.support.service import running_service
 
     bench_dir, env = bench
     node_root = tmp_path / "node"

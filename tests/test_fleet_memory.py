@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 REPORT_BOUND_MIB = 100  # as docs/fleet.md states them
 ANSWER_BOUND_MIB = 100
 

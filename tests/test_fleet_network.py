@@ -12,8 +12,8 @@ from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.fleet import judge
 from gpudiag.fleet.report_facts import node_facts
 from gpudiag.report.json_report import report_dict
-from tests import rdma_tree
-from tests.network_nodes import clear_counters, snapshot
+from tests.support import rdma_tree
+from tests.support.network_nodes import clear_counters, snapshot
 
 CHECKS = network.FAMILY.checks + network_affinity.TOPOLOGY_CHECKS
 

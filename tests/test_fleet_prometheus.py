@@ -1,6 +1,6 @@
 """`gpudiag fleet --prometheus`: end to end against a real Prometheus scraping three `gpudiag serve` processes over
-fake nodes, and against a stand-in Prometheus (tests/prometheus_stand_in.py) for what a real one rarely does on cue
-(slow, partial, refusing)."""
+fake nodes, and against a stand-in Prometheus (tests/support/prometheus_stand_in.py) for what a real one rarely does on
+cue (slow, partial, refusing)."""
 
 from __future__ import annotations
 
@@ -20,23 +20,23 @@ from gpudiag.fleet import NodeFacts
 from gpudiag.fleet.prometheus import read_prometheus
 from gpudiag.fleet.prometheus_api import Connection
 from gpudiag.fleet.report_facts import node_facts
-from tests.exporter_support import wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.fleet_support import run
-from tests.nvidia_node import sysfs_for
-from tests.prometheus_stand_in import TLS, fleet_answers, healthy, stand_in  # noqa: F401 - stand_in: a fixture
-from tests.prometheus_stand_in import sample as _sample
-from tests.prometheus_stand_in import success as _success
+from tests.support.exporter import wait_for
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.fleet import run
+from tests.support.nvidia_node import sysfs_for
+from tests.support.prometheus_stand_in import TLS, fleet_answers, healthy, stand_in  # noqa: F401 - stand_in: a fixture
+from tests.support.paths import REPO
+from tests.support.prometheus_stand_in import sample as _sample
+from tests.support.prometheus_stand_in import success as _success
 from tests.test_prometheus import free_port, needs_prometheus, query, start_prometheus, stop
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 # -- a real Prometheus over three `gpudiag serve` ------------------------------------------------------------------
 
 
 def _serve(root: Path, *node_args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.exporter_node", str(root), "2", *node_args, "--",
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.exporter_node", str(root), "2", *node_args, "--",
                              "--listen", "127.0.0.1:0", "--interval", "0.5", "--timeout", "2"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -113,7 +113,8 @@ def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometh
 
 
 def report_facts(capsys, root: Path, *node_args: str) -> NodeFacts:
-    """The facts of the report `gpudiag check --format json` gives over the fake node tests.exporter_node serves."""
+    """The facts of the report `gpudiag check --format json` gives over the fake node tests.support.exporter_node
+    serves."""
     node = FakeNode.hgx_h200(2)
     if "--driver" in node_args:
         node.driver_version = node_args[node_args.index("--driver") + 1]

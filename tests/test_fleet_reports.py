@@ -1,5 +1,5 @@
 """`gpudiag fleet REPORT...`: acceptance reports of a whole fleet (made from the real level-2 report of the lab's
-H200, tests/fleet_support.py), judged: the failing, drifting and lagging nodes named, and nothing else."""
+H200, tests/support/fleet.py), judged: the failing, drifting and lagging nodes named, and nothing else."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet_support import checks, fleet_report, on_gpu, run, write_fleet
+from tests.support.fleet import checks, fleet_report, on_gpu, run, write_fleet
+from tests.support.paths import SCHEMAS
 
 xmlschema = pytest.importorskip("xmlschema", reason="the xmlschema package validates JUnit output (test dependency)")
-XSD = Path(__file__).parent / "schemas" / "junit-10.xsd"
+XSD = SCHEMAS / "junit-10.xsd"
 
 
 def slow_copy(report: dict) -> None:  # GPU 1's host-to-GPU copies 15 % slower, as behind a marginal riser

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from gpudiag.fleet.model import MAX_FAILURES
-from tests.fleet_support import fleet_report, on_gpu, run, statuses, write_fleet
+from tests.support.fleet import fleet_report, on_gpu, run, statuses, write_fleet
 
 
 # -- 3. one bad report is skipped and counted, not an abort -----------------------------------------------------

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from gpudiag.exporter import catalog
+from tests.support.paths import REPO
 
-RULES_DIR = Path(__file__).resolve().parent.parent / "monitoring" / "prometheus"
+RULES_DIR = REPO / "monitoring" / "prometheus"
 RULES = RULES_DIR / "gpudiag-fleet-rules.yml"
 RULE_TESTS = RULES_DIR / "gpudiag-fleet-rules.test.yml"
 PROMTOOL = shutil.which("promtool")

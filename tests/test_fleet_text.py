@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from tests.fleet_support import run
-from tests.fleet_text_nodes import FAULTY, answers, prepare
-from tests.prometheus_stand_in import stand_in  # noqa: F401 - a fixture
+from tests.support.fleet import run
+from tests.support.fleet_text_nodes import FAULTY, answers, prepare
+from tests.support.prometheus_stand_in import stand_in  # noqa: F401 - a fixture
 
 FLEET_BUDGET = 30  # lines for these 14 nodes; 144 before the grouping
 

@@ -15,23 +15,22 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from gpudiag.cli import app as cli
 from gpudiag.cli.serving import Exporter, judge_against
+from gpudiag.expect.profile import load_expectations
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.model import CheckResult, DeviceRef, NodeSnapshot, Status, normalize_pci_bus_id
 from gpudiag.probe import CollectOptions, Collector
-from gpudiag.expect.profile import load_expectations
-from tests.exporter_node import fake_root
-from tests.exporter_support import parse, series, value, wait_for
-from tests.fakes.fake_nvml import FakeNode, installed, library_missing
-from tests.snapshots import amd_mi300x_node, cpx_partitioned, nvidia_h200_node
+from tests.support.exporter import parse, series, value, wait_for
+from tests.support.exporter_node import fake_root
+from tests.support.fakes.fake_nvml import FakeNode, installed, library_missing
+from tests.support.paths import REPO
+from tests.support.snapshots import amd_mi300x_node, cpx_partitioned, nvidia_h200_node
 
-REPO = Path(__file__).resolve().parent.parent
 STATUSES = {"pass", "warn", "fail", "skip", "unknown"}
 
 
@@ -228,7 +227,7 @@ def test_the_exporter_shows_the_last_gpu_going(tmp_path):
 def test_gpudiag_serve_takes_the_profile_options(tmp_path):
     """The real command line: `gpudiag serve --profile NAME -p KEY=VALUE` on a node with no GPU left."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.exporter_node", str(tmp_path), "0", "--", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "tests.support.exporter_node", str(tmp_path), "0", "--", "--listen", "127.0.0.1:0",
          "--interval", "0.5", "--timeout", "2", "--profile", "h200-8x", "-p", "expected_gpu_count=4"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -276,8 +275,8 @@ def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
     from tests.test_prometheus import RULES, query, start_prometheus, stop
 
     exporter = subprocess.Popen(
-        [sys.executable, "-m", "tests.exporter_node", str(tmp_path / "root"), "0", "--", "--listen", "127.0.0.1:0",
-         "--interval", "0.5", "--timeout", "2"],
+        [sys.executable, "-m", "tests.support.exporter_node", str(tmp_path / "root"), "0", "--", "--listen",
+         "127.0.0.1:0", "--interval", "0.5", "--timeout", "2"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)})
     prometheus = None

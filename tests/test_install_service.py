@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpudiag.cli import app as cli, install
+from tests.support.paths import REPO
 from tests.test_systemd_units import ANALYZE, SYSTEMD, UNITS, needs_analyze, settings_of
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

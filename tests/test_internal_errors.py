@@ -11,8 +11,8 @@ import gpudiag.checks as checks
 from gpudiag.checks import REGISTRY, run_checks
 from gpudiag.checks.verdicts import is_internal_error
 from gpudiag.model import Status
-from tests.internal_errors import InternalErrorWatch
-from tests.snapshots import nvidia_h200_node, run
+from tests.support.internal_errors import InternalErrorWatch
+from tests.support.snapshots import nvidia_h200_node, run
 
 
 def _with_broken(monkeypatch, check_id: str) -> None:

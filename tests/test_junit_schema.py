@@ -4,18 +4,18 @@ tests/schemas with its source and licence), whatever the results hold."""
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
 from gpudiag.checks import run_checks
 from gpudiag.model import Status
 from gpudiag.report.junit import render_junit
-from tests.snapshots import nvidia_h200_node, xid_event
+from tests.support.paths import SCHEMAS
+from tests.support.snapshots import nvidia_h200_node, xid_event
 
 xmlschema = pytest.importorskip("xmlschema", reason="the xmlschema package validates JUnit output (test dependency)")
 
-XSD = Path(__file__).parent / "schemas" / "junit-10.xsd"
+XSD = SCHEMAS / "junit-10.xsd"
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 import pytest
 
 from gpudiag.model import ErrorKind, Vendor
 from gpudiag.probe.kernel_log import MAX_KMSG_READS, drain_kmsg, read_kernel_log
 from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, nvidia_gpu_uuid, parse_event, split_line
-from tests.sysfs_tree import SysfsTree, deny_reads
+from tests.support.paths import FIXTURES
+from tests.support.sysfs_tree import SysfsTree, deny_reads
 
 XID_31 = (
     "NVRM: Xid (PCI:0000:3b:00): 31, pid=12345, name=python3, Ch 00000008, intr 00000000. MMU Fault: ENGINE "
@@ -232,7 +232,7 @@ def test_saved_files_in_each_format(tmp_path):
 def test_recorded_h200_boot_log_has_records_and_no_gpu_events(tmp_path):
     # tests/fixtures/h200x2/kmsg-sample.txt: raw /dev/kmsg from the lab's H200 VM (35 records, 45 dictionary lines,
     # NVRM driver chatter that is not an error).
-    sample = Path(__file__).parent / "fixtures" / "h200x2" / "kmsg-sample.txt"
+    sample = FIXTURES / "h200x2" / "kmsg-sample.txt"
     from_file = read_kernel_log(file=sample)
     assert (from_file.readable, from_file.lines_scanned, from_file.events, from_file.error) == (True, 35, [], None)
     SysfsTree(tmp_path).add_kmsg(sample.read_text().splitlines())

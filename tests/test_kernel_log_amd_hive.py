@@ -14,7 +14,7 @@ from gpudiag.probe import amdgpu_aca
 from gpudiag.probe.kernel_log import read_kernel_log
 from gpudiag.probe.kernel_log_events import parse_event
 from gpudiag.probe.kernel_log_ghes import GHES_EVENT_KINDS
-from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, run
 
 # (message, kind, bus): each verbatim from the source named, the dmesg stamp cut off.
 HIVE_CASES = [
@@ -297,7 +297,7 @@ def test_a_ghes_event_keeps_its_decoded_text_through_the_gpu_mapping():
 
 def test_the_pci_probe_records_every_bridge_between_a_gpu_and_the_root_complex(tmp_path):
     from gpudiag.probe.pci import probe_pci_gpus
-    from tests.sysfs_tree import SysfsTree
+    from tests.support.sysfs_tree import SysfsTree
 
     tree = SysfsTree(tmp_path)
     tree.add_pci_gpu("0000:58:00.0", vendor="0x1002", device="0x74a1", class_code="0x120000", driver="amdgpu",

@@ -12,7 +12,7 @@ from gpudiag.checks import kernel_log, kernel_log_amdgpu
 from gpudiag.model import Status, Vendor
 from gpudiag.probe.kernel_log import read_kernel_log
 from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, PCIE_SLOT_EVENT_KINDS, parse_event
-from tests.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
 
 # ROCm/ROCm#4021 (github.com/ROCm/ROCm/issues/4021, MI300X, ROCm 6.2.3): a fatal error on 0000:dd:00.0, the ACA
 # dumps it brought on other GPUs of the XGMI hive (1b: STATUS with UC set; 9d: corrected banks only), the per-die

@@ -11,9 +11,9 @@ from gpudiag.model import Status
 from gpudiag.probe import CollectOptions, collect
 from gpudiag.probe.kernel_log import MAX_LOG_BYTES, read_kernel_log
 from gpudiag.probe.kernel_log_events import MAX_RECORD_CHARS, parse_event, split_line
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.nvidia_node import sysfs_for
-from tests.sysfs_tree import SysfsTree
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.nvidia_node import sysfs_for
+from tests.support.sysfs_tree import SysfsTree
 
 XID_79 = "NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus."
 # What the kernel logs when a program whose name is the text above segfaults (issue 10, item 1).

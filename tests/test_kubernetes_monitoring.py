@@ -9,16 +9,16 @@ import copy
 from pathlib import Path
 
 import pytest
+from tests.support.paths import FIXTURES, REPO
 
 yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
 
 from gpudiag.exporter.http_server import PATHS  # noqa: E402
-from tests.tools_support import load_tool  # noqa: E402
+from tests.support.tools import load_tool  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 KUBE = REPO / "contrib" / "kubernetes"
-CRDS = Path(__file__).parent / "fixtures" / "prometheus-operator"
+CRDS = FIXTURES / "prometheus-operator"
 ALERTS = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
 
 

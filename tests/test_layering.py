@@ -9,8 +9,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from tests.support.paths import REPO
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gpudiag"
+PACKAGE = REPO / "gpudiag"
 VENDOR_MODULES = {"pynvml", "amdsmi"}
 
 from tests.layers import LAYERS

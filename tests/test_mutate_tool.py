@@ -14,10 +14,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow  # each test runs a mutation run of its own (tests/README.md)
 
-REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gpudiag_mutate_tool", REPO / "tools" / "mutate.py")
 mutate = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = mutate  # dataclasses look their module up while the module runs
@@ -131,7 +131,7 @@ import pytest
 
 from pkg.judge import Gauge, action, clamp, cli_verdict, countdown, verdict
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The network family as it ships: the probe part (gpudiag/probe/network_part.py) run by the Collector, `gpudiag
-check --json` and the exporter's textfile over the fake NIC trees of tests/rdma_tree*.py (built from public
+check --json` and the exporter's textfile over the fake NIC trees of tests/support/rdma_tree*.py (built from public
 recordings, cited there): each fault fails or warns on its NIC or GPU, healthy nodes pass with nothing unknown, a
 node without RDMA devices skips the family with the reason and fails only when the profile expects NICs."""
 
@@ -16,11 +16,11 @@ from gpudiag.checks import run_checks
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.probe import CollectOptions, Collector, network_part
-from tests import rdma_tree
-from tests.network_nodes import clear_counters
-from tests.rdma_tree_amd import mi300x_thor2, mi355x_pollara
+from tests.support import rdma_tree
+from tests.support.network_nodes import clear_counters
+from tests.support.paths import REPO
+from tests.support.rdma_tree_amd import mi300x_thor2, mi355x_pollara
 
-REPO = Path(__file__).resolve().parent.parent
 FAMILY = ("network", "topology.gpu_nic_affinity")
 # A kernel log with nothing in it: the flap check reads it (an absent /dev/kmsg under a fake root is unknown).
 QUIET_LOG = "[    5.000000] Linux version 6.8.0-60-generic\n"

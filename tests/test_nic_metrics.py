@@ -11,11 +11,11 @@ import pytest
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.metrics_network import SPECS, add
 from gpudiag.model.network import NetworkInfo
-from tests import rdma_tree
-from tests.exporter_support import parse as samples
-from tests.network_nodes import clear_counters, snapshot
-from tests.rdma_tree import GPUD_HCAS, firmware, half_rate, port_down
-from tests.rdma_tree_amd import mi355x_pollara
+from tests.support import rdma_tree
+from tests.support.exporter import parse as samples
+from tests.support.network_nodes import clear_counters, snapshot
+from tests.support.rdma_tree import GPUD_HCAS, firmware, half_rate, port_down
+from tests.support.rdma_tree_amd import mi355x_pollara
 
 
 def exposition(snap) -> str:

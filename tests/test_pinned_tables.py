@@ -15,7 +15,6 @@ public checks, with expected values written here:
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -34,7 +33,8 @@ from gpudiag.checks.verdicts import (
 from gpudiag.expect import Expectations
 from gpudiag.model import THROTTLE_REASONS, CheckResult, Status, Vendor
 from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, parse_event
-from tests.snapshots import amd_mi300x_node, amdgpu_event, for_gpu, nvidia_h200_node, run
+from tests.support.paths import REPO
+from tests.support.snapshots import amd_mi300x_node, amdgpu_event, for_gpu, nvidia_h200_node, run
 
 F, W, U, P = Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS
 
@@ -69,7 +69,7 @@ AMDGPU = {
     "aca_uncorrectable": (F, "reset"),
     "aca_deferred": (W, "reset"),
 }
-BUS = "0000:05:00.0"  # MI300X GPU 0 in tests/snapshots.py
+BUS = "0000:05:00.0"  # MI300X GPU 0 in tests/support/snapshots.py
 
 
 def _amd_verdict(kind: str, expect: Expectations | None = None) -> tuple[Status, str, str]:
@@ -179,7 +179,7 @@ def test_the_worst_reason_decides():
 # docs/reference/verdicts.md, checked in: the families declare their rows beside their checks, and a change to any
 # of them must show in that page's diff (tools/gen_docs.py rewrites it when the change is meant).
 
-PINNED_PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "verdicts.md"
+PINNED_PAGE = REPO / "docs" / "reference" / "verdicts.md"
 _ROW = re.compile(r"^\| `([a-z_]+\.[a-z0-9_]+)` \| (.+) \| (.+) \| (.+) \|$", re.MULTILINE)
 _CELL = re.compile(r"`([a-z]+)` `(GPUDIAG-[A-Z0-9-]+)`")
 

@@ -20,7 +20,6 @@ A change to any row must be a deliberate change to this table.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -28,7 +27,8 @@ import yaml
 from gpudiag.checks.xid_catalog import XID_CATALOG, action, automation_action, describe, xid_severity
 from gpudiag.expect import Expectations
 from gpudiag.model import Status
-from tests.snapshots import for_gpu, nvidia_h200_node, run, xid_event
+from tests.support.paths import REPO
+from tests.support.snapshots import for_gpu, nvidia_h200_node, run, xid_event
 
 F, W = Status.FAIL, Status.WARN
 
@@ -141,7 +141,7 @@ def test_profile_overrides_replace_the_catalog_severity():
 
 
 def _critical_alert_codes() -> set[int]:
-    rules = Path(__file__).resolve().parent.parent / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
+    rules = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
     exprs = {r["alert"]: r["expr"] for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]}
     (critical,) = set(re.findall(r'code=~"([^"]+)"', exprs["GpudiagXidCritical"]))
     return {int(code) for code in critical.split("|")}

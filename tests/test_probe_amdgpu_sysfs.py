@@ -11,11 +11,11 @@ from gpudiag.model import ErrorKind
 from gpudiag.probe import amdgpu_sysfs_formats as formats
 from gpudiag.probe.amdgpu_sysfs import AmdgpuSysfsBackend
 from gpudiag.probe.deadline import CallTracker
-from tests.backend_driver import drive
-from tests.fakes import amd_node
-from tests.fakes.amd_node import FakeAmdNode, mi300x_node
-from tests.fakes.amdgpu_sysfs_tree import add_amdgpu_node
-from tests.sysfs_tree import SysfsTree, deny_reads
+from tests.support.backend_driver import drive
+from tests.support.fakes import amd_node
+from tests.support.fakes.amd_node import FakeAmdNode, mi300x_node
+from tests.support.fakes.amdgpu_sysfs_tree import add_amdgpu_node
+from tests.support.sysfs_tree import SysfsTree, deny_reads
 
 MI300X_BDFS = [f"0000:{bus:02x}:00.0" for bus in amd_node.MI300X_BUSES]
 

@@ -10,10 +10,10 @@ import pytest
 from gpudiag.model import THROTTLE_REASONS, DeviceSnapshot, ErrorKind
 from gpudiag.probe.amdsmi_backend import AmdsmiBackend
 from gpudiag.probe.deadline import CallTracker, run_all
-from tests.backend_driver import Driven, drive
-from tests.fakes import amd_node
-from tests.fakes.amd_node import FakeAmdNode, mi300x_node
-from tests.fakes.fake_amdsmi import FakeLibAmdSmi, installed
+from tests.support.backend_driver import Driven, drive
+from tests.support.fakes import amd_node
+from tests.support.fakes.amd_node import FakeAmdNode, mi300x_node
+from tests.support.fakes.fake_amdsmi import FakeLibAmdSmi, installed
 
 MIB = 1024 * 1024
 MI300X_BDFS = [f"0000:{bus:02x}:00.0" for bus in amd_node.MI300X_BUSES]

@@ -13,8 +13,8 @@ import pytest
 from gpudiag import probe
 from gpudiag.model import ErrorKind
 from gpudiag.probe import CollectOptions, Collector
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.nvidia_node import sysfs_for
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.nvidia_node import sysfs_for
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -16,10 +15,11 @@ from gpudiag.model import ErrorKind, GpuProcess, Vendor
 from gpudiag.probe import host
 from gpudiag.probe.pci import probe_pci_gpus
 from gpudiag.probe.pcie_generation import generation_from_gts_text
-from tests.sysfs_tree import IORESOURCE_IO, IORESOURCE_MEM_32, IORESOURCE_MEM_64_PREFETCH, SysfsTree, deny_reads
+from tests.support.paths import FIXTURES
+from tests.support.sysfs_tree import IORESOURCE_IO, IORESOURCE_MEM_32, IORESOURCE_MEM_64_PREFETCH, SysfsTree, deny_reads
 
 GPU = "0000:3b:00.0"
-H200X2 = Path(__file__).parent / "fixtures" / "h200x2" / "root"
+H200X2 = FIXTURES / "h200x2" / "root"
 GIB = 1 << 30
 
 

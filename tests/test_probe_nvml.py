@@ -1,11 +1,10 @@
-"""NvmlBackend driven through the real pynvml bindings over a fake libnvidia-ml (tests/fakes/fake_nvml.py): a
+"""NvmlBackend driven through the real pynvml bindings over a fake libnvidia-ml (tests/support/fakes/fake_nvml.py): a
 healthy node, values a GPU does not support, the library and driver failing, lost and hung GPUs. Hardware faults
 are in test_probe_nvml_faults.py, NVLink and GPU pairs in test_probe_nvml_links.py."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pynvml
 import pytest
@@ -15,8 +14,9 @@ from gpudiag.probe import deadline, nvml_sensors
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
 from gpudiag.probe.nvml import NvmlBackend
-from tests.fakes.fake_nvml import MiB, FakeGpu, FakeNode, installed, library_missing
-from tests.probe_nvml_support import probe, probe_one
+from tests.support.fakes.fake_nvml import MiB, FakeGpu, FakeNode, installed, library_missing
+from tests.support.paths import FIXTURES
+from tests.support.probe_nvml import probe, probe_one
 
 
 # -- a healthy node -----------------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_a_gpu_without_nvlink_is_read_in_few_calls():
 
 
 def _device_symbols() -> set[str]:
-    from tests.fakes.fake_nvml_lib import _SYMBOLS
+    from tests.support.fakes.fake_nvml_lib import _SYMBOLS
 
     return {name for name, (_, kind) in _SYMBOLS.items() if kind == "device"}
 
@@ -316,7 +316,7 @@ def test_the_recorded_h200_answers_convert_to_the_seconds_nvidia_smi_shows():
     # What the lab's H200 (driver 580.159.04) answered: the field batch (ID, nvmlReturn, valueType, value) and the
     # per-policy violation status. Both count the same time in ns; the field values are the driver's periodic
     # sample, so they trail the call by a few tens of ms.
-    survey = json.loads((Path(__file__).parent / "fixtures/h200/nvml-health-survey.json").read_text())["devices"][0]
+    survey = json.loads((FIXTURES / "h200/nvml-health-survey.json").read_text())["devices"][0]
     recorded = {fid: value for fid, code, _, value in survey["fields_health"]["value"]
                 if code == 0 and (74 <= fid <= 81 or 269 <= fid <= 271)}
     node = FakeNode.hgx_h200(1)

@@ -11,7 +11,7 @@ from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
 from gpudiag.probe.nvml import NvmlBackend
 from gpudiag.probe.nvml_constants import BoardConstants
-from tests.fakes.fake_nvml import FakeGpu, FakeNode, installed
+from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, installed
 
 MAX_CLOCK, THRESHOLD = "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetTemperatureThreshold"
 SM = pynvml.NVML_CLOCK_SM

@@ -8,8 +8,8 @@ import pynvml
 import pytest
 
 from gpudiag.model import ErrorKind, GpuProcess
-from tests.fakes.fake_nvml import MiB, FakeGpu
-from tests.probe_nvml_support import probe_one
+from tests.support.fakes.fake_nvml import MiB, FakeGpu
+from tests.support.probe_nvml import probe_one
 
 
 # -- faults -------------------------------------------------------------------------------------------------------

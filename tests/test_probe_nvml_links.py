@@ -8,8 +8,8 @@ import pynvml
 import pytest
 
 from gpudiag.model import PeerLink
-from tests.fakes.fake_nvml import FakeGpu, FakeNode, FakeNvLink, installed
-from tests.probe_nvml_support import probe
+from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, FakeNvLink, installed
+from tests.support.probe_nvml import probe
 
 
 def test_nvlink_down_is_reported_and_lowers_the_pair_link_count():

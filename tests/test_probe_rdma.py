@@ -1,5 +1,5 @@
-"""The RDMA NIC probe (gpudiag/probe/rdma.py) on trees built from real recordings (tests/rdma_tree.py): it reads every
-recorded value exactly, places each NIC on its PCI path, reads the bridges' ACS where it can and says so where it
+"""The RDMA NIC probe (gpudiag/probe/rdma.py) on trees built from real recordings (tests/support/rdma_tree.py): it reads
+every recorded value exactly, places each NIC on its PCI path, reads the bridges' ACS where it can and says so where it
 cannot, and turns unreadable, hostile or missing files into probe errors or None, never into an exception."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from gpudiag.model import ErrorKind, NetworkInfo, NodeSnapshot, from_dict, to_di
 from gpudiag.probe.pci import probe_pci_gpus
 from gpudiag.probe.rdma import read_network
 from gpudiag.probe.rdma_formats import parse_rate, parse_state
-from tests import rdma_tree
-from tests.rdma_tree import (GPUD_HCAS, HGX_GPUS, HGX_NICS, ROCE_GUIDS, config_space, firmware, gpud_h100_files,
+from tests.support import rdma_tree
+from tests.support.rdma_tree import (GPUD_HCAS, HGX_GPUS, HGX_NICS, ROCE_GUIDS, config_space, firmware, gpud_h100_files,
                              half_rate, hgx_h100_ib, h200_roce, link_errors, port_down)
-from tests.rdma_tree_amd import BNXT_RE_HW_COUNTERS, mi300x_thor2, mi355x_pollara
-from tests.sysfs_tree import SysfsTree
+from tests.support.paths import FIXTURES
+from tests.support.rdma_tree_amd import BNXT_RE_HW_COUNTERS, mi300x_thor2, mi355x_pollara
+from tests.support.sysfs_tree import SysfsTree
 
 
 def read(root: Path, **kwargs) -> NetworkInfo:
@@ -249,7 +250,7 @@ def test_network_round_trips_through_the_snapshot_json(tmp_path):
 
 
 def test_older_snapshots_without_network_still_load():
-    data = json.loads((Path(__file__).parent / "fixtures" / "h200" / "snapshot.json").read_text())
+    data = json.loads((FIXTURES / "h200" / "snapshot.json").read_text())
     assert "network" not in data
     snapshot = from_dict(NodeSnapshot, data)
     assert snapshot.network is None and snapshot.kernel_log.nic_events == []

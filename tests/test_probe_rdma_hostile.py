@@ -13,8 +13,8 @@ import pytest
 
 from gpudiag.model import ErrorKind
 from gpudiag.probe.rdma import MAX_DEVICES, MAX_PORTS, read_network
-from tests.rdma_tree import deny_counter, hgx_h100_ib, link_errors
-from tests.sysfs_tree import SysfsTree, deny_reads
+from tests.support.rdma_tree import deny_counter, hgx_h100_ib, link_errors
+from tests.support.sysfs_tree import SysfsTree, deny_reads
 from tests.test_probe_rdma import all_errors, read
 
 
@@ -176,7 +176,7 @@ def test_the_deadline_bounds_the_read(tmp_path):
 def test_a_netdev_that_refuses_its_speed_while_down_is_read_again(tmp_path, monkeypatch):
     """net-sysfs.c speed_show: EINVAL while the interface is not running. Unlike a restricted counter it is not
     remembered: the next read, with the link up, gets the speed."""
-    from tests.rdma_tree import h200_roce
+    from tests.support.rdma_tree import h200_roce
 
     h200_roce(tmp_path)
     speed = tmp_path / "sys/class/net/enp25s0np0/speed"

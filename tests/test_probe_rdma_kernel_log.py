@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +13,10 @@ from gpudiag.model import KernelLogInfo
 from gpudiag.probe.kernel_log import read_kernel_log, scan
 from gpudiag.probe.kernel_log_events import parse_event
 from gpudiag.probe.kernel_log_nic import NIC_EVENT_KINDS
-from tests.sysfs_tree import SysfsTree
+from tests.support.paths import FIXTURES
+from tests.support.sysfs_tree import SysfsTree
 
-CORPUS = json.loads((Path(__file__).parent / "fixtures" / "rdma" / "kernel-log-nic.json").read_text())
+CORPUS = json.loads((FIXTURES / "rdma" / "kernel-log-nic.json").read_text())
 RECORDS = [(source["source"], record) for source in CORPUS["sources"] for record in source["records"]]
 
 

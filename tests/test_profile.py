@@ -7,9 +7,9 @@ import pytest
 
 from gpudiag.checks import run_checks
 from gpudiag.expect import DEFAULT_EXPECTATIONS, ExpectationError, Expectations
-from gpudiag.model import Status
 from gpudiag.expect.profile import ProfileError, load_expectations, load_profile, settings, shipped_profiles
-from tests.acceptance_nodes import NODES
+from gpudiag.model import Status
+from tests.support.acceptance_nodes import NODES
 
 # A valid TOML value for every key that is not the default, so that applying it shows. Keys whose type alone does
 # not give a valid value (enumerations, bounded ratios, versions, vocabularies) are listed; the others come from

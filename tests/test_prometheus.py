@@ -14,33 +14,32 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import bcrypt
 import pytest
 import yaml
 
-from gpudiag.exporter import catalog
 from gpudiag.cli.serving import Exporter
+from gpudiag.exporter import catalog
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web_config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
-from tests.exporter_node import fake_root, xid_line
-from tests.exporter_support import wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.fakes.fake_nvml_events import nvml_events
-from tests.tools_support import load_tool
+from tests.support.exporter import wait_for
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.fakes.fake_nvml_events import nvml_events
+from tests.support.tools import load_tool
 # free_port, query, start_prometheus and stop are imported from here by other tests too (fleet, GPU-less node).
-from tests.prometheus_support import PROMETHEUS, free_port, query, start_prometheus, stop  # noqa: F401
-from tests.snapshots import amd_mi300x_node, cpx_partitioned
+from tests.support.prometheus import PROMETHEUS, free_port, query, start_prometheus, stop  # noqa: F401
+from tests.support.paths import FIXTURES, REPO
+from tests.support.snapshots import amd_mi300x_node, cpx_partitioned
 
 pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
 
-REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
 RULE_TESTS = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.test.yml"
 DASHBOARD = REPO / "monitoring" / "grafana" / "gpudiag-dashboard.json"
-TLS = Path(__file__).parent / "fixtures" / "tls"
+TLS = FIXTURES / "tls"
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
@@ -192,8 +191,8 @@ def test_prometheus_scrapes_gpudiag_serve(tmp_path, secured):
         scrape.update({"scheme": "https", "tls_config": {"ca_file": str(tmp_path / "ca.crt"), "server_name": "localhost"},
                        "basic_auth": {"username": "prometheus", "password": "scrape-me"}})
     root = tmp_path / "root"
-    exporter = subprocess.Popen([sys.executable, "-m", "tests.exporter_node", str(root), "2", "--", *serve_args],
-                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    exporter = subprocess.Popen([sys.executable, "-m", "tests.support.exporter_node", str(root), "2", "--",
+                                 *serve_args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
     prometheus = None
     try:
@@ -238,7 +237,7 @@ def _group(name: str) -> list[dict]:
 
 
 def _seconds(duration: str) -> float:
-    from tests.rule_scaling import parse_ms
+    from tests.support.rule_scaling import parse_ms
 
     return parse_ms(duration) / 1000
 

@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")

@@ -14,7 +14,7 @@ from gpudiag.model import CheckResult, DeviceRef, ErrorKind, ProbeError, Status,
 from gpudiag.report import causes, grouping
 from gpudiag.report.json_report import render_json
 from gpudiag.report.text import render_text
-from tests.snapshots import nvidia_h200_node
+from tests.support.snapshots import nvidia_h200_node
 
 
 def _lost(snapshot, index: int = 1):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpudiag.checks import run_checks
 from gpudiag.model import ErrorKind, ProbeError
 from gpudiag.report.text import render_text
-from tests.snapshots import nvidia_h200_node
+from tests.support.snapshots import nvidia_h200_node
 
 
 def test_a_gpu_that_stopped_answering_is_one_entry_and_its_checks_follow_from_it():

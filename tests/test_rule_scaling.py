@@ -1,5 +1,5 @@
-"""The time compression tests/test_alerting.py runs the shipped alerting under (tests/rule_scaling.py): exact on the
-literals, and faithful on the rules as a whole, since the promtool suite of the shipped rules passes at every scale
+"""The time compression tests/test_alerting.py runs the shipped alerting under (tests/support/rule_scaling.py): exact on
+the literals, and faithful on the rules as a whole, since the promtool suite of the shipped rules passes at every scale
 on the scaled rules with its times scaled alike, and fails when only the rules are scaled."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.rule_scaling import (
+from tests.support.rule_scaling import (
     parse_ms,
     scale_alertmanager,
     scale_duration,
@@ -20,10 +20,10 @@ from tests.rule_scaling import (
     scale_rules,
     write_scaled_rules,
 )
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
 
-REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS_DIR = REPO / "monitoring" / "prometheus"
 ALERTMANAGER = REPO / "monitoring" / "alertmanager" / "gpudiag-alertmanager.yml"
 PROMTOOL = shutil.which("promtool")

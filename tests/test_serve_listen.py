@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -20,10 +19,10 @@ from gpudiag.cli import app as cli
 from gpudiag.cli.serve import listen_addresses
 from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfig
-from tests.exporter_support import wait_for
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import wait_for
+from tests.support.paths import REPO
+from tests.support.snapshots import nvidia_h200_node
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def taken_port() -> tuple[socket.socket, int]:

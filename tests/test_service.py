@@ -18,12 +18,12 @@ import pytest
 
 from gpudiag.cli import app as cli
 from gpudiag.service import socket_path
-from tests.exporter_node import fake_root, xid_line
-from tests.exporter_support import wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.service_support import raw, running_service, verdicts
+from tests.support.exporter import wait_for
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.paths import REPO
+from tests.support.service import raw, running_service, verdicts
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def check_json(capsys, root: Path, *extra: str) -> tuple[int, dict, float]:

@@ -19,11 +19,11 @@ import pytest
 from gpudiag.cli import app as cli, fastpath
 from gpudiag.service import DEFAULT_SOCKET, socket_path
 from gpudiag.service.protocol import MAX_REQUEST_BYTES
-from tests.exporter_node import fake_root
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.service_support import raw, running_service
+from tests.support.exporter_node import fake_root
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.paths import REPO
+from tests.support.service import raw, running_service
 
-REPO = Path(__file__).resolve().parent.parent
 
 VARIANTS = [
     [],

@@ -2,8 +2,8 @@
 can make the driver log Xid 31 (an MMU fault in their own context) — 2-3 a second from an unprivileged loop on the
 lab H200 — and 3,000-4,000 of them pushed an Xid 48 and every "failing since" out of `gpudiag history`. Here the
 service runs over the fake node with a small journal (16 KiB a generation) and takes 3,000 Xid 31 records, real
-kmsg records of the driver's format (tests/exporter_node.py xid_line), in batches as the collections would see them
-at that rate."""
+kmsg records of the driver's format (tests/support/exporter_node.py xid_line), in batches as the collections would see
+them at that rate."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import os
 import pytest
 
 from gpudiag.cli import app as cli
-from gpudiag.service.journal import CURRENT, PREVIOUS
 from gpudiag.service import state_dir
-from tests.exporter_node import fake_root, xid_line
-from tests.exporter_support import wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.service_support import running_service
+from gpudiag.service.journal import CURRENT, PREVIOUS
+from tests.support.exporter import wait_for
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.service import running_service
 
 MAX_BYTES = 16 * 1024
 FLOOD, BATCH = 3000, 150

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
+from gpudiag.daemon.fresh import FreshCollections
 from gpudiag.daemon.poller import Collection
 from gpudiag.model import CollectorRun, NodeSnapshot
-from gpudiag.daemon.fresh import FreshCollections
+from tests.support.paths import REPO
 
-CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
+CONTRIB = REPO / "contrib"
 
 
 class Work:

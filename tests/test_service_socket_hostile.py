@@ -1,6 +1,7 @@
 """The service socket against a hostile local user and a second instance (issue 24, items 8, 9, 11, 12, 14, 15),
-with real `gpudiag serve` processes over the fake NVIDIA node (tests/exporter_node.py) where the item is about the
-process, and peers of other uids forked from the test (tests/as_user.py: the socket is 0660, group root here)."""
+with real `gpudiag serve` processes over the fake NVIDIA node (tests/support/exporter_node.py) where the item is about
+the process, and peers of other uids forked from the test (tests/support/as_user.py: the socket is 0660, group root
+here)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,15 @@ from pathlib import Path
 import pytest
 
 from gpudiag.service import socket_path, state_dir
-from tests.as_user import MEMBER, STRANGER, needs_root, shared_tmp, start_as_user
-from tests.exporter_node import fake_root, xid_line
-from tests.exporter_support import wait_for
-from tests.fakes.fake_nvml import FakeNode, installed
-from tests.service_support import raw, running_service
+from tests.support.as_user import MEMBER, STRANGER, needs_root, shared_tmp, start_as_user
+from tests.support.exporter import wait_for
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.paths import REPO
+from tests.support.service import raw, running_service
 
 pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 class Serve:
@@ -38,7 +39,7 @@ class Serve:
     def __init__(self, root: Path, *args: str, gpus: int = 1, wait: bool = True):
         self.log = root / f"serve-{time.monotonic_ns()}.log"
         self._err = open(self.log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.exporter_node", str(root), str(gpus), "--",
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.exporter_node", str(root), str(gpus), "--",
                                       "--listen", "127.0.0.1:0", "--interval", "60", "--timeout", "5", *args],
                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=self._err,
                                      env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -139,7 +140,7 @@ def test_a_second_serve_leaves_the_running_ones_socket_alone(node_root):
         assert f"another gpudiag serve (pid {pid}) is serving this socket" in taken.stderr
         assert status(sock)["pid"] == pid
         # the first one's HTTP port: fails after its own socket was made, and removes only that one
-        port_taken = subprocess.run([sys.executable, "-m", "tests.exporter_node", str(node_root), "1", "--",
+        port_taken = subprocess.run([sys.executable, "-m", "tests.support.exporter_node", str(node_root), "1", "--",
                                      "--listen", f"127.0.0.1:{first.port}", "--socket", str(node_root / "x.sock"),
                                      "--state-dir", str(node_root / "x")],
                                     cwd=REPO, capture_output=True, text=True, timeout=60,
@@ -166,7 +167,7 @@ def test_a_default_socket_second_serve_on_a_taken_port_deletes_nothing(node_root
     try:
         path = socket_path(node_root)
         pid = status(path)["pid"]
-        again = subprocess.run([sys.executable, "-m", "tests.exporter_node", str(node_root), "1", "--",
+        again = subprocess.run([sys.executable, "-m", "tests.support.exporter_node", str(node_root), "1", "--",
                                 "--listen", f"127.0.0.1:{first.port}"], cwd=REPO, capture_output=True, text=True,
                                timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
         assert again.returncode == 2
@@ -319,7 +320,7 @@ def test_unexpected_exceptions_are_logged_with_a_traceback_once_a_minute(tmp_pat
 
 
 def test_listeners_see_a_collection_clients_can_already_get():
-    from gpudiag.daemon.fresh import FreshCollections  # after the exporter (service_support): they import each other
+    from gpudiag.daemon.fresh import FreshCollections  # after the exporter (support/service.py): they import each other
 
     seen = []
     collections = FreshCollections(lambda: object())

@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-from tests.exporter_node import fake_node, fake_root
+from tests.support.exporter_node import fake_node, fake_root
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 LEVEL_2_ONLY = ("gpudiag.active", "gpudiag.active.options", "statistics", "fractions", "decimal")
-RUNNER = ("import json, sys; from tests.exporter_node import fake_node; from tests.fakes.fake_nvml import installed; "
+RUNNER = ("import json, sys; from tests.support.exporter_node import fake_node; "
+          "from tests.support.fakes.fake_nvml import installed; "
           "fake = installed(fake_node(2)); fake.__enter__(); before = set(sys.modules); "
           "from gpudiag.cli.app import main; code = main(sys.argv[1:]); "
           f"print(json.dumps(sorted(m for m in {LEVEL_2_ONLY!r} if m in sys.modules and m not in before)), "

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
+from gpudiag.expect import Expectations
 from gpudiag.exporter.catalog import MetricSpec
 from gpudiag.exporter.families import FamilySet
-from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, ProbeError, Status, TemperatureSensor, TelemetrySample
-from tests.snapshots import amd_mi300x_node, for_gpu, nvidia_h200_node, run
+from tests.support.snapshots import amd_mi300x_node, for_gpu, nvidia_h200_node, run
 from tests.test_checks_active import healthy_active, node
 
 F, W, P = Status.FAIL, Status.WARN, Status.PASS

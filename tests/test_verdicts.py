@@ -10,7 +10,7 @@ from gpudiag.checks import CHECK_IDS, run_checks
 from gpudiag.checks.verdicts import ACTIONS, TABLE, assign, derived_code, strongest
 from gpudiag.model import CheckResult, Status
 from gpudiag.report.json_report import render_json
-from tests.snapshots import nvidia_h200_node
+from tests.support.snapshots import nvidia_h200_node
 
 
 def test_the_table_covers_the_registry_with_valid_actions_and_codes():

@@ -20,11 +20,11 @@ import pytest
 from bench.exporter_process import ExporterProcess
 from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import load_web_config
-from tests.exporter_support import wait_for
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import wait_for
+from tests.support.paths import REPO
+from tests.support.snapshots import nvidia_h200_node
 from tests.test_web_config_toolkit import REFUSED, TOOLKIT, client, get
 
-REPO = Path(__file__).resolve().parent.parent
 # Debian 12's own interpreter, whose ssl module is the one that refuses X25519 through set_ecdh_curve.
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
@@ -86,7 +86,7 @@ def test_a_real_serve_on_debians_python_serves_x25519_alone(tmp_path):
     launcher.chmod(0o755)
     config = web_config(tmp_path, "X25519")
     # exits with the line serve printed (today: exit 4, "SSLError: [EC: UNKNOWN_GROUP]") if it does not serve
-    served = ExporterProcess([str(launcher), "-m", "tests.exporter_node", str(tmp_path / "root"), "1", "--",
+    served = ExporterProcess([str(launcher), "-m", "tests.support.exporter_node", str(tmp_path / "root"), "1", "--",
                               "--listen", "127.0.0.1:0", "--interval", "1", "--timeout", "5",
                               "--web-config", str(config)])
     try:

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag.cli.serving import Exporter
 from gpudiag.exporter import openssl_ctx
 from gpudiag.exporter import web_errors as E
-from gpudiag.cli.serving import Exporter
 from gpudiag.exporter.web_config import WebConfigError, load_web_config
-from tests.exporter_support import wait_for
-from tests.snapshots import nvidia_h200_node
+from tests.support.exporter import wait_for
+from tests.support.paths import FIXTURES, REPO
+from tests.support.snapshots import nvidia_h200_node
 
-TOOLKIT = Path(__file__).parent / "fixtures" / "exporter-toolkit"
-OWN_TLS = Path(__file__).parent / "fixtures" / "tls"
-REPO = Path(__file__).resolve().parent.parent
+TOOLKIT = FIXTURES / "exporter-toolkit"
+OWN_TLS = FIXTURES / "tls"
 
 # file → None (accepted) or the class of error; from web/tls_config_test.go (TestYAMLFiles, TestServerBehaviour,
 # TestUsers, TestConfigReloading) and, for the two files no test names, from what ConfigToTLSConfig does.

@@ -15,7 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIELD = REPO / "tests" / "fixtures" / "field"
-KERNEL_LOG_DIRS = ("nvidia", "amd")  # as tests/field_corpus.py: field/amdsmi/ holds amd-smi outputs, not log records
+# as tests/support/field_corpus.py: field/amdsmi/ holds amd-smi outputs, not log records
+KERNEL_LOG_DIRS = ("nvidia", "amd")
 PAGE = REPO / "docs" / "field-corpus.md"
 
 INTRO = """# The field corpus

@@ -8,8 +8,8 @@ from typing import Any
 
 import pynvml
 
-from tests.fakes.fake_nvml import FakeGpu, FakeHealth
-from tests.fakes.fake_nvml_lib import SUCCESS, FakeNvmlLib, c_symbol, target
+from tests.support.fakes.fake_nvml import FakeGpu, FakeHealth
+from tests.support.fakes.fake_nvml_lib import SUCCESS, FakeNvmlLib, c_symbol, target
 
 VERSION_MISMATCH = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 _FABRIC_VERSIONS = {pynvml.nvmlGpuFabricInfo_v3: 3, pynvml.nvmlGpuFabricInfo_v2: 2}

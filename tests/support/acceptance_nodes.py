@@ -1,4 +1,4 @@
-"""Healthy 8-GPU nodes of the SKUs gpudiag ships profiles for, grown from tests/snapshots.py's 2x H200 and 8x
+"""Healthy 8-GPU nodes of the SKUs gpudiag ships profiles for, grown from tests/support/snapshots.py's 2x H200 and 8x
 MI300X: each builder returns a fresh snapshot for a test to break."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from gpudiag.model import NodeSnapshot, PeerLink
-from tests.snapshots import GIB, amd_mi300x_node, nvidia_h200_node
+from tests.support.snapshots import GIB, amd_mi300x_node, nvidia_h200_node
 
 H200_8X_BUS_IDS = ("0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0",
                    "0000:9b:00.0", "0000:bb:00.0", "0000:cb:00.0", "0000:db:00.0")

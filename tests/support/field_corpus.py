@@ -8,8 +8,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+from tests.support.paths import FIXTURES
 
-FIELD = Path(__file__).parent / "fixtures" / "field"
+FIELD = FIXTURES / "field"
 NVIDIA_CHECKS = ("kernel_log.xid", "kernel_log.sxid")
 AMD_CHECKS = ("kernel_log.amdgpu_errors",)
 GPU_CHECKS = ("kernel_log.xid", "kernel_log.amdgpu_errors")  # their pci_bus_id is a GPU's

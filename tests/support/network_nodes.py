@@ -1,5 +1,5 @@
-"""Node snapshots with their RDMA NICs, for the network checks: the fake sysfs trees of tests/rdma_tree*.py read by the
-real probes (probe/pci.py, probe/rdma.py), around the healthy GPU snapshots of tests/snapshots.py.
+"""Node snapshots with their RDMA NICs, for the network checks: the fake sysfs trees of tests/support/rdma_tree*.py read
+by the real probes (probe/pci.py, probe/rdma.py), around the healthy GPU snapshots of tests/support/snapshots.py.
 
 The error counters of GPUd's H100 recording are not those of a clean node: every port has
 excessive_buffer_overrun_errors at 15 (the 4-bit counter's top) and port_rcv_errors 14, and mlx5_1 has link_downed at
@@ -22,9 +22,9 @@ from gpudiag.probe.kernel_log_nic import nic_event
 from gpudiag.probe.pci import probe_pci_gpus
 from gpudiag.probe.rdma import read_network
 from gpudiag.probe.rdma_history import CounterHistory
-from tests import rdma_tree
-from tests.rdma_tree import Node
-from tests.snapshots import amd_mi300x_node, nvidia_h200_node
+from tests.support import rdma_tree
+from tests.support.rdma_tree import Node
+from tests.support.snapshots import amd_mi300x_node, nvidia_h200_node
 
 ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
                   "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "local_link_integrity_errors",

@@ -15,7 +15,7 @@ from gpudiag.exporter.web_config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from gpudiag.service import socket_path, state_dir
 
-from tests.exporter_support import wait_for
+from tests.support.exporter import wait_for
 
 
 @contextlib.contextmanager

@@ -1,12 +1,12 @@
 """Single-fault nodes for the alerting test (tests/test_alerting.py): a healthy two-GPU node of either vendor (the fake
-HGX H200 of tests/fakes/fake_nvml.py, the fake MI300X of tests/fakes/amd_node.py) with one fault on GPU 1 — the
-faults the tests' fakes model, each a knob those fakes already have — and the alert the shipped rules must page it
-with. Healthy nodes of both vendors page nothing.
+HGX H200 of tests/support/fakes/fake_nvml.py, the fake MI300X of tests/support/fakes/amd_node.py) with one fault on GPU
+1 — the faults the tests' fakes model, each a knob those fakes already have — and the alert the shipped rules must page
+it with. Healthy nodes of both vendors page nothing.
 
 Also a runnable script: `gpudiag serve` over one such node, as a process of its own (each vendor library's fake is
 process-wide state):
 
-    python -m tests.alerting_nodes SCENARIO ROOT -- <serve arguments>
+    python -m tests.support.alerting_nodes SCENARIO ROOT -- <serve arguments>
 
 A fault that arrives while the exporter watches (`live`) is applied by a thread once NVML's event stream is
 registered and `LIVE_DELAY_SECONDS` later, so that the node is first seen healthy.
@@ -23,11 +23,11 @@ from typing import Callable, Optional
 
 import pynvml
 
-from tests.exporter_node import fake_root, xid_line
-from tests.fakes import amd_node
-from tests.fakes.amd_node import BLOCK_UMC, FakeAmdNode, mi300x_node
-from tests.fakes.fake_nvml import FakeNode
-from tests.sysfs_tree import SysfsTree
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes import amd_node
+from tests.support.fakes.amd_node import BLOCK_UMC, FakeAmdNode, mi300x_node
+from tests.support.fakes.fake_nvml import FakeNode
+from tests.support.sysfs_tree import SysfsTree
 
 LIVE_DELAY_SECONDS = 4.0
 NVIDIA_GPU1 = "0000:3b:00.0"  # FakeNode.hgx_h200's second GPU
@@ -91,7 +91,7 @@ def _aer_nonfatal(tree) -> None:
 
 def _xid48_live(node, tree, lib) -> None:
     """A double-bit ECC error while watched: NVML's Xid event, the driver's log line, the DBE counted."""
-    from tests.fakes.fake_nvml_events import nvml_events
+    from tests.support.fakes.fake_nvml_events import nvml_events
 
     _ecc(node.gpus[1])
     nvml_events(lib).emit(1, 48)
@@ -181,7 +181,7 @@ def build(scenario: Scenario, root: Path):
 
 
 def amd_tree(root: Path, node: FakeAmdNode) -> SysfsTree:
-    from tests.fakes.amdgpu_sysfs_tree import add_amdgpu_node
+    from tests.support.fakes.amdgpu_sysfs_tree import add_amdgpu_node
 
     tree = SysfsTree(root)
     add_amdgpu_node(tree, node)
@@ -194,7 +194,7 @@ def amd_tree(root: Path, node: FakeAmdNode) -> SysfsTree:
 
 
 def _inject_when_watched(scenario: Scenario, node, tree, lib) -> None:
-    from tests.fakes.fake_nvml_events import nvml_events
+    from tests.support.fakes.fake_nvml_events import nvml_events
 
     while 1 not in nvml_events(lib).registered():
         time.sleep(0.1)
@@ -208,12 +208,12 @@ def main(argv: list[str]) -> int:
     scenario = BY_NAME[name]
     node, tree = build(scenario, Path(root))
     if scenario.vendor == "nvidia":
-        from tests.fakes import fake_nvml_events  # noqa: F401 - registers the event symbols with the fake library
-        from tests.fakes.fake_nvml import installed
+        from tests.support.fakes import fake_nvml_events  # noqa: F401 - registers the event symbols with the fake lib
+        from tests.support.fakes.fake_nvml import installed
     else:
-        from tests.fakes.fake_amdsmi import installed
+        from tests.support.fakes.fake_amdsmi import installed
     fake = installed(node)
-    lib = fake.__enter__()  # held until the process exits (tests/exporter_node.py says why)
+    lib = fake.__enter__()  # held until the process exits (tests/support/exporter_node.py says why)
     if scenario.live is not None:
         threading.Thread(target=_inject_when_watched, args=(scenario, node, tree, lib), daemon=True).start()
     from gpudiag.cli.app import main as gpudiag_main

@@ -6,8 +6,9 @@ from typing import Any, Union
 
 import pynvml
 
-from tests.fakes.fake_nvml import FakeGpu, FakeNvLink
-from tests.fakes.fake_nvml_lib import INVALID_ARGUMENT, NOT_SUPPORTED, FakeNvmlLib, c_symbol, fill_pci, put, value_of
+from tests.support.fakes.fake_nvml import FakeGpu, FakeNvLink
+from tests.support.fakes.fake_nvml_lib import (INVALID_ARGUMENT, NOT_SUPPORTED, FakeNvmlLib, c_symbol, fill_pci, put,
+                                               value_of)
 
 
 def _link(gpu: FakeGpu, link: Any) -> Union[int, FakeNvLink]:

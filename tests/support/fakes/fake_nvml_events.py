@@ -22,8 +22,8 @@ from typing import Any, Optional
 
 import pynvml
 
-from tests.fakes.fake_nvml import FakeGpu
-from tests.fakes.fake_nvml_lib import _HANDLE_BASE, SUCCESS, FakeNvmlLib, c_symbol, put, target, value_of
+from tests.support.fakes.fake_nvml import FakeGpu
+from tests.support.fakes.fake_nvml_lib import _HANDLE_BASE, SUCCESS, FakeNvmlLib, c_symbol, put, target, value_of
 
 XID_BIT = pynvml.nvmlEventTypeXidCriticalError
 SUPPORTED_EVENTS = XID_BIT | pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from gpudiag.active import kernels, tensor_kernels
-from tests.fakes.gpu_sim import FakeLibrary, SimDevice, SimRuntime, out, value
+from tests.support.fakes.gpu_sim import FakeLibrary, SimDevice, SimRuntime, out, value
 
 hipSuccess = 0
 hipErrorInvalidValue = 1

@@ -8,7 +8,7 @@ import ctypes
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tests.fakes.fake_amdsmi import Processor
+    from tests.support.fakes.fake_amdsmi import Processor
 
 SUCCESS, NOT_SUPPORTED = 0, 2
 # What amd-smi without libdrm_amdgpu printed as an MI350 OAM's BDF (ROCm/rocm-systems PR 2987: "BDF:

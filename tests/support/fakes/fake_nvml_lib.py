@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 import pynvml
 
-from tests.fakes.fake_nvml import FakeGpu, FakeNode
+from tests.support.fakes.fake_nvml import FakeGpu, FakeNode
 
 HANG_LIMIT_SECONDS = 30.0  # a hung call gives up on its own eventually, so a forgotten release cannot wedge a run
 _HANDLE_BASE = 0x6E766D6C0000  # "nvml": fake device handles are this + 0x100 * index
@@ -242,5 +242,5 @@ def nvmlDeviceGetHandleByIndex_v2(lib: FakeNvmlLib, index: int, out: Any) -> int
 
 
 # The per-device and per-link functions register themselves when imported.
-from tests.fakes import fake_nvml_device, fake_nvml_links  # noqa: E402,F401  pylint: disable=wrong-import-position
-from tests.fakes import fake_nvml_health  # noqa: E402,F401  pylint: disable=wrong-import-position
+from tests.support.fakes import fake_nvml_device, fake_nvml_links  # noqa: E402,F401  pylint: disable=wrong-import-position
+from tests.support.fakes import fake_nvml_health  # noqa: E402,F401  pylint: disable=wrong-import-position

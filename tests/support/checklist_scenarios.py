@@ -2,8 +2,8 @@
 prints them: what tests/test_checklist_budget.py holds to the line budget (docs/checklist.md) and
 bench/checklist_lines.py counts.
 
-- SINGLE_FAULT: the single-fault nodes of tests/alerting_nodes.py, both vendors (a two-GPU node with one fault on
-  GPU 1), and its two healthy nodes.
+- SINGLE_FAULT: the single-fault nodes of tests/support/alerting_nodes.py, both vendors (a two-GPU node with one
+  fault on GPU 1), and its two healthy nodes.
 - ISSUE_CASES: `check --level 2` on an 8x H200 node where libcuda.so.1 is missing (NVML answers, the CUDA driver
   library is not there: a container given only the `utility` capability); an 8x H200 node whose GPU 4 was lost
   before the first collection (NVML_ERROR_GPU_IS_LOST from the first call, Xid 79 in the log), judged against the
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 from unittest import mock
 
-from tests import alerting_nodes
-from tests.exporter_node import fake_root, xid_line
-from tests.fakes.fake_nvml import FakeNode
+from tests.support import alerting_nodes
+from tests.support.exporter_node import fake_root, xid_line
+from tests.support.fakes.fake_nvml import FakeNode
 
 TIMEOUT = "3"  # the probe deadline: a hung GPU's checklist waits for it
 SINGLE_FAULT = [s.name for s in alerting_nodes.SCENARIOS]
@@ -41,7 +41,7 @@ def _check(root: str, *argv: str) -> tuple[int, str]:
 @contextlib.contextmanager
 def _nvidia(node: FakeNode, kmsg: tuple[str, ...] = ()) -> Iterator[tuple[str, object]]:
     """`node` installed as the NVML library, with its host tree (nvidia_uvm loaded, as the profiles require)."""
-    from tests.fakes.fake_nvml import installed
+    from tests.support.fakes.fake_nvml import installed
 
     with tempfile.TemporaryDirectory() as tmp:
         tree = fake_root(Path(tmp), node, kmsg=kmsg)
@@ -53,9 +53,9 @@ def _nvidia(node: FakeNode, kmsg: tuple[str, ...] = ()) -> Iterator[tuple[str, o
 def single_fault(name: str, *argv: str) -> tuple[int, str]:
     scenario = alerting_nodes.BY_NAME[name]
     if scenario.vendor == "nvidia":
-        from tests.fakes.fake_nvml import installed
+        from tests.support.fakes.fake_nvml import installed
     else:
-        from tests.fakes.fake_amdsmi import installed
+        from tests.support.fakes.fake_amdsmi import installed
     with tempfile.TemporaryDirectory() as tmp:
         node, tree = alerting_nodes.build(scenario, Path(tmp))
         with installed(node) as lib:

@@ -34,11 +34,11 @@ def basic_auth(user: str, password: str) -> str:
 
 
 class Target(ExporterProcess):
-    """`gpudiag serve` over the fake NVIDIA node (tests/exporter_node.py) as its own process on loopback, as the
+    """`gpudiag serve` over the fake NVIDIA node (tests/support/exporter_node.py) as its own process on loopback, as the
     exporter benchmarks run it."""
 
     def __init__(self, root: Path, serve_args: tuple[str, ...] = (), gpus: int = 2):
-        super().__init__([sys.executable, "-m", "tests.exporter_node", str(root), str(gpus), "--", "--listen",
+        super().__init__([sys.executable, "-m", "tests.support.exporter_node", str(root), str(gpus), "--", "--listen",
                           "127.0.0.1:0", "--interval", "1", "--timeout", "5", *serve_args])
         # stderr is drained so that a chatty server can never block on a full pipe
         threading.Thread(target=self.proc.stderr.read, daemon=True).start()

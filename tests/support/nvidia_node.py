@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpudiag.model import normalize_pci_bus_id
-from tests.fakes.fake_nvml import FakeNode
-from tests.sysfs_tree import SysfsTree
+from tests.support.fakes.fake_nvml import FakeNode
+from tests.support.sysfs_tree import SysfsTree
 
 
 

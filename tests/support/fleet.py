@@ -10,8 +10,9 @@ import json
 import random
 from pathlib import Path
 from typing import Callable, Optional
+from tests.support.paths import FIXTURES
 
-TEMPLATE = Path(__file__).parent / "fixtures" / "h200" / "recorded" / "check-level2.json"
+TEMPLATE = FIXTURES / "h200" / "recorded" / "check-level2.json"
 BUS_IDS = ("0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0",
            "0000:9b:00.0", "0000:bb:00.0", "0000:cb:00.0", "0000:db:00.0")
 VBIOS = "96.00.A5.00.1A"  # as the lab's 2x H200 reports (tests/golden/h200x2.check.json)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
+from tests.support.paths import REPO
 
-TOOLS = Path(__file__).resolve().parent.parent / "tools"
+TOOLS = REPO / "tools"
 
 
 def load_tool(name: str) -> ModuleType:

@@ -260,7 +260,7 @@ def _pair(a: int, b: int) -> tuple[int, int]:
 @contextlib.contextmanager
 def installed(node: FakeNode) -> Iterator["FakeNvmlLib"]:
     """Serve `node` through pynvml for the duration; pynvml's module state is restored afterwards."""
-    from tests.fakes.fake_nvml_lib import FakeNvmlLib
+    from tests.support.fakes.fake_nvml_lib import FakeNvmlLib
 
     lib = FakeNvmlLib(node)
     with _pynvml_state(lib):

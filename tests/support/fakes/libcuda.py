@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from gpudiag.active import kernels, tensor_kernels
-from tests.fakes.gpu_sim import SimDevice, SimRuntime, out, value
+from tests.support.fakes.gpu_sim import SimDevice, SimRuntime, out, value
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1

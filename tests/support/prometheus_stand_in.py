@@ -11,12 +11,12 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Callable, Optional, Union
 
 import pytest
+from tests.support.paths import FIXTURES
 
-TLS = Path(__file__).parent / "fixtures" / "tls"
+TLS = FIXTURES / "tls"
 
 Answer = Callable[[str, dict], tuple[int, Union[dict, bytes]]]
 

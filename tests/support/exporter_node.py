@@ -3,7 +3,7 @@ sysfs/procfs tree and kernel log under a root directory.
 
 Also a runnable script, for tests that need `gpudiag serve` as a real process (signals, exit codes):
 
-    python -m tests.exporter_node ROOT GPUS [--hang SYMBOL] [--driver VERSION] [--downtrain GPU] [--name NAME]
+    python -m tests.support.exporter_node ROOT GPUS [--hang SYMBOL] [--driver VERSION] [--downtrain GPU] [--name NAME]
                                   [--lose-while FILE] -- <serve arguments>
 
 GPUS up to 8 are an HGX H200 board; more (the exporter benchmark's 64) sit on made-up buses. `--lose-while FILE`:
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from gpudiag.model import normalize_pci_bus_id
-from tests.fakes import fake_nvml_events  # noqa: F401 - registers the event symbols with the fake library
-from tests.fakes.fake_nvml import FakeGpu, FakeNode, installed
-from tests.nvidia_node import sysfs_for
-from tests.sysfs_tree import SysfsTree
+from tests.support.fakes import fake_nvml_events  # noqa: F401 - registers the event symbols with the fake library
+from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, installed
+from tests.support.nvidia_node import sysfs_for
+from tests.support.sysfs_tree import SysfsTree
 
 
 def fake_node(count: int) -> FakeNode:
@@ -39,8 +39,8 @@ def fake_node(count: int) -> FakeNode:
 
 
 def fake_root(root: Path, node: FakeNode, kmsg: tuple[str, ...] = ()) -> SysfsTree:
-    """The host view of `node` (tests.nvidia_node): its GPUs on the PCI bus, the nvidia module, a kernel log with
-    `kmsg` records added."""
+    """The host view of `node` (tests.support.nvidia_node): its GPUs on the PCI bus, the nvidia module, a kernel log
+    with `kmsg` records added."""
     tree = sysfs_for(node, root)
     if kmsg:
         tree.add_kmsg(kmsg)

@@ -18,7 +18,7 @@ class InternalErrorWatch:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         # run_checks looks `_run_one` up in the module on every call, so the wrapper sees every check of every
-        # in-process caller (cli, exporter, tests/snapshots.run).
+        # in-process caller (cli, exporter, tests/support/snapshots.run).
         original = checks._run_one
 
         def watched(check, snapshot, expectations):

@@ -20,9 +20,9 @@ from gpudiag.model import (
     Utilization,
     Vendor,
 )
-from tests.fakes.gpu_sim import SimDevice, patch_cdll
-from tests.fakes.libamdhip import FakeHip, FakeHiprtc
-from tests.fakes.libcuda import FakeCuda
+from tests.support.fakes.gpu_sim import SimDevice, patch_cdll
+from tests.support.fakes.libamdhip import FakeHip, FakeHiprtc
+from tests.support.fakes.libcuda import FakeCuda
 
 BUS_IDS = ("0000:3b:00.0", "0000:5e:00.0")
 

@@ -18,8 +18,8 @@ import ctypes
 import sys
 from typing import Any, Callable, Iterator
 
-from tests.fakes.amd_node import XGMI_DISABLED, FakeAmdGpu, FakeAmdNode
-from tests.fakes.fake_amdsmi_identity import NEEDS_LIBDRM, IdentityCalls
+from tests.support.fakes.amd_node import XGMI_DISABLED, FakeAmdGpu, FakeAmdNode
+from tests.support.fakes.fake_amdsmi_identity import NEEDS_LIBDRM, IdentityCalls
 
 SUCCESS, NOT_SUPPORTED, INVAL, NOT_FOUND, AMDGPU_RESTART_ERR = 0, 2, 1, 31, 54
 API_FAILED, UNEXPECTED_DATA = 7, 43

@@ -1,5 +1,5 @@
 """Render an `amd_node.FakeAmdNode` as the amdgpu sysfs tree the kernel would show, on top of the shared
-`tests.sysfs_tree.SysfsTree` (which lays out the PCI device, its upstream port and driver link).
+`tests.support.sysfs_tree.SysfsTree` (which lays out the PCI device, its upstream port and driver link).
 
 Added per GPU, in the kernel's formats:
     sys/class/drm/card<N>            -> …/<bdf>/drm/card<N>       (and renderD<128+N>, which the backend skips)
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fakes.amd_node import RAS_BLOCK_SYSFS_NAME, FakeAmdGpu, FakeAmdNode
-from tests.sysfs_tree import IORESOURCE_MEM_32, IORESOURCE_MEM_64_PREFETCH, SysfsTree
+from tests.support.fakes.amd_node import RAS_BLOCK_SYSFS_NAME, FakeAmdGpu, FakeAmdNode
+from tests.support.sysfs_tree import IORESOURCE_MEM_32, IORESOURCE_MEM_64_PREFETCH, SysfsTree
 
 # hwmon temp channels (amdgpu_pm.c: temp1 edge, temp2 junction, temp3 mem) and their labels.
 _HWMON_CHANNELS = {"edge": (1, "edge"), "hotspot": (2, "junction"), "vram": (3, "mem")}

@@ -8,8 +8,8 @@ from typing import Any, Optional, Union
 
 import pynvml
 
-from tests.fakes.fake_nvml import FakeGpu
-from tests.fakes.fake_nvml_lib import (
+from tests.support.fakes.fake_nvml import FakeGpu
+from tests.support.fakes.fake_nvml_lib import (
     INSUFFICIENT_SIZE,
     INVALID_ARGUMENT,
     NOT_SUPPORTED,

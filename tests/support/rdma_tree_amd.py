@@ -1,11 +1,12 @@
-"""Fake AMD Instinct nodes with their RDMA NICs (the sources and what is constructed: tests/rdma_tree.py's docstring):
-an MI300X node with Broadcom THOR2 (bnxt_re) NICs and an MI355X node with AMD Pensando Pollara 400 (ionic) NICs."""
+"""Fake AMD Instinct nodes with their RDMA NICs (the sources and what is constructed: tests/support/rdma_tree.py's
+docstring): an MI300X node with Broadcom THOR2 (bnxt_re) NICs and an MI355X node with AMD Pensando Pollara 400 (ionic)
+NICs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.rdma_tree import Nic, Node, Pair, RdmaTree, bus_of
+from tests.support.rdma_tree import Nic, Node, Pair, RdmaTree, bus_of
 
 
 # bnxt_re's hw_counters (drivers/infiniband/hw/bnxt_re/hw_counters.c, Broadcom/linux-rdma-nxt): the names, in order.
@@ -21,7 +22,7 @@ BNXT_RE_HW_COUNTERS = (
     "res_wqe_format_err", "res_cq_load_err", "res_srq_load_err", "res_tx_pci_err", "res_rx_pci_err",
     "oos_drop_count")
 MI300X_GPUS = ("0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
-               "0000:85:00.0", "0000:a6:00.0", "0000:c6:00.0", "0000:e5:00.0")  # tests/snapshots.py
+               "0000:85:00.0", "0000:a6:00.0", "0000:c6:00.0", "0000:e5:00.0")  # tests/support/snapshots.py
 
 
 def _amd_pair(gpu: str, nic: Nic) -> Pair:

@@ -24,7 +24,7 @@ What is recorded and what is constructed, node by node:
   Driver HCA", hw_rev 0x14e4, node GUID pattern; recorded), hw_counters named as bnxt_re's hw_counters.c names them
   (Broadcom/linux-rdma-nxt), no counters/ directory (bnxt_re has no PMA: drivers/infiniband/core/sysfs.c creates
   counters/ only for devices with process_mad), rate "400 Gb/sec (4X NDR)" (ib_get_width_and_speed for 400GbE over 4
-  lanes; constructed); the GPU bus IDs are tests/snapshots.py's MI300X node, the PCI layout constructed.
+  lanes; constructed); the GPU bus IDs are tests/support/snapshots.py's MI300X node, the PCI layout constructed.
 - mi355x_pollara (rdma_tree_amd.py): AMD Pensando Pollara 400 (driver ionic) as ROCm's amd-smi and Omnistat describe it
   (amd-ainic-pollara.json): rocep<bus>s0 device names, fw 1.110.1-a-1, counters/ empty, byte counters under
   hw_counters; 8 of them, one per MI355X (rocm-aic PR 61), PCI ID 0x1dd8:0x1002 (ionic.h
@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tests.sysfs_tree import SysfsTree
+from tests.support.paths import FIXTURES
+from tests.support.sysfs_tree import SysfsTree
 
-FIXTURES = Path(__file__).parent / "fixtures" / "rdma"
+FIXTURES = FIXTURES / "rdma"
 
 # ACS (include/uapi/linux/pci_regs.h): SV 0x01 TB 0x02 RR 0x04 CR 0x08 UF 0x10 EC 0x20 DT 0x40.
 ACS_CAP_ALL = 0x7F  # "ACSCap: SrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl+ DirectTrans+"
