@@ -97,11 +97,12 @@ def test_every_check_has_a_summary():
 # Layering: checks are pure functions of the snapshot (docs/architecture.md, "The flow").
 _FORBIDDEN_MODULES = {"pynvml", "amdsmi", "os", "pathlib", "io", "glob", "shutil", "subprocess", "socket", "ctypes",
                       "psutil"}
-_LAYER_FILES = sorted(Path(checks.__file__).parent.glob("*.py")) + [
-    Path(checks.__file__).parent.parent / "expect" / "__init__.py"]
+_CHECKS_DIR = Path(checks.__file__).parent
+_LAYER_FILES = sorted(_CHECKS_DIR.rglob("*.py")) + [_CHECKS_DIR.parent / "expect" / "__init__.py"]
 
 
-@pytest.mark.parametrize("path", _LAYER_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _LAYER_FILES,
+                         ids=lambda p: str(p.relative_to(_CHECKS_DIR)) if _CHECKS_DIR in p.parents else p.name)
 def test_checks_do_no_io_and_import_no_vendor_library(path):
     tree = ast.parse(path.read_text())
     modules = set()

@@ -265,7 +265,7 @@ def test_sxids_are_counted_per_switch_and_code_once_per_record_and_bounded():
     from gpudiag.exporter.events import MAX_SWITCHES, OTHER_BUS_ID
     from gpudiag.exporter.state import ExporterState
     from gpudiag.model import CollectorRun
-    from gpudiag.probe.kernel_log_events import parse_event
+    from gpudiag.probe.kernel_log.events import parse_event
     from tests.support.snapshots import nvidia_h200_node
 
     state = ExporterState(stale_after_seconds=60, watcher_factory=None)

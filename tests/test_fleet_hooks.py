@@ -236,7 +236,7 @@ def test_the_reason_names_the_cause_and_its_bus_id_not_what_follows_from_it(benc
     """Issue 27: a lost GPU's reason must say which GPU to pull. The short GPU count and the Xid 79 that follow
     from the loss (the report's caused_by) are not named beside it; a GPU without a bus ID is named by index."""
     from gpudiag.model import ErrorKind, ProbeError
-    from gpudiag.probe.kernel_log_events import parse_event
+    from gpudiag.probe.kernel_log.events import parse_event
 
     tmp_path, env = bench
     snapshot = nvidia_h200_8x()

@@ -1,6 +1,6 @@
-"""The verdict tables other than the Xid catalog (tests/test_pinned_xid.py), pinned entry by entry through the
-public checks, with expected values written here:
-- amdgpu kernel-log events (kernel_log.amdgpu_errors; gpudiag/checks/kernel_log_amdgpu.py): the messages are amdgpu's own (drivers/gpu/drm/amd/amdgpu/
+"""The verdict tables other than the Xid catalog (tests/checks/kernel_log/test_pinned_xid.py), pinned entry by entry
+through the public checks, with expected values written here:
+- amdgpu kernel-log events (kernel_log.amdgpu_errors; gpudiag/checks/kernel_log/amdgpu.py): the messages are amdgpu's own (drivers/gpu/drm/amd/amdgpu/
   amdgpu_job.c amdgpu_job_timedout(), amdgpu_device.c amdgpu_device_gpu_recover() / amdgpu_device_init(),
   amdgpu_ras.c; docs/vendor-api.md §11). A failed reset or init needs a cold boot (reboot); uncorrectable RAS errors
   and deferred (poisoned) ones need a reset to retire the pages; a reset that succeeded, ring timeouts, page faults and
@@ -32,7 +32,7 @@ from gpudiag.checks.verdicts import (
 )
 from gpudiag.expect import Expectations
 from gpudiag.model import THROTTLE_REASONS, CheckResult, Status, Vendor
-from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, parse_event
+from gpudiag.probe.kernel_log.events import AMDGPU_EVENT_KINDS, parse_event
 from tests.support.paths import REPO
 from tests.support.snapshots import amd_mi300x_node, amdgpu_event, for_gpu, nvidia_h200_node, run
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from gpudiag.model import KernelLogInfo
-from gpudiag.probe.kernel_log import read_kernel_log, scan
-from gpudiag.probe.kernel_log_events import parse_event
+from gpudiag.probe.kernel_log.events import parse_event
+from gpudiag.probe.kernel_log.reader import read_kernel_log, scan
 from gpudiag.probe.kernel_log_nic import NIC_EVENT_KINDS
 from tests.support.paths import FIXTURES
 from tests.support.sysfs_tree import SysfsTree

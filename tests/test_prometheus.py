@@ -121,7 +121,7 @@ def test_every_xid_pages_at_the_severity_kernel_log_xid_gives_it():
     """An Xid that fails kernel_log.xid (reset, reboot, RMA: xid_catalog) pages critical, and one that only warns
     (an application fault, or 61, which often precedes 62 on a failing GSP but alone is informational) pages as the
     warning (issue 23: severity = the check's)."""
-    from gpudiag.checks.xid_catalog import XID_CATALOG
+    from gpudiag.checks.kernel_log.xid_catalog import XID_CATALOG
     from gpudiag.model import Status
 
     regexes = _xid_code_regexes()

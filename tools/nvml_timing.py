@@ -77,7 +77,7 @@ for th in threads:
     th.join()
 print(f"probe_device all GPUs in threads {1000 * (time.perf_counter() - t):.1f}")
 t = time.perf_counter()
-from gpudiag.probe.kernel_log import read_kernel_log  # noqa: E402
+from gpudiag.probe.kernel_log.reader import read_kernel_log  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 info = read_kernel_log(Path("/"))

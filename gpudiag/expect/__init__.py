@@ -95,13 +95,13 @@ class Expectations:
     expected_ecc_enabled: Optional[bool] = True
 
     # --- kernel log ------------------------------------------------------------------------------------------
-    # Overrides of the XID catalog's verdict (gpudiag/checks/xid_catalog.py). Precedence: ignore > fail > warn >
-    # catalog. Empty by default: the catalog holds the defaults, with NVIDIA's resolution buckets beside them.
+    # Overrides of the XID catalog's verdict (gpudiag/checks/kernel_log/xid_catalog.py). Precedence: ignore > fail >
+    # warn > catalog. Empty by default: the catalog holds the defaults, with NVIDIA's resolution buckets beside them.
     xid_fail_codes: tuple[int, ...] = ()
     xid_warn_codes: tuple[int, ...] = ()
     xid_ignore_codes: tuple[int, ...] = ()
     # The same for amdgpu events, by the kinds the log scanner gives them (AMDGPU_EVENT_KINDS in
-    # gpudiag/probe/kernel_log_events.py: "ring_timeout", "gpu_reset_failed", "ras_uncorrectable", …).
+    # gpudiag/probe/kernel_log/events.py: "ring_timeout", "gpu_reset_failed", "ras_uncorrectable", …).
     amdgpu_fail_kinds: tuple[str, ...] = ()
     amdgpu_warn_kinds: tuple[str, ...] = ()
     amdgpu_ignore_kinds: tuple[str, ...] = ()

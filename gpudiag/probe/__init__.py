@@ -78,7 +78,8 @@ class CollectOptions:
     timeout_seconds: float = 10.0
     read_kernel_log: bool = True
     parts: frozenset = PROBE_PARTS  # which of PROBE_PARTS to collect
-    # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/boot_history.py); None: not read.
+    # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/kernel_log/boot_history.py); None:
+    # not read.
     state_dir: Optional[Path] = None
     journalctl: Optional[str] = None  # the program to read the systemd journal with; None: journalctl on PATH
     # What a probe part carries from one collection to the next of the Collector these options belong to (part name
@@ -198,7 +199,7 @@ class Collector:
         tests compare the events before and after the stress to find Xids / resets the load caused."""
         if not self.options.read_kernel_log and self.options.kernel_log_file is None:
             return None
-        from gpudiag.probe import kernel_log
+        from gpudiag.probe.kernel_log import reader as kernel_log
 
         info = kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file,
                                           until=time.monotonic() + timeout_seconds)
@@ -238,13 +239,13 @@ class Collector:
                           boot_time: Optional[float] = None) -> Optional[Callable[[float], deadline.Outcome]]:
         """The log scan runs on its own thread beside the vendor probes. It stops itself a little before the
         collection's deadline (then its result says it is incomplete), so that it neither outlives the collection
-        nor makes the probes wait: its patterns are linear and its lines capped (kernel_log_events.py), so it holds
+        nor makes the probes wait: its patterns are linear and its lines capped (kernel_log/events.py), so it holds
         the GIL only in short slices."""
         if "kernel_log" not in self.options.parts or (
             not self.options.read_kernel_log and self.options.kernel_log_file is None
         ):
             return None
-        from gpudiag.probe import kernel_log
+        from gpudiag.probe.kernel_log import reader as kernel_log
 
         stop_at = until - min(KERNEL_LOG_MARGIN_SECONDS, self.options.timeout_seconds / 10)
 
@@ -259,7 +260,7 @@ class Collector:
         return deadline.start(work, "kernel_log")
 
     def _read_boot_history(self, boot_id: Optional[str], boot_time: Optional[float], until: float) -> None:
-        from gpudiag.probe.boot_history import read_boot_history, was_cut_short
+        from gpudiag.probe.kernel_log.boot_history import read_boot_history, was_cut_short
 
         cached = self._boot_history
         if cached is not None and cached.current_boot == boot_id and not was_cut_short(cached):

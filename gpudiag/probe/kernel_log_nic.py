@@ -1,5 +1,5 @@
 """RDMA NIC driver records → `KernelEvent`s (kept in KernelLogInfo.nic_events). Parsing only; what a record means is
-for the checks. The hostile-input rules of kernel_log_events.py hold: a record is read only when its message STARTS
+for the checks. The hostile-input rules of kernel_log/events.py hold: a record is read only when its message STARTS
 with a NIC driver's own device prefix, every pattern is anchored and bounded, digits are ASCII, numbers are bounded.
 
 The prefix is the kernel's (drivers/base/core.c dev_printk: "<driver> <device>: "; netdev_printk adds the netdev,
@@ -33,7 +33,7 @@ import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
-from gpudiag.probe.kernel_log_text import BUS_ID, bounded_int
+from gpudiag.probe.kernel_log.text import BUS_ID, bounded_int
 
 NIC_DRIVERS = ("mlx5_core", "bnxt_en", "bnxt_re", "ionic", "ionic_rdma")
 NIC_PREFIXES = tuple(f"{driver} " for driver in NIC_DRIVERS)

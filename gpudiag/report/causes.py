@@ -40,8 +40,8 @@ LIBRARY = "driver.library"
 ECC_UNCORRECTED = "ecc.uncorrected"
 LINK_ERRORS = "topology.link_errors"
 XGMI_BLOCK = "xgmi_wafl"
-# Kernel-log verdicts that record the very loss inventory.gpus_visible reports (checks/kernel_log_nvidia.py
-# FALLEN_OFF_BUS and Xid 79; checks/kernel_log_common.py: the slot above the GPU lost its link or card).
+# Kernel-log verdicts that record the very loss inventory.gpus_visible reports (checks/kernel_log/nvidia.py
+# FALLEN_OFF_BUS and Xid 79; checks/kernel_log/common.py: the slot above the GPU lost its link or card).
 LOSS_RECORDS = frozenset({"GPUDIAG-XID-79", "GPUDIAG-PCIE-SLOT-LOST"})
 _UNJUDGED = (Status.UNKNOWN, Status.FAIL, Status.WARN)
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Optional
 
-from gpudiag.checks import sxid_catalog, xid_catalog
 from gpudiag.checks.common import skipped
-from gpudiag.checks.kernel_log_common import (
+from gpudiag.checks.kernel_log import sxid_catalog, xid_catalog
+from gpudiag.checks.kernel_log.common import (
     PCIE_SLOT_EVENT_KINDS,
     Finding,
     Repeats,

@@ -1,8 +1,8 @@
 """kernel_log.*: what the GPU drivers logged since boot: NVIDIA Xids, NVSwitch SXids and driver records
-(kernel_log_nvidia.py), amdgpu error events (kernel_log_amdgpu.py), per GPU; the shared rules (which GPU, the window, one event's
-lines counted once, repeats across boots, a log read only in part) are in kernel_log_common.py.
+(nvidia.py), amdgpu error events (amdgpu.py), per GPU; the shared rules (which GPU, the window, one event's
+lines counted once, repeats across boots, a log read only in part) are in common.py.
 
-Only the drivers' own records reach these modules (gpudiag/probe/kernel_log_events.py: driver prefix, kmsg facility
+Only the drivers' own records reach these modules (gpudiag/probe/kernel_log/events.py: driver prefix, kmsg facility
 kernel). Records the scanner could not parse are skipped and counted, and a scan cut short (deadline, size cap) is
 said in the message; with no finding in the part that was scanned, a cut-short scan is unknown, and lines in a
 format the scanner cannot read warn: neither is a pass. Events are judged per GPU even when the GPU no longer
@@ -20,7 +20,7 @@ from typing import Optional
 
 from gpudiag.checks.common import Check, skipped
 from gpudiag.checks.family import Family
-from gpudiag.checks.kernel_log_common import (
+from gpudiag.checks.kernel_log.common import (
     PCIE_SLOT_EVENT_KINDS,
     Finding,
     Repeats,
@@ -32,8 +32,8 @@ from gpudiag.checks.kernel_log_common import (
     unreadable_log,
     window_start,
 )
-from gpudiag.checks import kernel_log_amdgpu
-from gpudiag.checks.kernel_log_nvidia import nvidia_finding, sxid, sxid_finding, xid
+from gpudiag.checks.kernel_log import amdgpu as kernel_log_amdgpu
+from gpudiag.checks.kernel_log.nvidia import nvidia_finding, sxid, sxid_finding, xid
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status, Vendor
 
@@ -93,7 +93,7 @@ CHECKS = (
 F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
 
 _VERDICTS = {
-    # Per-finding verdicts come from the Xid catalog / amdgpu event table (kernel_log.py); these are the fallback.
+    # Per-finding verdicts come from the Xid catalog / amdgpu event table (family.py); these are the fallback.
     "kernel_log.xid": {F: ("drain", "GPUDIAG-XID"), W: ("watch", "GPUDIAG-XID"),
                        U: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")},
     "kernel_log.sxid": {F: ("reboot", "GPUDIAG-SXID"), W: ("watch", "GPUDIAG-SXID"),

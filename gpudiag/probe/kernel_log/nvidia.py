@@ -1,6 +1,6 @@
 """NVIDIA kernel messages → `KernelEvent`s: Xids (with what the line says of its severity), NVSwitch SXids, and the
 driver records that carry no Xid (issue 21). Parsing only: what a record means is gpudiag/checks/'s business.
-Hostile-input rules: kernel_log_formats.py and kernel_log_events.py (a record is read only from the start of its
+Hostile-input rules: formats.py and events.py (a record is read only from the start of its
 message, every pattern anchored and bounded).
 
 Sources (NVIDIA/open-gpu-kernel-modules, tag 595.45.04):
@@ -36,7 +36,7 @@ import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
-from gpudiag.probe.kernel_log_text import BUS_ID, DOMAIN, FLAGS, bounded_int
+from gpudiag.probe.kernel_log.text import BUS_ID, DOMAIN, FLAGS, bounded_int
 
 NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus", "sxid", "nvlink_training_failed", "rm_init_failed")
 

@@ -2,11 +2,11 @@ import dataclasses
 
 import pytest
 
-from gpudiag.checks import kernel_log, kernel_log_amdgpu
-from gpudiag.checks.xid_catalog import XID_CATALOG, xid_severity
+from gpudiag.checks.kernel_log import family as kernel_log, amdgpu as kernel_log_amdgpu
+from gpudiag.checks.kernel_log.xid_catalog import XID_CATALOG, xid_severity
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, KernelEvent, ProbeError, Status, Vendor
-from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, NVIDIA_EVENT_KINDS
+from gpudiag.probe.kernel_log.events import AMDGPU_EVENT_KINDS, NVIDIA_EVENT_KINDS
 from tests.support.snapshots import (
     amd_mi300x_node,
     amdgpu_event,
@@ -131,7 +131,7 @@ def test_catalog_covers_the_common_codes_with_the_documented_severities():
         assert xid_severity(code, default) == Status.WARN, code
     assert xid_severity(12345, default) == Status.WARN
     # No two codes share a meaning (a renumbered or copied entry shows); every code's row is pinned against NVIDIA's
-    # catalog in tests/test_pinned_xid.py.
+    # catalog in tests/checks/kernel_log/test_pinned_xid.py.
     assert len({info.meaning for info in XID_CATALOG.values()}) == len(XID_CATALOG)
 
 
@@ -166,7 +166,7 @@ def test_amdgpu_event_on_a_partition_lands_on_its_physical_gpu():
     assert [r.device.pci_bus_id for r in failed] == ["0000:26:00.0"]
 
 
-# -- boundaries (issue 16: mutation survivors in gpudiag/checks/kernel_log.py) --------------------------------------
+# -- boundaries (issue 16: mutation survivors in gpudiag/checks/kernel_log/family.py) -----------------------------------
 
 def _booted(snap, seconds_before_collection):
     """Boot `seconds_before_collection` before the snapshot's collection time (its collected_at)."""
@@ -249,7 +249,7 @@ def test_nvrm_fallen_off_the_bus_asks_for_a_reboot_with_xid_79s_code():
 
 
 def test_a_lost_slot_fails_the_nvidia_gpu_below_it_and_warns_node_level_otherwise():
-    from gpudiag.probe.kernel_log_events import parse_event
+    from gpudiag.probe.kernel_log.events import parse_event
     snap = nvidia_h200_node()  # GPU 1 (0000:3b:00.0) hangs off port 0000:3a:01.0 (tests/support/snapshots.py)
     snap.kernel_log.events = [parse_event("pcieport 0000:3a:01.0: pciehp: Slot(7): Link Down")]
     lost = for_gpu(run(snap, "kernel_log.xid"), 1)

@@ -1,4 +1,4 @@
-"""amdgpu kernel messages → `KernelEvent`s (the line formats and hostile-input rules: kernel_log_events.py).
+"""amdgpu kernel messages → `KernelEvent`s (the line formats and hostile-input rules: events.py).
 
 A message is read only when it starts with the driver's own prefix:
 - `amdgpu 0000:c1:00.0: ` — dev_err/dev_warn/dev_info (drivers/base/core.c prints "<driver> <device>: "), then the
@@ -22,7 +22,7 @@ from typing import Optional
 from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
 from gpudiag.probe.amdgpu_aca import ACA_KINDS, aca_kind
 from gpudiag.probe.amdgpu_aca import describe as describe_status
-from gpudiag.probe.kernel_log_text import BUS_ID, MalformedRecord, bounded_int
+from gpudiag.probe.kernel_log.text import BUS_ID, MalformedRecord, bounded_int
 
 _DRM_FUNCTION = r"[a-z0-9_.]{1,96}"  # %ps of a function: compiler clones add ".constprop.0", ".isra.0", ".part.0"
 _PREFIX = re.compile(

@@ -8,12 +8,12 @@ import dataclasses
 
 import pytest
 
-from gpudiag.checks import kernel_log_amdgpu
+from gpudiag.checks.kernel_log import amdgpu as kernel_log_amdgpu
 from gpudiag.model import Status, Vendor
 from gpudiag.probe import amdgpu_aca
-from gpudiag.probe.kernel_log import read_kernel_log
-from gpudiag.probe.kernel_log_events import parse_event
-from gpudiag.probe.kernel_log_ghes import GHES_EVENT_KINDS
+from gpudiag.probe.kernel_log.events import parse_event
+from gpudiag.probe.kernel_log.ghes import GHES_EVENT_KINDS
+from gpudiag.probe.kernel_log.reader import read_kernel_log
 from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, run
 
 # (message, kind, bus): each verbatim from the source named, the dmesg stamp cut off.

@@ -1,6 +1,6 @@
 """kernel_log.amdgpu_errors, the amdgpu half: what each amdgpu event means, the GPUs an XGMI hive reset took down
 told apart from the GPU whose fatal error caused it, and firmware-first (APEI/GHES) PCIe errors placed on the GPUs
-below the port they name. The event kinds are those gpudiag/probe/kernel_log_amdgpu.py gives.
+below the port they name. The event kinds are those gpudiag/probe/kernel_log/amdgpu.py gives.
 
 An XGMI hive is reset as one: after a fatal RAS error on one GPU, amdgpu resets every GPU of the hive
 (amdgpu_ras_do_recovery → amdgpu_device_gpu_recover over the hive's device list; ROCm/legacy-rocm-build#4021 shows
@@ -16,12 +16,12 @@ import dataclasses
 from typing import Optional
 
 from gpudiag.checks.common import device_for_bus_id
-from gpudiag.checks.kernel_log_common import Finding
+from gpudiag.checks.kernel_log.common import Finding
 from gpudiag.checks.verdicts import strongest
 from gpudiag.expect import Expectations
 from gpudiag.model import KernelEvent, NodeSnapshot, Status, Vendor
 
-# The kinds gpudiag/probe/kernel_log_ghes.py gives firmware-first PCIe errors (the checks import no probe module;
+# The kinds gpudiag/probe/kernel_log/ghes.py gives firmware-first PCIe errors (the checks import no probe module;
 # a test keeps the two in step).
 GHES_EVENT_KINDS = ("ghes_pcie_fatal", "ghes_pcie_uncorrected")
 
@@ -122,7 +122,7 @@ AMDGPU_EVENTS = {
     "page_fault": Finding(Status.WARN, "GPU page fault",
                           "Usually a job that used an invalid address (the log names the process): check the job."),
     "throttled": Finding(Status.WARN, "GPU throttled", "See thermal.* and power.* for the cause."),
-    # APEI/GHES (firmware-first) PCIe errors on the GPU's link (kernel_log_ghes.py).
+    # APEI/GHES (firmware-first) PCIe errors on the GPU's link (gpudiag/probe/kernel_log/ghes.py).
     "ghes_pcie_fatal": Finding(Status.FAIL, "fatal PCIe error on the GPU's link, reported by firmware (APEI)",
                                "The platform firmware reported a fatal PCIe error on the link above the GPU: the GPU "
                                "is likely gone until a power cycle. Drain the node and cold-boot it; read the BMC's "

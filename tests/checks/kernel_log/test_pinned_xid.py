@@ -1,6 +1,6 @@
 """Every NVIDIA Xid the catalog knows, pinned: severity, automation action, fault code and mnemonic.
 
-The expected rows are written here from the sources, not read from gpudiag/checks/xid_catalog.py:
+The expected rows are written here from the sources, not read from gpudiag/checks/kernel_log/xid_catalog.py:
 - mnemonic and "Resolution Bucket (Immediate Action)": NVIDIA's Xid catalog for Ampere and later,
   https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (its spreadsheet columns "Mnemonic" and
   "Resolution Bucket (Immediate Action)"); the bucket column as third parties restate it is UNVERIFIED against the
@@ -24,7 +24,7 @@ import re
 import pytest
 import yaml
 
-from gpudiag.checks.xid_catalog import XID_CATALOG, action, automation_action, describe, xid_severity
+from gpudiag.checks.kernel_log.xid_catalog import XID_CATALOG, action, automation_action, describe, xid_severity
 from gpudiag.expect import Expectations
 from gpudiag.model import Status
 from tests.support.paths import REPO
@@ -197,7 +197,7 @@ TEXT = {
 
 @pytest.mark.parametrize("text", sorted(TEXT))
 def test_the_line_decides_nvlink5_and_xid_154(text):
-    from gpudiag.probe.kernel_log_events import parse_event
+    from gpudiag.probe.kernel_log.events import parse_event
 
     event = parse_event(f"NVRM: Xid (PCI:0000:19:00): {text}")
     snap = nvidia_h200_node()

@@ -26,7 +26,7 @@ import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
-from gpudiag.probe.kernel_log_text import BUS_ID
+from gpudiag.probe.kernel_log.text import BUS_ID
 
 _LINE = re.compile(r"\{([0-9]{1,10})\}\[Hardware Error\]: ", re.ASCII)
 _SOURCE = re.compile(r"Hardware error from APEI Generic Hardware Error Source: ([0-9]{1,10})", re.ASCII)

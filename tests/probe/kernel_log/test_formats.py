@@ -11,8 +11,8 @@ import json
 import pytest
 
 from gpudiag.model import Status
-from gpudiag.probe.kernel_log import read_kernel_log
-from gpudiag.probe.kernel_log_formats import split_line
+from gpudiag.probe.kernel_log.formats import split_line
+from gpudiag.probe.kernel_log.reader import read_kernel_log
 from tests.support.snapshots import for_gpu, nvidia_h200_node, run
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."

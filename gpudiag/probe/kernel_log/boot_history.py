@@ -7,7 +7,7 @@ NVSentinel has a repeated-Xid analyzer). Two sources, each bounded in time and s
   older entries without one count as one earlier boot when they were written before this boot began;
 - the systemd journal, where `journalctl` is on the node (never under --root: a test tree has no journal of its own):
   `journalctl --list-boots` names the earlier boots, and `journalctl -k -b <id> -o json` gives each one's kernel
-  records, read by the same scanner as the live log (kernel_log_formats.json_records, kernel_log_events.EventReader).
+  records, read by the same scanner as the live log (formats.json_records, events.EventReader).
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from typing import Iterator, Optional
 
 from gpudiag.fileio import DocumentError, read_text
 from gpudiag.model import BootFault, BootHistory
-from gpudiag.probe.kernel_log_events import EventReader
-from gpudiag.probe.kernel_log_formats import json_records
+from gpudiag.probe.kernel_log.events import EventReader
+from gpudiag.probe.kernel_log.formats import json_records
 
 JOURNAL_FILES = ("journal.1.jsonl", "journal.jsonl")  # oldest first (gpudiag/service/journal.py)
 JOURNAL_MAX_BYTES = 4 * 2**20  # the service keeps two generations of 512 KiB by default
 EARLIER_BOOTS = 10  # the systemd journal's earlier boots read, newest first
 BOOT_MAX_BYTES = 16 * 2**20  # one boot's kernel records as JSON; a larger boot is read in part and said so
 MAX_FAULTS = 5_000
-# The kinds a repeat can be of: the driver records the checks fail on (kernel_log_events: NVIDIA_EVENT_KINDS,
+# The kinds a repeat can be of: the driver records the checks fail on (events.py: NVIDIA_EVENT_KINDS,
 # AMDGPU_EVENT_KINDS); the rest of a boot's records are not kept.
 _KINDS = frozenset({"xid", "sxid", "fallen_off_bus", "nvlink_training_failed", "rm_init_failed", "gpu_reset_failed",
                     "ras_uncorrectable", "ras_fatal_error", "init_failed", "bad_pages_threshold",

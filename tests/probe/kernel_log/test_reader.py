@@ -10,8 +10,8 @@ import stat
 import pytest
 
 from gpudiag.model import ErrorKind, Vendor
-from gpudiag.probe.kernel_log import MAX_KMSG_READS, drain_kmsg, read_kernel_log
-from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, nvidia_gpu_uuid, parse_event, split_line
+from gpudiag.probe.kernel_log.events import AMDGPU_EVENT_KINDS, nvidia_gpu_uuid, parse_event, split_line
+from gpudiag.probe.kernel_log.reader import MAX_KMSG_READS, drain_kmsg, read_kernel_log
 from tests.support.paths import FIXTURES
 from tests.support.sysfs_tree import SysfsTree, deny_reads
 
@@ -328,7 +328,7 @@ def test_the_live_kmsg_device_when_this_machine_lets_us_read_it():
     assert info.lines_scanned > 0  # the boot messages at least
 
 
-# -- boundaries (issue 16: mutation survivors in gpudiag/probe/kernel_log_events.py) --------------------------------
+# -- boundaries (issue 16: mutation survivors in gpudiag/probe/kernel_log/events.py) --------------------------------
 
 @pytest.mark.parametrize("digits, pid", [("4294967295", 4294967295), ("42949672950", None)])
 def test_a_pid_of_ten_digits_is_kept_and_one_of_eleven_dropped_with_the_xid_kept(digits, pid):

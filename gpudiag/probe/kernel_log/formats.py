@@ -1,5 +1,5 @@
 """The line formats a kernel log comes in, reduced to `LogLine`s: vendor-neutral (the driver records are read from
-the message by kernel_log_events.py and its vendor modules). Issue 21: every form an operator can hand over.
+the message by events.py and its vendor modules). Issue 21: every form an operator can hand over.
 
 Prefixes are peeled off in the order the tools write them; each is optional:
 1. a whole-line frame: a /dev/kmsg record `<prio>,<seq>,<usec>,<flags>[,caller=T1];` (its ` KEY=value` dictionary
@@ -22,7 +22,7 @@ Where a line came from: a record counts as the kernel's (`LogLine.kernel`) unles
 or syslog priority with a non-zero facility (kernel/printk/printk.c devkmsg_write() gives every user-space write
 LOG_USER unless it names another non-zero facility), `dmesg -x`/talosctl naming a facility other than `kern`, a
 syslog/journal identifier other than `kernel`, a journal _TRANSPORT other than `kernel`. Plain dmesg text carries
-none of that: there only the driver-prefix rule holds (kernel_log_events.py).
+none of that: there only the driver-prefix rule holds (events.py).
 
 Every pattern is anchored (re.match) and bounded, digits ASCII only: matching is linear in the line.
 """
@@ -34,7 +34,7 @@ import json
 import re
 from typing import Iterable, Iterator, NamedTuple, Optional
 
-from gpudiag.probe.kernel_log_text import MAX_RECORD_CHARS, bounded_int
+from gpudiag.probe.kernel_log.text import MAX_RECORD_CHARS, bounded_int
 
 _A = re.ASCII
 

@@ -47,7 +47,7 @@ from gpudiag.model import (
     Vendor,
 )
 
-# The kinds gpudiag/probe/kernel_log_events.py gives PCIe hot-plug events (the checks import no probe module; a test
+# The kinds gpudiag/probe/kernel_log/events.py gives PCIe hot-plug events (the checks import no probe module; a test
 # keeps the two in step).
 PCIE_SLOT_EVENT_KINDS = ("slot_link_down", "slot_card_not_present")
 SAME_EVENT_SECONDS = 0.1

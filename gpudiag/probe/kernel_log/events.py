@@ -1,6 +1,6 @@
 """Kernel log records → `KernelEvent`s: which driver a message belongs to, and the records that span lines. The
-line formats are read by kernel_log_formats.py, NVIDIA's messages by kernel_log_nvidia.py, amdgpu's by
-kernel_log_amdgpu.py; the PCIe hot-plug messages are here. Parsing only: what an event means lives in gpudiag/checks/.
+line formats are read by formats.py, NVIDIA's messages by nvidia.py, amdgpu's by
+amdgpu.py; the PCIe hot-plug messages are here. Parsing only: what an event means lives in gpudiag/checks/.
 
 The log is hostile input (any local user can get text into it: a program's name in a segfault report, a write to
 /dev/kmsg, `logger`), so the rules are:
@@ -24,12 +24,12 @@ import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
-from gpudiag.probe.kernel_log_amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
-from gpudiag.probe.kernel_log_formats import LogLine, split_line, wall_seconds
-from gpudiag.probe.kernel_log_ghes import GhesRecords
-from gpudiag.probe.kernel_log_nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
+from gpudiag.probe.kernel_log.amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
+from gpudiag.probe.kernel_log.formats import LogLine, split_line, wall_seconds
+from gpudiag.probe.kernel_log.ghes import GhesRecords
+from gpudiag.probe.kernel_log.nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
+from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 from gpudiag.probe.kernel_log_nic import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
-from gpudiag.probe.kernel_log_text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 
 __all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
            "NIC_EVENT_KINDS", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
@@ -72,11 +72,11 @@ def parse_event(message: str, seconds: Optional[float] = None) -> Optional[Kerne
 class EventReader:
     """The events of a stream of `LogLine`s, in order. A message that holds several lines of one record (kmsg's
     \\x0a, rsyslog's #012, a journal MESSAGE) is read line by line, and NVRM records that span lines are put together
-    (kernel_log_nvidia.NvrmReader). Each event takes its line's wall clock and boot."""
+    (nvidia.NvrmReader). Each event takes its line's wall clock and boot."""
 
     def __init__(self) -> None:
         self._nvrm = NvrmReader()
-        self._ghes = GhesRecords()  # APEI/GHES records span lines too (kernel_log_ghes.py)
+        self._ghes = GhesRecords()  # APEI/GHES records span lines too (ghes.py)
 
     def feed(self, line: LogLine) -> list[KernelEvent]:
         message = line.message

@@ -9,8 +9,8 @@ import time
 from gpudiag.checks import run_checks
 from gpudiag.model import Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.probe.kernel_log import MAX_LOG_BYTES, read_kernel_log
-from gpudiag.probe.kernel_log_events import MAX_RECORD_CHARS, parse_event, split_line
+from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, parse_event, split_line
+from gpudiag.probe.kernel_log.reader import MAX_LOG_BYTES, read_kernel_log
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.nvidia_node import sysfs_for
 from tests.support.sysfs_tree import SysfsTree
@@ -195,7 +195,7 @@ def test_non_ascii_digits_are_not_numbers():
 
 
 def test_a_scan_that_misses_the_deadline_is_unknown_and_the_gpus_are_unaffected(tmp_path, monkeypatch):
-    from gpudiag.probe import kernel_log
+    from gpudiag.probe.kernel_log import reader as kernel_log
 
     real = kernel_log.split_line
 

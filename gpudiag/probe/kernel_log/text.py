@@ -1,6 +1,6 @@
 """What the kernel log parsers share: the record length cap, the bus-ID pattern and bounded numbers.
 
-Hostile input (see kernel_log_events.py): digits are ASCII only (re.ASCII; `\\d` would take `٧٩` for 79) and a
+Hostile input (see events.py): digits are ASCII only (re.ASCII; `\\d` would take `٧٩` for 79) and a
 number longer than a driver can print makes its record unparsable instead of reaching int(), whose 4,300-digit
 limit would raise from deep inside the scan.
 """

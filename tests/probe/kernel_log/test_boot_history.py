@@ -13,8 +13,8 @@ from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
 from gpudiag.model import BootFault, BootHistory, Status
 from gpudiag.probe import CollectOptions, collect
-from gpudiag.probe.boot_history import earlier_boots, read_boot_history
-from gpudiag.probe.kernel_log import read_kernel_log
+from gpudiag.probe.kernel_log.boot_history import earlier_boots, read_boot_history
+from gpudiag.probe.kernel_log.reader import read_kernel_log
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.nvidia_node import sysfs_for
 from tests.support.snapshots import for_gpu, nvidia_h200_node, run, xid_event
@@ -149,7 +149,7 @@ def test_the_gpudiag_journal_under_the_root_escalates_a_live_fault(tmp_path):
 def test_the_service_journals_each_event_with_its_boot_and_the_history_reads_it_back(tmp_path):
     from gpudiag.daemon.poller import Collection
     from gpudiag.model import CollectorRun
-    from gpudiag.probe.kernel_log_events import parse_event
+    from gpudiag.probe.kernel_log.events import parse_event
     from gpudiag.service.journal import Journal
     from gpudiag.service.keeper import JournalKeeper
 

@@ -8,7 +8,7 @@ NVSwitch comes back up" (on bare metal: reset the GPUs and NVSwitches, i.e. rebo
 for hardware inspection); Always Fatal, "restart the host to reset the entire fabric/system"; Non-Fatal, no fabric
 impact, the job on the link may have failed.
 
-The line's own word decides first (kernel_log_nvidia: `Fatal`, `Non-fatal`, `Correctable`, or the dump's
+The line's own word decides first (nvidia.py: `Fatal`, `Non-fatal`, `Correctable`, or the dump's
 `Severity 1`): the driver knows what happened, and code numbers moved between driver generations (NVSentinel's test
 line `28006, Non-fatal, Link 46 MC TS crumbstore MCTO` is 29006 in the 595 driver's ctrl_dev_nvswitch.h). This
 catalog decides only for a line that says neither, and names the code.

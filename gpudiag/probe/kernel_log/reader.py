@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
-from gpudiag.probe.kernel_log_events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
-from gpudiag.probe.kernel_log_formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
+from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
+from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from gpudiag.checks import kernel_log, kernel_log_amdgpu
+from gpudiag.checks.kernel_log import family as kernel_log, amdgpu as kernel_log_amdgpu
 from gpudiag.model import Status, Vendor
-from gpudiag.probe.kernel_log import read_kernel_log
-from gpudiag.probe.kernel_log_events import AMDGPU_EVENT_KINDS, PCIE_SLOT_EVENT_KINDS, parse_event
+from gpudiag.probe.kernel_log.events import AMDGPU_EVENT_KINDS, PCIE_SLOT_EVENT_KINDS, parse_event
+from gpudiag.probe.kernel_log.reader import read_kernel_log
 from tests.support.snapshots import amd_mi300x_node, assert_actionable, for_gpu, node_level, nvidia_h200_node, run
 
 # ROCm/ROCm#4021 (github.com/ROCm/ROCm/issues/4021, MI300X, ROCm 6.2.3): a fatal error on 0000:dd:00.0, the ACA
@@ -71,8 +71,8 @@ RAS_CASES = [
 
 
 def test_every_new_amdgpu_kind_is_exercised():
-    from tests.test_kernel_log import AMDGPU_CASES
-    from tests.test_kernel_log_amd_hive import HIVE_CASES
+    from tests.probe.kernel_log.test_amd_hive import HIVE_CASES
+    from tests.probe.kernel_log.test_reader import AMDGPU_CASES
 
     exercised = {kind for _, kind, _ in AMDGPU_CASES + RAS_CASES + HIVE_CASES}
     assert exercised == set(AMDGPU_EVENT_KINDS)
@@ -152,7 +152,7 @@ def test_a_fatal_error_on_a_hive_fails_the_right_gpus_with_reset(tmp_path):
     ("aca_deferred", Status.WARN, "reset"),
     ("bad_pages_near_threshold", Status.WARN, "watch"),
     ("ras_table_checksum", Status.WARN, "watch"),
-    # issue 21 (tests/test_kernel_log_amd_hive.py)
+    # issue 21 (tests/probe/kernel_log/test_amd_hive.py)
     ("ring_test_failed", Status.FAIL, "reboot"),
     ("ring_test_failed_multimedia", Status.WARN, "watch"),
     ("ip_block_hung", Status.WARN, "reset"),
@@ -161,7 +161,7 @@ def test_a_fatal_error_on_a_hive_fails_the_right_gpus_with_reset(tmp_path):
     ("vram_lost", Status.WARN, "watch"),
 ])
 def test_each_ras_event_gets_its_verdict(kind, status, action):
-    from tests.test_kernel_log_amd_hive import HIVE_CASES
+    from tests.probe.kernel_log.test_amd_hive import HIVE_CASES
 
     (message, _, _) = next(case for case in RAS_CASES + HIVE_CASES if case[1] == kind)
     snap = amd_mi300x_node()
