@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gpudiag.checks import network, network_affinity
+from gpudiag.checks.network import family as network, affinity as network_affinity
 from gpudiag.checks.verdicts import assign
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.fleet import judge

@@ -1,4 +1,4 @@
-"""A probe part a family adds (gpudiag/probe/<name>_part.py) is found by its name and run by the Collector within
+"""A probe part a family adds (gpudiag/probe/<name>/part.py) is found by its name and run by the Collector within
 the deadline, on its own thread, with no step wired into collect(): what it read is stored, a part that raised or
 missed the deadline is stored as an error (fail closed), and a part no selected check judges is not run."""
 
@@ -19,8 +19,8 @@ from tests.support.nvidia_node import sysfs_for
 
 @pytest.fixture
 def toy_part(monkeypatch):
-    """A toy part module, registered as gpudiag/probe/toy_part.py would be; `behaviour` decides what collect does."""
-    module = types.ModuleType("gpudiag.probe.toy_part")
+    """A toy part module, registered as gpudiag/probe/toy/part.py would be; `behaviour` decides what collect does."""
+    module = types.ModuleType("gpudiag.probe.toy.part")
     module.behaviour = lambda snapshot: len(snapshot.pci_gpus)  # it sees the host facts read before it
     module.stored = []
     module.release = threading.Event()
@@ -41,10 +41,14 @@ def collect(tmp_path, parts, timeout=3.0):
 
 
 def test_parts_are_found_by_module_name(tmp_path):
-    for name in ("network_part.py", "rdma.py", "partial.py", "toy_part.py"):
+    # a part is a sub-package's part.py; a module named part.py at the top, a sub-package without one, or a module
+    # of another name is none
+    for name in ("network/__init__.py", "network/part.py", "network/rdma.py", "nvml/__init__.py", "nvml/call.py",
+                 "toy/__init__.py", "toy/part.py", "part.py", "partial.py", "rdma.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("")
     found = probe._family_parts([str(tmp_path)], "gpudiag.probe")
-    assert found == {"network": "gpudiag.probe.network_part", "toy": "gpudiag.probe.toy_part"}
+    assert found == {"network": "gpudiag.probe.network.part", "toy": "gpudiag.probe.toy.part"}
     assert set(probe.FAMILY_PARTS) <= probe.PROBE_PARTS
 
 

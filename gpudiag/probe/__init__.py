@@ -7,12 +7,13 @@ Order of work, each part bounded by what is left of `timeout_seconds`:
    with a bounded turn: one hung GPU leaves that GPU unreachable and named, the others are reported in full;
 4. GPU pairs (topology, P2P), then the processes on the GPUs described through psutil.
 
-A check family adds a probe part of its own as a module gpudiag/probe/<name>_part.py, found by its name (no step to
-wire here): `collect(snapshot, options, until)` reads the part on its own thread beside the vendor probes (step 2),
-from the host and PCI facts already in `snapshot`, and returns its value; `store(snapshot, value, error)` then puts
-the value in the snapshot, or, when the part failed or missed the deadline, says so there (value None, a
-ProbeError). Such a part is optional (one of PROBE_PARTS), collected when a selected check's family names it
-(gpudiag/checks/family.py `probe_parts`). How to add one: docs/adding-a-check-family.md.
+A check family adds a probe part of its own as a module part.py in its sub-package gpudiag/probe/<name>/ (beside the
+family's other probe modules), found by its name (no step to wire here): `collect(snapshot, options, until)` reads the
+part on its own thread beside the vendor probes (step 2), from the host and PCI facts already in `snapshot`, and returns
+its value; `store(snapshot, value, error)` then puts the value in the snapshot, or, when the part failed or missed the
+deadline, says so there (value None, a ProbeError). Such a part is optional (one of PROBE_PARTS), collected when a
+selected check's family names it (gpudiag/checks/family.py `probe_parts`). How to add one:
+docs/adding-a-check-family.md.
 
 `Collector` keeps the vendor libraries open between collections (the exporter); `collect()` is the one-shot form
 (`gpudiag check`).
@@ -24,6 +25,7 @@ import datetime
 import importlib
 import importlib.util
 import logging
+import os
 import pkgutil
 import socket
 import time
@@ -60,9 +62,11 @@ KERNEL_LOG_MARGIN_SECONDS = 0.25
 
 
 def _family_parts(path: list[str], package: str) -> dict[str, str]:
-    """The probe parts families add: <name>_part.py modules of the package, by name -> module (module docstring)."""
-    return {info.name.removesuffix("_part"): f"{package}.{info.name}"
-            for info in pkgutil.iter_modules(path) if info.name.endswith("_part")}
+    """The probe parts families add: a sub-package <name>/ of the package with a module part.py, by name -> module
+    (module docstring). Only the file names are looked at: nothing is imported until the part is collected."""
+    return {info.name: f"{package}.{info.name}.part" for info in pkgutil.iter_modules(path)
+            if info.ispkg and any(sub.name == "part" for sub in
+                                  pkgutil.iter_modules([os.path.join(info.module_finder.path, info.name)]))}
 
 
 FAMILY_PARTS: dict[str, str] = _family_parts(__path__, __name__)

@@ -1,10 +1,11 @@
 """Node snapshots with their RDMA NICs, for the network checks: the fake sysfs trees of tests/support/rdma_tree*.py read
-by the real probes (probe/pci.py, probe/rdma.py), around the healthy GPU snapshots of tests/support/snapshots.py.
+by the real probes (probe/pci.py, probe/network/rdma.py), around the healthy GPU snapshots of
+tests/support/snapshots.py.
 
 The error counters of GPUd's H100 recording are not those of a clean node: every port has
 excessive_buffer_overrun_errors at 15 (the 4-bit counter's top) and port_rcv_errors 14, and mlx5_1 has link_downed at
 255 (the 8-bit top). `clear_counters` zeroes the error counters of every port, as `perfquery -x -R` leaves them; the
-"healthy" nodes are the recordings with their counters cleared, and tests/test_checks_network.py shows what the
+"healthy" nodes are the recordings with their counters cleared, and tests/checks/network/test_family.py shows what the
 checks say of the recording as it is.
 """
 
@@ -18,10 +19,10 @@ from typing import Optional
 
 from gpudiag.model import KernelEvent, NodeSnapshot
 from gpudiag.model.network import NetworkInfo
-from gpudiag.probe.kernel_log_nic import nic_event
+from gpudiag.probe.network.history import CounterHistory
+from gpudiag.probe.network.kernel_log import nic_event
+from gpudiag.probe.network.rdma import read_network
 from gpudiag.probe.pci import probe_pci_gpus
-from gpudiag.probe.rdma import read_network
-from gpudiag.probe.rdma_history import CounterHistory
 from tests.support import rdma_tree
 from tests.support.rdma_tree import Node
 from tests.support.snapshots import amd_mi300x_node, nvidia_h200_node

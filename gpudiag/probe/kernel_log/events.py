@@ -29,7 +29,7 @@ from gpudiag.probe.kernel_log.formats import LogLine, split_line, wall_seconds
 from gpudiag.probe.kernel_log.ghes import GhesRecords
 from gpudiag.probe.kernel_log.nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
 from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
-from gpudiag.probe.kernel_log_nic import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
+from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
 
 __all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
            "NIC_EVENT_KINDS", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
@@ -64,7 +64,8 @@ def parse_event(message: str, seconds: Optional[float] = None) -> Optional[Kerne
         return sxid_event(message, seconds)
     if message.startswith("pcieport "):
         return _pcie_slot_event(message, seconds)
-    if message.startswith(NIC_PREFIXES):  # RDMA NICs (kernel_log_nic.py): kept apart, in KernelLogInfo.nic_events
+    # RDMA NICs (probe/network/kernel_log.py): kept apart, in KernelLogInfo.nic_events
+    if message.startswith(NIC_PREFIXES):
         return nic_event(message, seconds)
     return amdgpu_event(message, seconds)
 

@@ -119,7 +119,7 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
 def _has_marker(line: str) -> bool:
     return ("NVRM" in line or "amdgpu" in line or "pcieport" in line or "SXid" in line
             or "[Hardware Error]" in line or "[drm] VRAM is lost" in line
-            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line)  # the RDMA NICs' (kernel_log_nic.py)
+            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line)  # the RDMA NICs' (network/kernel_log.py)
 
 
 _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from gpudiag.model import GpuDirectInputs
-from gpudiag.probe.rdma_files import BoundedReader
+from gpudiag.probe.network.files import BoundedReader
 
 # Modules that RDMA and peer memory need, by role: the verbs core, each NIC's core and RDMA drivers, the peer-memory
 # modules (nvidia_peermem; nv_peer_mem, its out-of-tree predecessor) and the GPU drivers whose memory they export.

@@ -1,4 +1,4 @@
-"""The network family as it ships: the probe part (gpudiag/probe/network_part.py) run by the Collector, `gpudiag
+"""The network family as it ships: the probe part (gpudiag/probe/network/part.py) run by the Collector, `gpudiag
 check --json` and the exporter's textfile over the fake NIC trees of tests/support/rdma_tree*.py (built from public
 recordings, cited there): each fault fails or warns on its NIC or GPU, healthy nodes pass with nothing unknown, a
 node without RDMA devices skips the family with the reason and fails only when the profile expects NICs."""
@@ -15,7 +15,8 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import NodeSnapshot, Status
-from gpudiag.probe import CollectOptions, Collector, network_part
+from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.network import part as network_part
 from tests.support import rdma_tree
 from tests.support.network_nodes import clear_counters
 from tests.support.paths import REPO

@@ -13,9 +13,9 @@ from typing import Iterable, Optional
 
 from gpudiag.model import ErrorKind, PciBridge, PciGpu, RdmaDevice, normalize_pci_bus_id
 from gpudiag.probe.pci import _upstream_ports as upstream_ports  # the same walk as the GPUs' (probe/pci.py)
+from gpudiag.probe.network.files import MAX_CONFIG_BYTES, BoundedReader, Unsupported
+from gpudiag.probe.network.formats import find_acs, parse_decimal
 from gpudiag.probe.pcie_generation import generation_from_gts_text
-from gpudiag.probe.rdma_files import MAX_CONFIG_BYTES, BoundedReader, Unsupported
-from gpudiag.probe.rdma_formats import find_acs, parse_decimal
 
 MAX_BRIDGES = 256  # a host has a few dozen; a hostile tree cannot make the probe read thousands of config spaces
 _UNPRIVILEGED_CONFIG_BYTES = 64

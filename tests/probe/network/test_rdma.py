@@ -1,6 +1,6 @@
-"""The RDMA NIC probe (gpudiag/probe/rdma.py) on trees built from real recordings (tests/support/rdma_tree.py): it reads
-every recorded value exactly, places each NIC on its PCI path, reads the bridges' ACS where it can and says so where it
-cannot, and turns unreadable, hostile or missing files into probe errors or None, never into an exception."""
+"""The RDMA NIC probe (gpudiag/probe/network/rdma.py) on trees built from real recordings (tests/support/rdma_tree.py):
+it reads every recorded value exactly, places each NIC on its PCI path, reads the bridges' ACS where it can and says so
+where it cannot, and turns unreadable, hostile or missing files into probe errors or None, never into an exception."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from gpudiag.model import ErrorKind, NetworkInfo, NodeSnapshot, from_dict, to_dict
+from gpudiag.probe.network.formats import parse_rate, parse_state
+from gpudiag.probe.network.rdma import read_network
 from gpudiag.probe.pci import probe_pci_gpus
-from gpudiag.probe.rdma import read_network
-from gpudiag.probe.rdma_formats import parse_rate, parse_state
 from tests.support import rdma_tree
 from tests.support.rdma_tree import (GPUD_HCAS, HGX_GPUS, HGX_NICS, ROCE_GUIDS, config_space, firmware, gpud_h100_files,
                              half_rate, hgx_h100_ib, h200_roce, link_errors, port_down)

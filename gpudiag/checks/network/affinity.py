@@ -29,7 +29,7 @@ from typing import Optional
 
 from gpudiag.checks.common import (Check, PhysicalGpu, failed, passed, physical_gpus, skipped, unknown, vendors_present,
                                    verdict, warned)
-from gpudiag.checks.network_common import AFFINITY, GPUDIRECT, fabric_to_judge, label
+from gpudiag.checks.network.common import AFFINITY, GPUDIRECT, fabric_to_judge, label
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot, Status, Vendor
 from gpudiag.model.network import NetworkInfo, PciBridge, RdmaDevice

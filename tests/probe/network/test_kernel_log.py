@@ -1,4 +1,4 @@
-"""The RDMA NIC drivers' kernel-log records (gpudiag/probe/kernel_log_nic.py): the real lines of
+"""The RDMA NIC drivers' kernel-log records (gpudiag/probe/network/kernel_log.py): the real lines of
 tests/fixtures/rdma/kernel-log-nic.json read as their sources say, kept apart from the GPU events, and nothing read
 from user space or from driver text inside another message."""
 
@@ -12,7 +12,7 @@ import pytest
 from gpudiag.model import KernelLogInfo
 from gpudiag.probe.kernel_log.events import parse_event
 from gpudiag.probe.kernel_log.reader import read_kernel_log, scan
-from gpudiag.probe.kernel_log_nic import NIC_EVENT_KINDS
+from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS
 from tests.support.paths import FIXTURES
 from tests.support.sysfs_tree import SysfsTree
 
@@ -48,7 +48,8 @@ def test_the_corpus_covers_every_vendor_and_the_kinds_it_claims():
     assert any(r["log"].find("bnxt_en ") >= 0 and r["expect"] for _, r in RECORDS)
 
 
-# Lines built from the drivers' printk formats where no pasted record was found (kernel_log_nic.py cites each).
+# Lines built from the drivers' printk formats where no pasted record was found (probe/network/kernel_log.py cites
+# each).
 FROM_FORMATS = [
     ("bnxt_en 0000:06:00.0 enp6s0np0: NIC Link is Down", "nic_link_down", None),
     ("bnxt_en 0000:06:00.0 enp6s0np0: NIC Link is Up, 400000 Mbps (PAM4 112Gbps) full duplex, Flow control: none",

@@ -10,7 +10,7 @@ The counters are judged twice where they can be:
 The IBTA PortCounters are 4, 8 or 16 bits wide and stop at their top (docs/network.md): a counter there is "at
 least" that, a rate from it a lower bound, and an increase past it cannot be seen; the result says so.
 
-Flaps are the NIC drivers' link-down records in the kernel log (probe/kernel_log_nic.py: mlx5e/bnxt/ionic "Link
+Flaps are the NIC drivers' link-down records in the kernel log (probe/network/kernel_log.py: mlx5e/bnxt/ionic "Link
 down", ib_core's "Port: N Link DOWN") within the profile's window.
 """
 
@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 from gpudiag.checks.common import Check, passed, skipped, unknown, verdict
 from gpudiag.checks.fabric import uptime_seconds
-from gpudiag.checks.network_common import (ERRORS, FLAPS, confirm, each_fabric_port, fabric_to_judge, ident, label,
+from gpudiag.checks.network.common import (ERRORS, FLAPS, confirm, each_fabric_port, fabric_to_judge, ident, label,
                                            saturated)
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status

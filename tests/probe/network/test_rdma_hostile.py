@@ -12,10 +12,10 @@ import time
 import pytest
 
 from gpudiag.model import ErrorKind
-from gpudiag.probe.rdma import MAX_DEVICES, MAX_PORTS, read_network
+from gpudiag.probe.network.rdma import MAX_DEVICES, MAX_PORTS, read_network
+from tests.probe.network.test_rdma import all_errors, read
 from tests.support.rdma_tree import deny_counter, hgx_h100_ib, link_errors
 from tests.support.sysfs_tree import SysfsTree, deny_reads
-from tests.test_probe_rdma import all_errors, read
 
 
 def _deny(function, *paths):

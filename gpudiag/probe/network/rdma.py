@@ -4,9 +4,9 @@ the NICs' and GPUs' paths), and the host facts GPUDirect RDMA depends on. No ibs
 
 Bounded and fail-closed: at most MAX_DEVICES devices, MAX_PORTS ports each and MAX_COUNTERS / MAX_HW_COUNTERS
 counters a port are read (what was left is counted and said in `incomplete`), every read goes through
-rdma_files.BoundedReader, the deadline `until` (time.monotonic()) is looked at before each device and port, and nothing
+files.BoundedReader, the deadline `until` (time.monotonic()) is looked at before each device and port, and nothing
 raises: an unreadable file is a ProbeError on its device, an attribute the device does not offer is None.
-File formats and their sources: docs/network.md; rdma_formats.py.
+File formats and their sources: docs/network.md; formats.py.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from gpudiag.model import ErrorKind, NetDev, NetworkInfo, PciGpu, ProbeError, RdmaDevice, RdmaPort, normalize_pci_bus_id
-from gpudiag.probe.rdma_files import BoundedReader, Unsupported
-from gpudiag.probe.rdma_formats import NO_PMA, parse_counter, parse_decimal, parse_guid, parse_hex, parse_rate, \
+from gpudiag.probe.network.files import BoundedReader, Unsupported
+from gpudiag.probe.network.formats import NO_PMA, parse_counter, parse_decimal, parse_guid, parse_hex, parse_rate, \
     parse_state
-from gpudiag.probe.rdma_host import read_gpudirect_inputs
-from gpudiag.probe.rdma_pci import fill_pci, read_bridges
+from gpudiag.probe.network.host import read_gpudirect_inputs
+from gpudiag.probe.network.pci import fill_pci, read_bridges
 
 # Far above any host (an HGX node has 8-12 RDMA devices of 1-2 ports; mlx5 hw_counters ~35, bnxt_re ~100), far below
 # what would make a scrape slow: every counter read is a firmware query on mlx5.

@@ -7,9 +7,9 @@ down, every job that spans nodes runs at that node's pace. What a port must be c
 same model that are up at full rate fails; a port no sibling has up either (an unused second port) is not judged.
 Sources of the files and their formats: docs/network.md.
 
-The family's declaration ends this module: its checks (these, network_counters.py's and network_affinity.py's
+The family's declaration ends this module: its checks (these, counters.py's and affinity.py's
 network.gpudirect), verdict rows, reference text, settings and probe parts. topology.gpu_nic_affinity is judged in
-network_affinity.py too, but it is a topology check and the topology family declares it (checks/topology.py).
+affinity.py too, but it is a topology check and the topology family declares it (checks/topology.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Optional
 
-from gpudiag.checks import network_affinity, network_counters
 from gpudiag.checks.common import Check, failed, passed, skipped, unknown, warned
 from gpudiag.checks.family import Family
-from gpudiag.checks.network_common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, board_of, confirm,
+from gpudiag.checks.network import affinity as network_affinity, counters as network_counters
+from gpudiag.checks.network.common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, board_of, confirm,
                                            each_fabric_port, errors_of, fabric_nics, ident, label, model_of,
                                            not_collected, pci_id, unreadable)
 from gpudiag.expect.network_settings import NetworkSettings, settings_of

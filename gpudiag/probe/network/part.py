@@ -1,8 +1,8 @@
-"""The network family's probe part: the node's RDMA NICs (probe/rdma.py), found by its name (probe/__init__.py).
+"""The network family's probe part: the node's RDMA NICs (probe/network/rdma.py), found by its name (probe/__init__.py).
 
 A Collector that reads the NICs again every collection (`gpudiag serve`) carries two things from one reading to the
 next, in its CollectOptions' part_state: the sysfs paths that refused a read (EINVAL: a restricted PF's counters;
-mlx5 logs every try, so they are not asked again) and the last counters, for the rates since then (rdma_history.py).
+mlx5 logs every try, so they are not asked again) and the last counters, for the rates since then (history.py).
 A one-shot `gpudiag check` starts with neither and judges the counts since the counters were cleared.
 """
 
@@ -14,8 +14,8 @@ from typing import Optional
 
 from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError
 from gpudiag.model.network import NetworkInfo
-from gpudiag.probe.rdma import read_network
-from gpudiag.probe.rdma_history import CounterHistory
+from gpudiag.probe.network.history import CounterHistory
+from gpudiag.probe.network.rdma import read_network
 
 
 class _Carried:

@@ -1,6 +1,6 @@
 """What the network checks share: which RDMA devices are the GPU fabric's NICs, how a NIC is named in a result, what a
 check says when the NICs were not read or there are none. The family's declaration (verdict rows, reference text,
-settings) ends network.py.
+settings) ends family.py.
 
 A NIC is not a GPU: its results are node-level (`device` None) and name the NIC, its PCI function and port in the
 message and in `observed` ({"nic": "mlx5_3", "pci_bus_id": "0000:5c:00.0", "port": 1, …}); the GPU–NIC results

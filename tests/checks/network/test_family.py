@@ -9,13 +9,13 @@ import dataclasses
 import pytest
 
 from gpudiag.checks import VERDICTS
-from gpudiag.checks import network, network_affinity, network_counters
+from gpudiag.checks.network import family as network, affinity as network_affinity, counters as network_counters
 from gpudiag.checks.verdicts import assign
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.expect.network_settings import NetworkSettings
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.model.network import NetworkInfo
-from gpudiag.probe.rdma_history import CounterHistory
+from gpudiag.probe.network.history import CounterHistory
 from tests.support import rdma_tree
 from tests.support.network_nodes import clear_counters, hgx_h100, read, snapshot
 from tests.support.rdma_tree import GPUD_HCAS, HGX_GPUS, firmware, half_rate, link_errors, port_down
