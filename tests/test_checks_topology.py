@@ -178,7 +178,7 @@ def test_a_gpu_that_reports_no_links_where_its_peers_have_them_fails():
 
 
 def test_xgmi_link_state_not_reported_is_skipped_with_the_reason():
-    # A VF / pre-v1.7 gpu_metrics table has no xgmi_link_status (probe/amdsmi_ras.py records why): not down.
+    # A VF / pre-v1.7 gpu_metrics table has no xgmi_link_status (probe/amdsmi/ras.py records why): not down.
     snap = amd_mi300x_node()
     snap.devices[2].links = []
     snap.devices[2].unsupported["amdsmi.amdsmi_get_gpu_xgmi_link_status"] = "an SR-IOV VF has no link status"

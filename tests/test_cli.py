@@ -110,7 +110,7 @@ def test_an_internal_error_exits_4_without_a_traceback(capsys, monkeypatch):
 
 def test_what_a_library_prints_while_probing_never_reaches_stdout(capfd, healthy, monkeypatch):
     node, root = healthy
-    from gpudiag.probe.nvml import NvmlBackend
+    from gpudiag.probe.nvml.backend import NvmlBackend
 
     original_open = NvmlBackend.open
 

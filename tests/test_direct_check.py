@@ -112,7 +112,7 @@ def test_the_lean_direct_check_loads_no_typer(tmp_path):
 
 
 def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
-    from gpudiag.probe import nvml_early
+    from gpudiag.probe.nvml import early as nvml_early
 
     calls = []
 

@@ -12,7 +12,7 @@ import pytest
 from gpudiag.exporter.events import BASELINE, LOG, NVML, EventTally, KernelLogFollower
 from gpudiag.exporter.families import FamilySet
 from gpudiag.model import KernelEvent, Vendor
-from gpudiag.probe.nvml_events import XidWatcher
+from gpudiag.probe.nvml.events import XidWatcher
 from tests.support.exporter import series, wait_for
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.fakes.fake_nvml_events import nvml_events

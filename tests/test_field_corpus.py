@@ -37,9 +37,9 @@ def _nvidia_root(tmp_path, buses: list[str]):
 def _amd_root(tmp_path, buses: list[str], parents: dict[str, list[str]]):
     """An MI300X-class node with a GPU at each named bus (the fake places GPUs at 0000:BB:00.0); `parents` (a
     record's `pci_parents`) gives a GPU the bridges above it, root port first, for errors that name a port."""
+    from tests.probe.amdsmi.test_end_to_end import node_root
     from tests.support.fakes.amd_node import MI300X_BUSES, FakeAmdGpu, FakeAmdNode
     from tests.support.fakes.fake_amdsmi import installed
-    from tests.test_amd_end_to_end import node_root
 
     for bus in buses:
         assert bus.startswith("0000:") and bus.endswith(":00.0"), f"the fake AMD node cannot place a GPU at {bus}"

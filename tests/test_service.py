@@ -210,7 +210,7 @@ def test_history_shows_a_gpu_lost_and_found_and_throttle_episodes(tmp_path, caps
             return {key[0] for key in keeper.open}
 
         node.gpus[1].lost = True
-        node.gpus[0].clock_event_reasons = 0x8  # HW slowdown (nvml_sensors.py): not idle, a real throttle
+        node.gpus[0].clock_event_reasons = 0x8  # HW slowdown (probe/nvml/sensors.py): not idle, a real throttle
         wait_for(lambda: {"gpu_lost", "throttle"} <= open_kinds(), timeout=5)
         node.gpus[1].lost = False
         node.gpus[0].clock_event_reasons = 0x1  # idle again

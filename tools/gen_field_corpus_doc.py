@@ -54,7 +54,7 @@ def load() -> list[tuple[str, dict, dict]]:
 
 
 def amdsmi_outputs() -> list[tuple[str, dict]]:
-    """The amd-smi outputs of tests/fixtures/field/amdsmi/ (replayed by tests/test_field_amdsmi.py)."""
+    """The amd-smi outputs of tests/fixtures/field/amdsmi/ (replayed by tests/probe/amdsmi/test_field_outputs.py)."""
     return [(f"amdsmi/{path.name}", json.loads(path.read_text())) for path in sorted((FIELD / "amdsmi").glob("*.json"))]
 
 
@@ -90,7 +90,8 @@ def render() -> str:
                      f"{_cell(record['source_verdict'])} |")
     lines += ["", "## amd-smi outputs", "",
               "Outputs of `amd-smi` pasted in public threads, replayed through the real amdsmi package over the fake "
-              "libamd_smi.so by `tests/test_field_amdsmi.py` (each record names the settings its output fixes).", "",
+              "libamd_smi.so by `tests/probe/amdsmi/test_field_outputs.py` (each record names the settings its output "
+              "fixes).", "",
               "| file | source | what | records |", "| --- | --- | --- | --- |"]
     for name, document in amdsmi_outputs():
         lines.append(f"| `{name}` | {_cell(document['source'])} | {_cell(document['what'])} | "

@@ -59,9 +59,9 @@ def nvidia_example() -> list[str]:
 
 
 def amd_example() -> list[str]:
+    from tests.probe.amdsmi.test_end_to_end import node_root
     from tests.support.fakes import amd_node
     from tests.support.fakes.fake_amdsmi import installed
-    from tests.test_amd_end_to_end import node_root
 
     node = amd_node.mi300x_node()
     amd_node.pcie_trained_gen4_on_gen4_board(node, 3)

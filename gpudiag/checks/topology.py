@@ -74,7 +74,7 @@ def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         if not device.links and errors_about(device, _LINK_TOPICS):
             return not_available(check_id, device, f"{_fabric(device)} link state", _LINK_TOPICS)
         if not device.links and unsupported_reasons(device, ("xgmi_link_status",)):
-            # Not reported is not down: an older gpu_metrics table or a VF (amdsmi_ras.py).
+            # Not reported is not down: an older gpu_metrics table or a VF (gpudiag/probe/amdsmi/ras.py).
             return not_available(check_id, device, "XGMI link state", ("xgmi_link_status",))
         expected = _expected_active_links(device, devices, expect)
         active = [link.index for link in device.links if link.up]

@@ -5,7 +5,7 @@ gpudiag/cli/fastpath.py parses the options it knows (a level-1 check with a ship
 here; everything else goes to the full CLI (gpudiag/cli/app.py). Both collect with gpudiag/cli/node_collect.py and judge and
 render with gpudiag/report/verdict.py, so they write the same bytes and exit codes (tests/test_direct_check.py).
 What this saves is typer, click and the CLI's other commands at start-up; and NVML's initialisation runs while
-Python imports the checks (gpudiag/probe/nvml_early.py).
+Python imports the checks (gpudiag/probe/nvml/early.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def check(request: dict, root: str, timeout: "float | None") -> int:
     same messages and exit codes as gpudiag/cli/app.py's `main`."""
     debug = bool(os.environ.get("GPUDIAG_DEBUG"))
     if root == "/":
-        from gpudiag.probe.nvml_early import start_nvml_init
+        from gpudiag.probe.nvml.early import start_nvml_init
 
         start_nvml_init()  # the driver's 28 ms beside the imports below
     from gpudiag.cli.node_collect import exit_for_failure, start_logging

@@ -229,7 +229,7 @@ def leave(code: int) -> None:
     """End the process once the fast path has answered, without the interpreter's teardown.
 
     Tearing down what a direct check imports (the model, the checks, pynvml with the library still open from
-    gpudiag/probe/nvml_early.py) took 29 ms of a 259 ms cold `check --direct` on the lab H200 (medians of 30
+    gpudiag/probe/nvml/early.py) took 29 ms of a 259 ms cold `check --direct` on the lab H200 (medians of 30
     interleaved runs, tests/fixtures/h200/recorded/direct-check-exit-ab.txt). Nothing is skipped that matters: the
     output is flushed here, the collector has shut its NVML session down, the fast path writes no file and leaves
     no atexit work but logging's flush of stderr (done here), and the kernel closes the process's descriptors as

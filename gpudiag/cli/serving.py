@@ -23,7 +23,7 @@ from gpudiag.exporter.state import ExporterState, WatcherFactory
 from gpudiag.exporter.web_config import WebConfig, WebConfigError, load_web_config
 from gpudiag.model import CheckResult, NodeSnapshot
 from gpudiag.probe import deadline
-from gpudiag.probe.nvml_events import XidWatcher
+from gpudiag.probe.nvml.events import XidWatcher
 from gpudiag.service.runtime import Service
 from gpudiag.service.socket_server import SocketBindError
 

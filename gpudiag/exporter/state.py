@@ -22,7 +22,7 @@ from gpudiag.exporter.events import BASELINE, LOG, NVML, SXID, XID, EventTally, 
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.model import NodeSnapshot, Vendor
-from gpudiag.probe.nvml_events import OnXid, WatcherStatus, XidWatcher
+from gpudiag.probe.nvml.events import OnXid, WatcherStatus, XidWatcher
 
 WatcherFactory = Callable[[OnXid], XidWatcher]
 

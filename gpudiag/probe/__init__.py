@@ -43,7 +43,8 @@ from gpudiag.model import (
     ProbeError,
     Vendor,
 )
-from gpudiag.probe import amdgpu_ras_threshold, deadline
+from gpudiag.probe import deadline
+from gpudiag.probe.amdgpu import ras_threshold as amdgpu_ras_threshold
 from gpudiag.probe.base import Backend, DeviceLost
 from gpudiag.probe.standins import lost_device, outcome_error, place_unidentified, unreachable_device
 
@@ -97,15 +98,15 @@ class CollectOptions:
 
 
 def _nvidia_backends(options: CollectOptions) -> list[Backend]:
-    from gpudiag.probe.nvml import NvmlBackend
+    from gpudiag.probe.nvml.backend import NvmlBackend
 
     return [NvmlBackend(link_errors="link_errors" in options.parts)]
 
 
 def _amd_backends(options: CollectOptions) -> list[Backend]:
     """amdsmi first; the amdgpu sysfs reader stands in when amdsmi cannot be used."""
-    from gpudiag.probe.amdgpu_sysfs import AmdgpuSysfsBackend
-    from gpudiag.probe.amdsmi_backend import AmdsmiBackend
+    from gpudiag.probe.amdgpu.sysfs import AmdgpuSysfsBackend
+    from gpudiag.probe.amdsmi.backend import AmdsmiBackend
 
     return [AmdsmiBackend(), AmdgpuSysfsBackend(options.root)]
 

@@ -32,7 +32,7 @@ from tests.support.sysfs_tree import SysfsTree
 LIVE_DELAY_SECONDS = 4.0
 NVIDIA_GPU1 = "0000:3b:00.0"  # FakeNode.hgx_h200's second GPU
 AMD_GPU1 = "0000:26:00.0"  # mi300x_node's second OAM
-# A GPU reset as amdgpu logs it (tests/test_amd_end_to_end.py RESET_LOG, here as kmsg records on GPU 1).
+# A GPU reset as amdgpu logs it (tests/probe/amdsmi/test_end_to_end.py RESET_LOG, here as kmsg records on GPU 1).
 AMD_RESET = ("4,20,8123456789,-;amdgpu 0000:26:00.0: amdgpu: GPU reset begin!",
              "4,21,8125012345,-;amdgpu 0000:26:00.0: amdgpu: GPU reset(2) succeeded!")
 

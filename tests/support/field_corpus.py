@@ -15,7 +15,8 @@ NVIDIA_CHECKS = ("kernel_log.xid", "kernel_log.sxid")
 AMD_CHECKS = ("kernel_log.amdgpu_errors",)
 GPU_CHECKS = ("kernel_log.xid", "kernel_log.amdgpu_errors")  # their pci_bus_id is a GPU's
 REQUIRED = ("id", "format", "log", "source_verdict", "expect")
-# Kernel-log records, by vendor; field/amdsmi/ holds amd-smi outputs, replayed by tests/test_field_amdsmi.py.
+# Kernel-log records, by vendor; field/amdsmi/ holds amd-smi outputs, replayed by
+# tests/probe/amdsmi/test_field_outputs.py.
 KERNEL_LOG_DIRS = ("nvidia", "amd")
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, PeerLink
 from gpudiag.probe.deadline import CallTracker
-from gpudiag.probe.nvml import NvmlBackend
+from gpudiag.probe.nvml.backend import NvmlBackend
 from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, installed
 from tests.support.fakes.fake_nvml_lib import FakeNvmlLib
 

@@ -20,8 +20,8 @@ import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
-from gpudiag.probe.amdgpu_aca import ACA_KINDS, aca_kind
-from gpudiag.probe.amdgpu_aca import describe as describe_status
+from gpudiag.probe.amdgpu.aca import ACA_KINDS, aca_kind
+from gpudiag.probe.amdgpu.aca import describe as describe_status
 from gpudiag.probe.kernel_log.text import BUS_ID, MalformedRecord, bounded_int
 
 _DRM_FUNCTION = r"[a-z0-9_.]{1,96}"  # %ps of a function: compiler clones add ".constprop.0", ".isra.0", ".part.0"
@@ -110,7 +110,7 @@ _PATTERNS: list[tuple[str, re.Pattern, Optional[str]]] = [
     ("ras_poison_created", _p(r"Poison is created"), None),
     # amdgpu_mca.c / amdgpu_aca.c bank dumps: "aca entry[%02d].STATUS=0x%016llx" (MCA) and
     # "ACA[%02d/%02d].STATUS=0x%016llx" (ACA). Banks are dumped for corrected errors too, so the STATUS register
-    # decides, as the kernel decodes it (amdgpu_aca.py). node-scraper: "ACA Error".
+    # decides, as the kernel decodes it (probe/amdgpu/aca.py). node-scraper: "ACA Error".
     ("aca", _p(r"(?:aca entry\[[0-9]{1,3}\]|ACA\[[0-9]{1,3}/[0-9]{1,3}\])\.STATUS=0x([0-9a-fA-F]{1,16})\b"), None),
     # amdgpu_ras_eeprom.c amdgpu_ras_eeprom_update_header(): "Saved bad pages %d reaches threshold value %d"
     # (older "Saved bad pages(%d) reaches threshold value(%d)."): the GPU is marked for RMA (tbl_rai.rma_status).

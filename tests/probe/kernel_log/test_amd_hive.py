@@ -10,7 +10,7 @@ import pytest
 
 from gpudiag.checks.kernel_log import amdgpu as kernel_log_amdgpu
 from gpudiag.model import Status, Vendor
-from gpudiag.probe import amdgpu_aca
+from gpudiag.probe.amdgpu import aca as amdgpu_aca
 from gpudiag.probe.kernel_log.events import parse_event
 from gpudiag.probe.kernel_log.ghes import GHES_EVENT_KINDS
 from gpudiag.probe.kernel_log.reader import read_kernel_log

@@ -78,7 +78,7 @@ class FakeAmdGpu:
     # reads it (debugfs): see FakeAmdNode.root.
     bad_page_threshold: int = 128
     # amdgpu's IP discovery MP0 version (sysfs ip_discovery/die/0/MP0/0): MI300X is 13.0.6; the default bad-page
-    # threshold follows it (gpudiag/probe/amdgpu_ras_threshold.py). None: no ip_discovery directory.
+    # threshold follows it (gpudiag/probe/amdgpu/ras_threshold.py). None: no ip_discovery directory.
     mp0_version: Optional[tuple[int, int, int]] = (13, 0, 6)
     # MI300X has no edge sensor (amd-smi shows N/A); junction ("hotspot") and HBM ("vram") it has.
     temperatures: dict[str, Temperature] = field(

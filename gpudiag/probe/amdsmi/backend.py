@@ -1,6 +1,7 @@
 """The amdsmi backend: AMD Instinct GPUs through the `amdsmi` Python wrapper over ROCm's libamd_smi.so.
 
-(Named amdsmi_backend, not amdsmi, so that nothing here can be mistaken for the vendor package.)
+(In gpudiag/probe/amdsmi/, named for the library it reads: `import amdsmi` here is still the vendor's package, imports
+being absolute.)
 
 Partitions. In CPX mode an MI300X is 8 logical GPUs, each its own processor handle (8 GPUs → 64 handles). Per
 AMD SMI's partitioning guide (ROCm/amdsmi docs, "GPU partitioning", "Device enumeration"): all partitions of a
@@ -24,9 +25,9 @@ from types import ModuleType
 from typing import Any, Optional
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, ErrorKind, PeerLink, ProbeError, Vendor, normalize_pci_bus_id
-from gpudiag.probe.amdsmi_calls import AmdsmiCaller, describe, get, integer, text
-from gpudiag.probe.amdsmi_device import fill_device
-from gpudiag.probe.amdsmi_peers import probe_pair
+from gpudiag.probe.amdsmi.calls import AmdsmiCaller, describe, get, integer, text
+from gpudiag.probe.amdsmi.device import fill_device
+from gpudiag.probe.amdsmi.peers import probe_pair
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker, abandoned_calls
 from gpudiag.probe.stdout_capture import capture_stdout

@@ -26,8 +26,8 @@ from types import ModuleType
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuLink
-from gpudiag.probe.amdgpu_ras_threshold import BY_ARCHITECTURE
-from gpudiag.probe.amdsmi_calls import (
+from gpudiag.probe.amdgpu.ras_threshold import BY_ARCHITECTURE
+from gpudiag.probe.amdsmi.calls import (
     STATUS_API_FAILED,
     STATUS_INVAL,
     STATUS_NO_PERM,
@@ -44,7 +44,7 @@ _XGMI_LINK_UP = {"U": True, "D": False}  # "X" = disabled by configuration, "N/A
 _XGMI_ERROR_STATUS = {0: "no_errors", 1: "error", 2: "multiple_errors"}
 
 # The bad-page threshold amdgpu applies by default, by architecture, until the collector refines it per part from the
-# GPU's MP0 version (amdgpu_ras_threshold.py: 128 on MP0 13.0.6 / 13.0.12, 256 on 13.0.14).
+# GPU's MP0 version (probe/amdgpu/ras_threshold.py: 128 on MP0 13.0.6 / 13.0.12, 256 on 13.0.14).
 DEFAULT_BAD_PAGE_THRESHOLD = BY_ARCHITECTURE
 
 ECC_ENABLED = "amdsmi.amdsmi_get_gpu_ecc_enabled"

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:
-    from gpudiag.probe.nvml_call import NvmlCall
+    from gpudiag.probe.nvml.call import NvmlCall
 
 # The NVML calls whose answers are kept: nothing the node's work or an operator's setting changes.
 CONSTANT_CALLS = frozenset({"nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetTemperatureThreshold"})

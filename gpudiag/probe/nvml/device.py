@@ -1,16 +1,16 @@
 """Reading one NVIDIA GPU through NVML into a DeviceSnapshot: identity, firmware, PCIe, ECC and memory health,
-memory use, modes, CPU affinity and processes. Sensors (temperature, power, clocks) are in nvml_sensors, NVLink in
-nvml_links. Units are converted here, once."""
+memory use, modes, CPU affinity and processes. Sensors (temperature, power, clocks) are in sensors.py, NVLink in
+links.py. Units are converted here, once."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuProcess
-from gpudiag.probe import nvml_health, nvml_links, nvml_sensors
-from gpudiag.probe.nvml_call import NvmlCall
-from gpudiag.probe.nvml_fields import DEVICE_FIELDS, apply_fields, read_fields
-from gpudiag.probe.nvml_links import pci_bus_id
+from gpudiag.probe.nvml import health as nvml_health, links as nvml_links, sensors as nvml_sensors
+from gpudiag.probe.nvml.call import NvmlCall
+from gpudiag.probe.nvml.fields import DEVICE_FIELDS, apply_fields, read_fields
+from gpudiag.probe.nvml.links import pci_bus_id
 
 # nvmlDeviceArchitecture_t (nvml.h), named as `nvidia-smi -q` prints "Product Architecture".
 ARCHITECTURES = {

@@ -3,7 +3,7 @@ an older ROCm, no permission).
 
 It reads `sys/class/drm/card*/device` under `root` for the cards bound to amdgpu: hwmon (temperatures in
 millidegrees, power in µW), RAS error counters and retired pages, VRAM usage, the PCI link, identity and partition
-modes. Every device it fills says `source="amdgpu-sysfs"`. File formats: amdgpu_sysfs_formats.py.
+modes. Every device it fills says `source="amdgpu-sysfs"`. File formats: sysfs_formats.py.
 
 What sysfs cannot give, and stays None: throttle reasons (only in the binary gpu_metrics), XGMI link states,
 P2P, the bad-page threshold when the driver computes it, and the logical GPUs of a partitioned device (their DRM
@@ -18,7 +18,7 @@ from typing import Optional
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, ErrorKind, PeerLink, ProbeError, TemperatureSensor, Vendor
 from gpudiag.model import normalize_pci_bus_id
-from gpudiag.probe import amdgpu_sysfs_formats as formats
+from gpudiag.probe.amdgpu import sysfs_formats as formats
 from gpudiag.probe.deadline import CallTracker
 from gpudiag.probe.files import FileReader
 from gpudiag.probe.pcie_generation import generation_from_gts_text
@@ -26,7 +26,7 @@ from gpudiag.probe.pcie_generation import generation_from_gts_text
 SOURCE = "amdgpu-sysfs"
 _CARD = re.compile(r"^card(\d+)$")  # not renderD*, not connectors such as card0-DP-1
 _TEMP_INPUT = re.compile(r"^temp(\d+)_input$")
-# hwmon temp*_label values (amdgpu_pm.c temp_label[]) → the sensor names amdsmi_device.py uses.
+# hwmon temp*_label values (amdgpu_pm.c temp_label[]) → the sensor names probe/amdsmi/device.py uses.
 _SENSOR_NAMES = {"edge": "edge", "junction": "hotspot", "mem": "vram"}
 
 

@@ -11,9 +11,9 @@ from types import ModuleType
 from typing import Any
 
 from gpudiag.model import DeviceSnapshot, GpuProcess, TemperatureSensor
-from gpudiag.probe import amdsmi_throttle
-from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer, number, text
-from gpudiag.probe.amdsmi_ras import fill_bad_pages, fill_ecc, fill_xgmi
+from gpudiag.probe.amdsmi import throttle as amdsmi_throttle
+from gpudiag.probe.amdsmi.calls import AmdsmiCaller, get, integer, number, text
+from gpudiag.probe.amdsmi.ras import fill_bad_pages, fill_ecc, fill_xgmi
 from gpudiag.probe.pcie_generation import generation_from_mts
 
 MIB = 1024 * 1024

@@ -14,10 +14,10 @@ from gpudiag.expect import Expectations
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model import CheckResult, Status
 from gpudiag.probe import CollectOptions, collect
+from tests.probe.amdsmi.test_end_to_end import node_root, not_passing, only
 from tests.support.fakes import amd_node
 from tests.support.fakes.amd_node import FakeAmdNode
 from tests.support.fakes.fake_amdsmi import installed
-from tests.test_amd_end_to_end import node_root, not_passing, only
 
 # What an 8-GPU MI3xx profile asserts about links and ECC.
 PROFILE = load_expectations(params=["expected_links_per_gpu=7", "expected_ecc_enabled=true"])

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from gpudiag.model import normalize_pci_bus_id
-from gpudiag.probe import deadline, nvml_call
+from gpudiag.probe import deadline
+from gpudiag.probe.nvml import call as nvml_call
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from gpudiag.model import DeviceSnapshot
-from gpudiag.probe.nvml_call import ABSENT, INVALID_ARGUMENT, SUCCESS, NvmlCall, code_name
-from gpudiag.probe.nvml_health import HEALTH_FIELDS
+from gpudiag.probe.nvml.call import ABSENT, INVALID_ARGUMENT, SUCCESS, NvmlCall, code_name
+from gpudiag.probe.nvml.health import HEALTH_FIELDS
 
 # PCIe link error counters (field IDs 173–183, NVML >= R525) → PcieInfo.error_counters keys.
 PCIE_ERROR_FIELDS = {
@@ -85,9 +85,9 @@ _FIXED_IDS = {name: field_id for name, (_, field_id) in CLOCK_EVENT_TIME_FIELDS.
 DEVICE_FIELDS = (
     *(name for name, *_ in FIELD_TARGETS),
     *PCIE_ERROR_FIELDS,
-    "NVML_FI_DEV_MEMORY_TEMP",  # °C (HBM); a sensor of its own, see nvml_sensors
+    "NVML_FI_DEV_MEMORY_TEMP",  # °C (HBM); a sensor of its own, see sensors.py
     "NVML_FI_DEV_NVLINK_LINK_COUNT",  # how many NVLinks to walk; NOT_SUPPORTED on GPUs without NVLink
-    *HEALTH_FIELDS,  # the driver's recovery action and the DRAM share of ECC (nvml_health)
+    *HEALTH_FIELDS,  # the driver's recovery action and the DRAM share of ECC (health.py)
     *THROTTLE_TIME_FIELDS,
 )
 

@@ -16,10 +16,10 @@ import json
 import pytest
 
 from gpudiag.model import Status
+from tests.probe.amdsmi.test_real_nodes import check
 from tests.support.fakes import amd_node
 from tests.support.fakes.fake_amdsmi_identity import GARBAGE_BDF
 from tests.support.paths import FIXTURES
-from tests.test_amd_real_nodes import check
 
 CORPUS = FIXTURES / "field" / "amdsmi"
 

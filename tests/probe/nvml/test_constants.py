@@ -1,5 +1,5 @@
 """Board constants (maximum clocks, temperature thresholds) read once per GPU by an NVML backend that stays open, as
-the exporter's and the service's does (gpudiag/probe/nvml_constants.py), over the fake libnvidia-ml."""
+the exporter's and the service's does (gpudiag/probe/nvml/constants.py), over the fake libnvidia-ml."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from gpudiag.model import ErrorKind
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
-from gpudiag.probe.nvml import NvmlBackend
-from gpudiag.probe.nvml_constants import BoardConstants
+from gpudiag.probe.nvml.backend import NvmlBackend
+from gpudiag.probe.nvml.constants import BoardConstants
 from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, installed
 
 MAX_CLOCK, THRESHOLD = "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetTemperatureThreshold"

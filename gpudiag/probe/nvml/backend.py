@@ -1,7 +1,7 @@
 """The NVIDIA backend: NVML through nvidia-ml-py (`pynvml`).
 
 pynvml is imported inside `open()`, not at module import: it costs ~15 ms and `gpudiag check` must stay faster than
-`nvidia-smi -q`. Every NVML call goes through `nvml_call.NvmlCall` (tracker naming, error mapping).
+`nvidia-smi -q`. Every NVML call goes through `call.NvmlCall` (tracker naming, error mapping).
 """
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ import logging
 from typing import Any, Optional
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, ErrorKind, PeerLink, ProbeError, Vendor
-from gpudiag.probe import deadline, nvml_call
+from gpudiag.probe import deadline
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
-from gpudiag.probe.nvml_call import NvmlCall
-from gpudiag.probe.nvml_constants import BoardConstants
-from gpudiag.probe.nvml_device import read_device
-from gpudiag.probe.nvml_fields import DEVICE_FIELDS, device_fields
-from gpudiag.probe.nvml_links import probe_pair
+from gpudiag.probe.nvml import call as nvml_call
+from gpudiag.probe.nvml.call import NvmlCall
+from gpudiag.probe.nvml.constants import BoardConstants
+from gpudiag.probe.nvml.device import read_device
+from gpudiag.probe.nvml.fields import DEVICE_FIELDS, device_fields
+from gpudiag.probe.nvml.links import probe_pair
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class NvmlBackend:
         self._handles: dict[int, Any] = {}  # device index → NVML handle, for probe_peers
         self._lost: set[int] = set()  # devices found lost; NVML may answer them with UNKNOWN from then on
         self._fields = DEVICE_FIELDS  # the field batch this driver understands (set on open)
-        self._constants = BoardConstants()  # max clocks and temperature thresholds, per GPU (nvml_constants)
+        self._constants = BoardConstants()  # max clocks and temperature thresholds, per GPU (constants.py)
 
     def open(self, tracker: CallTracker) -> BackendInfo:
         info = BackendInfo(name=self.name, vendor=self.vendor)

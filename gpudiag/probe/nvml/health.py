@@ -19,7 +19,7 @@ import uuid
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, DriverHealth, FabricInfo
-from gpudiag.probe.nvml_call import ABSENT, FUNCTION_NOT_FOUND, SUCCESS, NvmlCall, code_name
+from gpudiag.probe.nvml.call import ABSENT, FUNCTION_NOT_FOUND, SUCCESS, NvmlCall, code_name
 
 RECOVERY_ACTION_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
 DRAM_FIELDS = {"NVML_FI_DEV_ECC_SBE_AGG_DEV": "corrected", "NVML_FI_DEV_ECC_DBE_AGG_DEV": "uncorrected"}

@@ -17,7 +17,7 @@ from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
 
 if TYPE_CHECKING:
-    from gpudiag.probe.nvml_constants import BoardConstants
+    from gpudiag.probe.nvml.constants import BoardConstants
 
 # NVML return codes (nvml.h `nvmlReturn_t`; the same numbers pynvml exposes as NVML_ERROR_*). Spelled out here so
 # that this module can be imported without importing pynvml.
@@ -69,7 +69,7 @@ class NvmlCall:
         # The device was found lost by an earlier probe (the exporter keeps the library open): after a GPU is lost,
         # NVML may answer later calls with NVML_ERROR_UNKNOWN instead of GPU_IS_LOST.
         self.lost_before = lost_before
-        self.constants = constants  # board constants kept by a collector that stays open (nvml_constants)
+        self.constants = constants  # board constants kept by a collector that stays open (constants.py)
 
     def __call__(self, function: str, *args: Any) -> Any:
         """`pynvml.<function>(*args)`, or None when it is unsupported or failed (a failure is recorded)."""
@@ -79,7 +79,7 @@ class NvmlCall:
         return value
 
     def constant(self, device: DeviceSnapshot, function: str, handle: Any, *args: Any) -> Any:
-        """Like calling `function`, for a board constant (nvml_constants.CONSTANT_CALLS) of `device`, whose index and
+        """Like calling `function`, for a board constant (constants.CONSTANT_CALLS) of `device`, whose index and
         UUID are read: the answer kept from an earlier probe when there is one."""
         if self.constants is None:
             return self(function, handle, *args)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpudiag.model import ErrorKind
-from gpudiag.probe import amdgpu_sysfs_formats as formats
-from gpudiag.probe.amdgpu_sysfs import AmdgpuSysfsBackend
+from gpudiag.probe.amdgpu import sysfs_formats as formats
+from gpudiag.probe.amdgpu.sysfs import AmdgpuSysfsBackend
 from gpudiag.probe.deadline import CallTracker
 from tests.support.backend_driver import drive
 from tests.support.fakes import amd_node

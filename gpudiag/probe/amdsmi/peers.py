@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, PeerLink
-from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer
+from gpudiag.probe.amdsmi.calls import AmdsmiCaller, get, integer
 
 # amdsmi_topo_get_link_type()["type"] is a raw int: PCIe=1, XGMI=2 in every wrapper since 6.2, whichever enum
 # (io-link type before 7.0, amdsmi_link_type_t in 7.0) it comes from; the AmdSmiLinkType members themselves moved

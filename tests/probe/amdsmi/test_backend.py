@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpudiag.model import THROTTLE_REASONS, DeviceSnapshot, ErrorKind
-from gpudiag.probe.amdsmi_backend import AmdsmiBackend
+from gpudiag.probe.amdsmi.backend import AmdsmiBackend
 from gpudiag.probe.deadline import CallTracker, run_all
 from tests.support.backend_driver import Driven, drive
 from tests.support.fakes import amd_node

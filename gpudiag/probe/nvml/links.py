@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuLink, PeerLink, normalize_pci_bus_id
-from gpudiag.probe.nvml_call import FUNCTION_NOT_FOUND, INVALID_ARGUMENT, NOT_SUPPORTED, NvmlCall
+from gpudiag.probe.nvml.call import FUNCTION_NOT_FOUND, INVALID_ARGUMENT, NOT_SUPPORTED, NvmlCall
 
 # nvmlIntNvLinkDeviceType_t
 REMOTE_DEVICE_TYPES = {0x00: "gpu", 0x01: "npu", 0x02: "switch", 0xFF: "unknown"}

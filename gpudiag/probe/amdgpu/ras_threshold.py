@@ -31,7 +31,7 @@ def default_for_mp0(mp0: Optional[str]) -> Optional[int]:
 
 def refine_defaults(snapshot: NodeSnapshot) -> None:
     """Replace the architecture's stand-in threshold by the part's own default where the PCI probe read the GPU's MP0
-    version (amdsmi_ras.fill_bad_pages set the stand-in: source "default")."""
+    version (probe/amdsmi/ras.py fill_bad_pages set the stand-in: source "default")."""
     mp0_by_bus = {p.pci_bus_id: p.mp0_ip_version for p in snapshot.pci_gpus if p.mp0_ip_version}
     for device in snapshot.devices:
         health = device.memory_health

@@ -10,10 +10,10 @@ from gpudiag.checks import run_checks
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model import Status
 from gpudiag.probe import CollectOptions, collect
+from tests.probe.amdsmi.test_end_to_end import node_root, not_passing, only
+from tests.probe.amdsmi.test_real_nodes import PROFILE, check, on
 from tests.support.fakes import amd_node
 from tests.support.fakes.fake_amdsmi import installed
-from tests.test_amd_end_to_end import node_root, not_passing, only
-from tests.test_amd_real_nodes import PROFILE, check, on
 
 # ---------------------------------------------------------------------------------------------------------------
 # Violation counters that count every tick (idle MI300X, amdgpu DKMS 6.10.5)
@@ -138,7 +138,7 @@ def test_the_same_node_with_libdrm_has_nothing_unknown(tmp_path):
 
 @pytest.mark.parametrize("failure", ["no handles", "enumeration raises"])
 def test_amdsmi_init_is_balanced_by_shut_down_on_every_failed_open(tmp_path, monkeypatch, failure):
-    from gpudiag.probe import amdsmi_backend
+    from gpudiag.probe.amdsmi import backend as amdsmi_backend
 
     node = amd_node.mi300x_node()
     if failure == "no handles":

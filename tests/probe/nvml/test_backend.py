@@ -10,10 +10,11 @@ import pynvml
 import pytest
 
 from gpudiag.model import THROTTLE_REASONS, THROTTLE_TIME_REASONS, BackendInfo, ErrorKind, PeerLink, TemperatureSensor
-from gpudiag.probe import deadline, nvml_sensors
+from gpudiag.probe import deadline
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
-from gpudiag.probe.nvml import NvmlBackend
+from gpudiag.probe.nvml import sensors as nvml_sensors
+from gpudiag.probe.nvml.backend import NvmlBackend
 from tests.support.fakes.fake_nvml import MiB, FakeGpu, FakeNode, installed, library_missing
 from tests.support.paths import FIXTURES
 from tests.support.probe_nvml import probe, probe_one

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudiag.model import DeviceSnapshot
-from gpudiag.probe.amdsmi_calls import AmdsmiCaller, get, integer
+from gpudiag.probe.amdsmi.calls import AmdsmiCaller, get, integer
 
 # amdsmi_get_violation_status() "acc_*" counters → model.THROTTLE_TIME_REASONS names. PVIOL is the package power
 # tracking (PPT) limit, TVIOL the socket thermal limit (comments in amdsmi_interface.py).

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, TemperatureSensor
-from gpudiag.probe.nvml_call import ABSENT, FUNCTION_NOT_FOUND, NvmlCall
-from gpudiag.probe.nvml_fields import Number
+from gpudiag.probe.nvml.call import ABSENT, FUNCTION_NOT_FOUND, NvmlCall
+from gpudiag.probe.nvml.fields import Number
 
 # Clock-event reason bits (nvmlClocksEventReason*, and the older nvmlClocksThrottleReason* names that alone define
 # BoardLimit and Reliability; docs/vendor-api.md §8) → model.THROTTLE_REASONS names. A hardware thermal or
@@ -51,7 +51,7 @@ def read_temperatures(call: NvmlCall, handle: Any, device: DeviceSnapshot, field
 
 
 def read_power(call: NvmlCall, handle: Any, device: DeviceSnapshot) -> None:
-    """Draw and limits; the energy counter comes with the field batch (nvml_fields)."""
+    """Draw and limits; the energy counter comes with the field batch (fields.py)."""
     power = device.power
     power.draw_watts = _milli(call("nvmlDeviceGetPowerUsage", handle))
     power.limit_watts = _milli(call("nvmlDeviceGetEnforcedPowerLimit", handle))
