@@ -10,8 +10,8 @@ import json
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.checks.active_stress import HBM, STRESS, hbm_bandwidth, stress
-from gpudiag.checks.stress_figures import figures_of
+from gpudiag.checks.active.stress import HBM, STRESS, hbm_bandwidth, stress
+from gpudiag.checks.active.stress_figures import figures_of
 from gpudiag.expect import DEFAULT_EXPECTATIONS, Expectations
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import ActiveDevice, ActiveResults, Status, StressResult, from_dict

@@ -13,7 +13,7 @@ import pytest
 
 from gpudiag.active import run_active
 from gpudiag.active import tensor_kernels
-from gpudiag.checks.active_stress import STRESS, stress as judge_stress
+from gpudiag.checks.active.stress import STRESS, stress as judge_stress
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import ClockInfo, EccInfo, KernelEvent, PowerInfo, Status, TemperatureSensor, Vendor
 from tests.support.active import fast_options, idle_device, install_cuda, install_hip, sim_devices, snapshot_of

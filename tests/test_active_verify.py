@@ -13,7 +13,7 @@ import pytest
 from gpudiag.active import kernels, run_active, tensor_kernels, wgmma_ptx
 from gpudiag.active.options import ActiveOptions, ValidationFault, validation_fault_from
 from gpudiag.active.stress_verify import location_name
-from gpudiag.checks.active_compute import COMPUTE, compute
+from gpudiag.checks.active.compute import COMPUTE, compute
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import Status, Vendor

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpudiag.checks.stress_figures import figures_of
+from gpudiag.checks.active.stress_figures import figures_of
 from gpudiag.model import ActiveResults, StressResult, from_dict
 from tests.support.paths import FIXTURES
 

@@ -11,8 +11,8 @@ from gpudiag.expect import Expectations
 from gpudiag.exporter.catalog import MetricSpec
 from gpudiag.exporter.families import FamilySet
 from gpudiag.model import ErrorKind, ProbeError, Status, TemperatureSensor, TelemetrySample
+from tests.checks.active.test_family import healthy_active, node
 from tests.support.snapshots import amd_mi300x_node, for_gpu, nvidia_h200_node, run
-from tests.test_checks_active import healthy_active, node
 
 F, W, P = Status.FAIL, Status.WARN, Status.PASS
 

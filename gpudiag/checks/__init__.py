@@ -1,5 +1,5 @@
 """The checks: pure functions from a NodeSnapshot (and Expectations) to CheckResults, one module per family (a family
-with modules of its own keeps them in a sub-package: kernel_log/, network/).
+with modules of its own keeps them in a sub-package: kernel_log/, network/, active/).
 
 Each family module declares its Family (family.py): its checks, verdict rows, reference text, settings and the
 optional probe parts it judges. This package finds the declarations and builds the registry in checklist order and

@@ -176,7 +176,7 @@ class Expectations:
     family_settings: tuple = field(default_factory=lambda: tuple(kind() for kind in FAMILY_SETTINGS))
 
     # --- active (load tests, `gpudiag check --level 2`) ------------------------------------------------------
-    # None: the default of checks/active_links.ActiveExpectations, where each is explained and sourced. The
+    # None: the default of checks/active/links.ActiveExpectations, where each is explained and sourced. The
     # *_expected_gbps fields pin the achievable copy rate instead of deriving it from the link (e.g. a platform
     # known to reach less); the ratios are shares of that figure below which a result warns or fails.
     active_h2d_expected_gbps: Optional[float] = None
@@ -191,7 +191,7 @@ class Expectations:
     active_p2p_warn_ratio: Optional[float] = None
     active_p2p_fail_ratio: Optional[float] = None
     active_stress_clock_fail_ratio: Optional[float] = None
-    # Power stress and HBM (checks/active_stress.py): shares of the enforced power limit the steady load must hold,
+    # Power stress and HBM (checks/active/stress.py): shares of the enforced power limit the steady load must hold,
     # the slow-GPU threshold against identical siblings, and the HBM copy figure against the part's nominal rate.
     active_stress_power_warn_ratio: Optional[float] = None  # default 0.90
     active_stress_power_fail_ratio: Optional[float] = None  # default 0.75

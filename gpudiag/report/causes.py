@@ -89,7 +89,7 @@ def _count_explained(result: CheckResult, lost: int) -> bool:
 
 
 def _shared_error(result: CheckResult) -> Optional[str]:
-    """The runtime error a load test could not run for (checks/active_common._not_judged's observed value)."""
+    """The runtime error a load test could not run for (checks/active/common._not_judged's observed value)."""
     observed = result.observed
     if result.status is not Status.UNKNOWN or not result.check.startswith("active."):
         return None

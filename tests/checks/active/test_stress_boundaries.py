@@ -17,8 +17,8 @@ from gpudiag.model import (
     TemperatureSensor,
     Vendor,
 )
+from tests.checks.active.test_family import BUS, node
 from tests.support.snapshots import for_gpu, node_level, run
-from tests.test_checks_active import BUS, node
 
 F, W, P, U, S = Status.FAIL, Status.WARN, Status.PASS, Status.UNKNOWN, Status.SKIP
 STRESS, HBM = "active.stress", "active.hbm_bandwidth"
@@ -189,7 +189,7 @@ def test_a_failed_stress_says_what_to_check():
     assert f"Check the kernel log (`{NVIDIA_LOG}`)" in result.remediation and "nvidia-smi -r -i 0" in result.remediation
 
 
-# --- results that are not judged on figures (active_common) -------------------------------------------------------
+# --- results that are not judged on figures (checks/active/common.py) ----------------------------------------------
 
 
 def _runtime_error(source, message):

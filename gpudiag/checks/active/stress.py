@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from gpudiag.checks.active_common import _for_each, _kernel_log_hint, _not_judged, _rise
-from gpudiag.checks.active_links import ActiveExpectations
+from gpudiag.checks.active.common import _for_each, _kernel_log_hint, _not_judged, _rise
+from gpudiag.checks.active.links import ActiveExpectations
+from gpudiag.checks.active.stress_figures import StressFigures, figures_of, median_of
 from gpudiag.checks.common import unknown, verdict
-from gpudiag.checks.stress_figures import StressFigures, figures_of, median_of
 from gpudiag.checks.thermal import THERMAL_REASONS, cooling_advice, judge_sensor
 from gpudiag.expect import Expectations
 from gpudiag.model import (

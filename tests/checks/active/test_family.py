@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from gpudiag.checks.active import CHECKS, active_checks
-from gpudiag.checks.active_links import ActiveExpectations, pcie_raw_gb_per_second
+from gpudiag.checks.active.family import CHECKS, active_checks
+from gpudiag.checks.active.links import ActiveExpectations, pcie_raw_gb_per_second
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import (
     ActiveDevice,

@@ -49,11 +49,11 @@ class ActiveExpectations:
     p2p_fail_ratio: float = 0.70
     p2p_expected_gbps: Optional[float] = None
     stress_clock_fail_ratio: float = 0.5  # fail when the SM clock under load falls below this share of its max
-    # active_stress.py: the steady tensor load holds ≥ 0.95 of the limit on a healthy H200 (lab: 98.5-99.1 %).
+    # stress.py: the steady tensor load holds ≥ 0.95 of the limit on a healthy H200 (lab: 98.5-99.1 %).
     stress_power_warn_ratio: float = 0.90
     stress_power_fail_ratio: float = 0.75
     stress_straggler_ratio: float = 0.05
-    hbm_nominal_gbps: Optional[float] = None  # None: active_stress.NOMINAL_HBM_GBPS by the GPU's name
+    hbm_nominal_gbps: Optional[float] = None  # None: stress.NOMINAL_HBM_GBPS by the GPU's name
     hbm_efficiency: float = 0.85  # torch's copy_ reaches 2,133 GB/s once-counted on the lab H200: 0.89 of 4.8 TB/s
     hbm_warn_ratio: float = 0.85
     hbm_fail_ratio: float = 0.70

@@ -15,8 +15,8 @@ import math
 from collections import Counter
 from typing import Callable
 
-from gpudiag.checks.active_common import _for_each, _not_judged
-from gpudiag.checks.active_stress import _siblings
+from gpudiag.checks.active.common import _for_each, _not_judged
+from gpudiag.checks.active.stress import _siblings
 from gpudiag.checks.common import failed, passed, skipped, unknown, warned
 from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations

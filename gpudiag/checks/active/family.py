@@ -2,17 +2,17 @@
 hardware should do: copy bandwidth against the PCIe link and the NVLink/XGMI fabric, the memory test's mismatches
 and ECC counters, and the clocks, temperature and throttling seen under the stress.
 
-Expected bandwidths come from the link itself (active_links.py) and can be pinned in the node profile.
+Expected bandwidths come from the link itself (links.py) and can be pinned in the node profile.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-from gpudiag.checks.active_compute import COMPUTE, compute
-from gpudiag.checks.active_common import _device, _for_each, _kernel_log_hint, _not_judged, _rise
-from gpudiag.checks.active_links import ActiveExpectations, Target, expected_host_copy, expected_peer_copy
-from gpudiag.checks.active_stress import HBM, STRESS, hbm_bandwidth, stress
+from gpudiag.checks.active.common import _device, _for_each, _kernel_log_hint, _not_judged, _rise
+from gpudiag.checks.active.compute import COMPUTE, compute
+from gpudiag.checks.active.links import ActiveExpectations, Target, expected_host_copy, expected_peer_copy
+from gpudiag.checks.active.stress import HBM, STRESS, hbm_bandwidth, stress
 from gpudiag.checks.common import Check, failed, passed, skipped, verdict, warned
 from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
@@ -206,7 +206,7 @@ _VERDICTS = {
                              W: ("watch", "GPUDIAG-ACTIVE-HBM-BANDWIDTH")},
     "active.memtest": {F: ("drain", "GPUDIAG-ACTIVE-MEMTEST"), W: ("watch", "GPUDIAG-ACTIVE-MEMTEST")},
     "active.stress": {F: ("drain", "GPUDIAG-ACTIVE-STRESS"), W: ("watch", "GPUDIAG-ACTIVE-STRESS")},
-    # active.compute sets its own fail verdicts (drain; rma when the same SM is wrong twice: active_compute.py).
+    # active.compute sets its own fail verdicts (drain; rma when the same SM is wrong twice: compute.py).
     "active.compute": {F: ("drain", "GPUDIAG-ACTIVE-COMPUTE-MISMATCH"), W: ("watch", "GPUDIAG-ACTIVE-COMPUTE"),
                        U: ("watch", "GPUDIAG-ACTIVE-COMPUTE-UNVERIFIED")},
 }
