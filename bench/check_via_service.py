@@ -2,7 +2,7 @@
 `nvidia-smi -q`, and the exporter's scrape latency and CPU while 10 checks a second go through the service — in one
 run (issue: one NVML client per node).
 
-`gpudiag check` through the service is the fast path (gpudiag/cli/fastpath.py: the service judges and renders; the
+`gpudiag check` through the service is the fast path (gpudiag/cli/check/fastpath.py: the service judges and renders; the
 benchmark checks that it was taken); "service, full CLI" is the same check judged by the full CLI in the client, as
 before the fast path. Goals: through the service ≤ 0.5 × nvidia-smi -q; cold --direct ≤ 1.0 × nvidia-smi -q; scrape latency unchanged
 under the check load (the exporter's CPU is reported as it is: a client asking for a collection at most a second old
@@ -48,11 +48,11 @@ FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.support.exporte
 
 
 FULL_CLI = "from gpudiag.cli.app import run; run()"
-CHECK_REQUEST = {"op": "check", "format": "json"}  # what `gpudiag check --json` sends (gpudiag/cli/fastpath.py)
+CHECK_REQUEST = {"op": "check", "format": "json"}  # what `gpudiag check --json` sends (gpudiag/cli/check/fastpath.py)
 
 
 def fast_path_taken(python: str, cmd: list[str], env: dict) -> bool:
-    """`gpudiag check` answered by the service's fast path (gpudiag/cli/fastpath.py): nothing heavy imported."""
+    """`gpudiag check` answered by the service's fast path (gpudiag/cli/check/fastpath.py): nothing heavy imported."""
     program = cmd[1:] if cmd[0] == python else cmd  # `python -m gpudiag …`, or a console script run by python
     done = subprocess.run([python, "-X", "importtime", *program], capture_output=True, text=True, env=env, cwd=REPO)
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
@@ -162,7 +162,8 @@ def main() -> int:
             # the floor under any Python command on this machine (site, .pth files of the installed packages)
             "python -c pass": [python, "-c", "pass"],
         }
-        if not args.fake:  # the same cold check through typer (gpudiag/cli/app.py), as before gpudiag/cli/direct.py
+        # the same cold check through typer (gpudiag/cli/app.py), as before gpudiag/cli/check/direct.py
+        if not args.fake:
             commands["--direct, full CLI"] = [python, "-c", FULL_CLI, "check", "--json", "--direct"]
         fast = fast_path_taken(python, commands["check via service"], env)
         print(f"check via service took the fast path (no gpudiag.cli.app, typer or gpudiag.model imported): "

@@ -63,7 +63,7 @@ def test_the_cli_takes_level_3_and_the_stress_seconds(monkeypatch, capsys):
         seen.update(level=level, stress_seconds=stress_seconds)
         return NodeSnapshot(hostname="n")
 
-    monkeypatch.setattr("gpudiag.cli.node_collect.collect", collect)
+    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", collect)
     cli.main(["check", "--level", "3", "--stress-seconds", "45", "--json"])
     assert seen == {"level": 3, "stress_seconds": 45.0}
     assert cli.main(["check", "--level", "4"]) == 2

@@ -123,7 +123,7 @@ def test_output_to_a_fifo_or_a_link_to_a_device_is_refused(capsys, tmp_path, com
     link.symlink_to("/dev/null")  # what /dev/stdout is: a link to a device or pipe
     argv = [command, "--replay", str(RECORDED["h200x2"])] if command == "baseline" else [command]
     # Probing is not what is tested here: snapshot and textfile get a recorded 8-GPU node.
-    monkeypatch.setattr("gpudiag.cli.node_collect.collect", lambda *args, **kwargs: nvidia_h200_8x())
+    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", lambda *args, **kwargs: nvidia_h200_8x())
     for target, kind in ((fifo, "a FIFO"), (link, "a character device")):
         code, out, err = run(capsys, *argv, "--output", str(target))
         assert_one_line_exit_2(code, out, err, f"--output {target}: cannot write: not a regular file ({kind})",
@@ -141,7 +141,7 @@ def test_output_dash_is_standard_output(capsys, tmp_path, monkeypatch):
 
 def test_textfile_output_dash_is_standard_output(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("gpudiag.cli.node_collect.collect", lambda *args, **kwargs: nvidia_h200_8x())
+    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", lambda *args, **kwargs: nvidia_h200_8x())
     code, out, err = run(capsys, "textfile", "--output", "-")
     assert code == 0 and "gpudiag_check_ok{" in out and "textfile collector reads only" not in err
     assert list(tmp_path.iterdir()) == []
@@ -153,7 +153,7 @@ def test_textfile_output_dash_is_standard_output(capsys, tmp_path, monkeypatch):
 def test_snapshot_and_baseline_files_are_0600_under_umask_022(capsys, tmp_path, monkeypatch):
     saved = os.umask(0o022)
     try:
-        monkeypatch.setattr("gpudiag.cli.node_collect.collect", lambda *args, **kwargs: nvidia_h200_8x())
+        monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", lambda *args, **kwargs: nvidia_h200_8x())
         assert run(capsys, "snapshot", "--output", str(tmp_path / "node.json"))[0] == 0
         assert run(capsys, "baseline", "--replay", str(RECORDED["h200x2"]), "--output",
                    str(tmp_path / "golden.json"))[0] == 0

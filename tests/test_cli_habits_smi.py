@@ -85,7 +85,7 @@ def test_profiles_as_json_holds_every_setting(capsys):
 
 
 def test_profile_completion_offers_the_shipped_names():
-    from gpudiag.cli.completion import complete_profile
+    from gpudiag.cli.shared.completion import complete_profile
 
     assert complete_profile("") == shipped_profiles()
     assert complete_profile("mi3") == [n for n in shipped_profiles() if n.startswith("mi3")] != []
@@ -93,7 +93,7 @@ def test_profile_completion_offers_the_shipped_names():
 
 
 def test_check_completion_offers_families_and_ids_after_a_comma_too():
-    from gpudiag.cli.completion import complete_checks
+    from gpudiag.cli.shared.completion import complete_checks
 
     assert complete_checks("") == [*FAMILIES, *CHECK_IDS]
     assert complete_checks("pcie.link_w") == ["pcie.link_width"]

@@ -10,7 +10,7 @@ import pytest
 
 from gpudiag.cli import app as cli, install
 from gpudiag.exitcodes import ExitCode
-from gpudiag.exporter.http_server import PATHS
+from gpudiag.exporter.web.http_server import PATHS
 from tests.support.paths import FIXTURES
 
 RECORDING = FIXTURES / "h200x2" / "snapshot.json"

@@ -73,7 +73,7 @@ def test_wrong_password_flood_does_not_starve_valid_scrapes(target):
     assert_held(outcome, baseline)
     # bcrypt runs one at a time: about one core plus the scrapes, not one core per attacker (189 % on 2 cores
     # before). The bound leaves room for a loaded CI machine (134 % seen while other suites ran); that only one
-    # bcrypt runs at a time is pinned exactly in tests/test_exporter_auth.py.
+    # bcrypt runs at a time is pinned exactly in tests/exporter/web/test_auth.py.
     assert cpu < 1.6, f"{cpu:.0%} of a core"
 
 

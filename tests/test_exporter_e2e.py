@@ -19,8 +19,8 @@ import pynvml
 import pytest
 
 import gpudiag.probe
-from gpudiag.cli.serving import Exporter
-from gpudiag.exporter.web_config import WebConfig
+from gpudiag.cli.serve.serving import Exporter
+from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from tests.support.exporter import series, value, wait_for
 from tests.support.exporter_node import fake_root, xid_line

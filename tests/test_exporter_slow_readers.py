@@ -1,8 +1,8 @@
 """Clients that send a request and never read (issue 24, item 18): on a 64-GPU node /metrics is 3.2-3.6 MB, more
 than a socket's buffers hold, so the server's write to such a client stands still; 32 of them held every slot for
-the 10 s write timeout. A write that makes no progress is evictable now (gpudiag/exporter/connections.py).
+the 10 s write timeout. A write that makes no progress is evictable now (gpudiag/exporter/web/connections.py).
 
-Here the HTTP server alone (gpudiag/exporter/http_server.py, no collector) serves a 4 MB body from 4 connection
+Here the HTTP server alone (gpudiag/exporter/web/http_server.py, no collector) serves a 4 MB body from 4 connection
 slots to 8 such clients (tests/support/http_attacks.py never_read) while a scraper scrapes;
 bench/exporter_slow_readers.py measures the same against a real 64-GPU `gpudiag serve`."""
 
@@ -17,8 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from gpudiag.exporter.http_server import ExporterHTTPServer, Routes
-from gpudiag.exporter.web_config import WebConfig
+from gpudiag.exporter.web.config import WebConfig
+from gpudiag.exporter.web.http_server import ExporterHTTPServer, Routes
 from tests.support.http_attacks import never_read
 
 pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)

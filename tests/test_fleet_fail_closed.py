@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.cli.serving import Exporter
-from gpudiag.exporter.web_config import WebConfig
+from gpudiag.cli.serve.serving import Exporter
+from gpudiag.exporter.web.config import WebConfig
 from tests.support.exporter import wait_for
 from tests.support.fleet import run, statuses
 from tests.support.prometheus_stand_in import healthy, sample, stand_in, success  # noqa: F401 - stand_in: a fixture

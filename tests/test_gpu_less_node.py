@@ -19,10 +19,10 @@ import urllib.request
 import pytest
 
 from gpudiag.cli import app as cli
-from gpudiag.cli.serving import Exporter, judge_against
+from gpudiag.cli.serve.serving import Exporter, judge_against
 from gpudiag.expect.profile import load_expectations
 from gpudiag.exporter.textfile import render_textfile
-from gpudiag.exporter.web_config import WebConfig
+from gpudiag.exporter.web.config import WebConfig
 from gpudiag.model import CheckResult, DeviceRef, NodeSnapshot, Status, normalize_pci_bus_id
 from gpudiag.probe import CollectOptions, Collector
 from tests.support.exporter import parse, series, value, wait_for

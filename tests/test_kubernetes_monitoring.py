@@ -14,7 +14,7 @@ from tests.support.paths import FIXTURES, REPO
 yaml = pytest.importorskip("yaml")
 jsonschema = pytest.importorskip("jsonschema")
 
-from gpudiag.exporter.http_server import PATHS  # noqa: E402
+from gpudiag.exporter.web.http_server import PATHS  # noqa: E402
 from tests.support.tools import load_tool  # noqa: E402
 
 KUBE = REPO / "contrib" / "kubernetes"

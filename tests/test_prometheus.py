@@ -19,10 +19,10 @@ import bcrypt
 import pytest
 import yaml
 
-from gpudiag.cli.serving import Exporter
+from gpudiag.cli.serve.serving import Exporter
 from gpudiag.exporter import catalog
 from gpudiag.exporter.textfile import render_textfile
-from gpudiag.exporter.web_config import WebConfig
+from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from tests.support.exporter import wait_for
 from tests.support.exporter_node import fake_root, xid_line

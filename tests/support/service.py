@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-from gpudiag.cli.serving import Exporter
-from gpudiag.exporter.web_config import WebConfig
+from gpudiag.cli.serve.serving import Exporter
+from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from gpudiag.service import socket_path, state_dir
 

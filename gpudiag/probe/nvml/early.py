@@ -1,5 +1,5 @@
 """NVML initialising on a thread of its own while `gpudiag check` imports the model and the checks
-(gpudiag/cli/direct.py)."""
+(gpudiag/cli/check/direct.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from gpudiag.probe.network.rdma import read_network
 from gpudiag.probe.pci import probe_pci_gpus
 from tests.support import rdma_tree
 from tests.support.rdma_tree import (GPUD_HCAS, HGX_GPUS, HGX_NICS, ROCE_GUIDS, config_space, firmware, gpud_h100_files,
-                             half_rate, hgx_h100_ib, h200_roce, link_errors, port_down)
+                                     half_rate, hgx_h100_ib, h200_roce, link_errors, port_down)
 from tests.support.paths import FIXTURES
 from tests.support.rdma_tree_amd import BNXT_RE_HW_COUNTERS, mi300x_thor2, mi355x_pollara
 from tests.support.sysfs_tree import SysfsTree
