@@ -52,7 +52,7 @@ def version() -> None:
     print(__version__)
 
 
-# --help lists the commands in this order (pinned by tests/test_cli_habits.py).
+# --help lists the commands in this order (pinned by tests/cli/test_habits.py).
 COMMANDS = (("check", check), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve), ("textfile", textfile),
             ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history),
             ("profiles", profiles))

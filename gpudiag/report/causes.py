@@ -32,7 +32,7 @@ from typing import Hashable, Optional
 from gpudiag.model import CheckResult, Status
 
 # checks.verdicts.UNREACHABLE's code, written out: the checklist's renderer (which the fleet command imports too)
-# does not import every check module for it (tests/test_report_causes.py holds the two equal).
+# does not import every check module for it (tests/report/test_causes.py holds the two equal).
 UNREACHABLE_CODE = "GPUDIAG-GPU-UNREACHABLE"
 GPUS_VISIBLE = "inventory.gpus_visible"
 GPU_COUNT = "inventory.gpu_count"

@@ -1,7 +1,7 @@
-"""Single-fault nodes for the alerting test (tests/test_alerting.py): a healthy two-GPU node of either vendor (the fake
-HGX H200 of tests/support/fakes/fake_nvml.py, the fake MI300X of tests/support/fakes/amd_node.py) with one fault on GPU
-1 — the faults the tests' fakes model, each a knob those fakes already have — and the alert the shipped rules must page
-it with. Healthy nodes of both vendors page nothing.
+"""Single-fault nodes for the alerting test (tests/e2e/test_alerting.py): a healthy two-GPU node of either vendor (the
+fake HGX H200 of tests/support/fakes/fake_nvml.py, the fake MI300X of tests/support/fakes/amd_node.py) with one fault on
+GPU 1 — the faults the tests' fakes model, each a knob those fakes already have — and the alert the shipped rules must
+page it with. Healthy nodes of both vendors page nothing.
 
 Also a runnable script: `gpudiag serve` over one such node, as a process of its own (each vendor library's fake is
 process-wide state):

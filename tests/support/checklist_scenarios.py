@@ -1,5 +1,5 @@
 """Every node the tests' fakes build with one fault, and the three noisy cases issue 27 measured, as `gpudiag check`
-prints them: what tests/test_checklist_budget.py holds to the line budget (docs/checklist.md) and
+prints them: what tests/report/test_checklist_budget.py holds to the line budget (docs/checklist.md) and
 bench/checklist_lines.py counts.
 
 - SINGLE_FAULT: the single-fault nodes of tests/support/alerting_nodes.py, both vendors (a two-GPU node with one

@@ -1,6 +1,6 @@
 """The field corpus (tests/fixtures/field/<vendor>/*.json, the format in docs/field-corpus.md): loading its records,
 and replaying one through `gpudiag check --kernel-log FILE` on a fake node whose GPUs carry the bus IDs its
-expectations name. Shared by tests/test_field_corpus.py and tools/gen_field_corpus_doc.py."""
+expectations name. Shared by tests/probe/kernel_log/test_field_corpus.py and tools/gen_field_corpus_doc.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A fleet of 14 nodes as a Prometheus scraping their `gpudiag serve` answers `gpudiag fleet --prometheus`: each
 node's check series (gpudiag_check_ok 1 for pass/warn/skip, 0 for fail/unknown; gpudiag_check_status) come from
 what `gpudiag check --json` judged on a node of tests/support/checklist_scenarios.py, its GPUs and their answering state
-from the same report, so that the fleet text of tests/test_fleet_text.py is measured over what real checks say.
+from the same report, so that the fleet text of tests/e2e/test_fleet_text.py is measured over what real checks say.
 
 Nodes: 8 healthy, a lost GPU (nvidia-gpu-lost), a hung GPU (nvidia-gpu-hung), a GPU at x8 (nvidia-pcie-width-x8), two
 NVLinks down (nvidia-nvlink-down), eight GPUs of the wrong model (profile-mismatch) and a target that is down.

@@ -1,6 +1,6 @@
 """Hostile HTTP clients against a real `gpudiag serve`, and a scraper that counts how many valid scrapes still succeed.
 
-Shared by tests/test_exporter_attacks.py (short runs, asserted) and bench/exporter_attack.py (longer runs, printed).
+Shared by tests/e2e/test_exporter_attacks.py (short runs, asserted) and bench/exporter_attack.py (longer runs, printed).
 Everything stays on loopback and stops by itself: each attack runs until `until` (a time.monotonic() value), each
 of its clients makes a bounded number of attempts, and every socket has a timeout.
 

@@ -1,5 +1,5 @@
 """A real Prometheus server and Alertmanager (Debian's `prometheus` and `prometheus-alertmanager`) on loopback for the
-tests, and a webhook receiver standing in for a pager: what tests/test_prometheus.py and tests/test_alerting.py
+tests, and a webhook receiver standing in for a pager: what tests/e2e/test_prometheus.py and tests/e2e/test_alerting.py
 run gpudiag's exporter, rules and Alertmanager example against."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Time compression for the shipped alerting: the rule files, their promtool tests and the Alertmanager example
-with every duration divided by one factor, so that a real Prometheus and Alertmanager run their 15-minute alerts
-in seconds (tests/test_alerting.py). The transformation is tested (tests/test_rule_scaling.py): the promtool suite
-passes on the scaled rules with its own times scaled alike, and fails on scaled rules with unscaled times.
+"""Time compression for the shipped alerting: the rule files, their promtool tests and the Alertmanager example with
+every duration divided by one factor, so that a real Prometheus and Alertmanager run their 15-minute alerts in seconds
+(tests/e2e/test_alerting.py). The transformation is tested (tests/e2e/test_rule_scaling.py): the promtool suite passes
+on the scaled rules with its own times scaled alike, and fails on scaled rules with unscaled times.
 
 Scaled: `for`, `keep_firing_for`, range selectors and subqueries (`[10m]`, `[6h:5m]`), `offset`; in promtool tests
 `evaluation_interval`, `interval` and `eval_time`; in an Alertmanager configuration `group_wait`, `group_interval`,

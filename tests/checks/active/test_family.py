@@ -78,7 +78,7 @@ def by_check(results, check_id):
 def test_a_healthy_h200_pair_passes_every_active_check():
     results = active_checks(node(), DEFAULT_EXPECTATIONS)
     assert {r.check for r in results} == {c.id for c in CHECKS}
-    # this pair ran the FP32 kernel, which leaves nothing to verify (tests/test_active_verify.py has the tensor one)
+    # this pair ran the FP32 kernel, which leaves nothing to verify (tests/active/test_verify.py has the tensor one)
     assert [(r.check, r.status) for r in results if r.status != Status.PASS] == [("active.compute", Status.SKIP)] * 2
     h2d = by_check(results, "active.pcie_h2d_bandwidth")[0]
     assert h2d.expected["gb_per_second"] == 53.6  # Gen5 x16: 63.0 GB/s raw x 0.85

@@ -173,9 +173,9 @@ def test_a_reader_that_left_before_the_answer_is_exit_0_without_noise(tmp_path):
 
 
 def test_a_report_that_cannot_be_written_is_exit_4_in_one_line(tmp_path):
-    """stdout on a full disk (the Slurm hook's TMPDIR): exit 4, never the verdict's 0 or 1, which the hook took for
-    "a check failed" and drained a healthy node (issue 24, item 16). /dev/full answers every write with ENOSPC.
-    The direct path ended so already; the service's fast path exited 1 (test_fleet_hooks.py, a full TMPDIR)."""
+    """stdout on a full disk (the Slurm hook's TMPDIR): exit 4, never the verdict's 0 or 1, which the hook took for "a
+    check failed" and drained a healthy node (issue 24, item 16). /dev/full answers every write with ENOSPC. The direct
+    path ended so already; the service's fast path exited 1 (tests/contrib/test_fleet_hooks.py, a full TMPDIR)."""
     with open("/dev/full", "w") as full:
         process = _run_console_script(tmp_path, full)
         _, err = process.communicate(timeout=120)

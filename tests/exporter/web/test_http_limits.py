@@ -1,6 +1,6 @@
 """The exporter's HTTP limits (issue 10, items 5, 7 and 8), in-process on loopback: the header cap, the whole-request
 deadline, bodies and pipelining never read as requests, slots that cannot leak, and a listen backlog that holds a
-burst. tests/test_exporter_attacks.py runs the same defences as a real `gpudiag serve` under attack."""
+burst. tests/e2e/test_exporter_attacks.py runs the same defences as a real `gpudiag serve` under attack."""
 
 from __future__ import annotations
 

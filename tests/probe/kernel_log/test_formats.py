@@ -1,7 +1,7 @@
 """Saved-log formats (issue 21, item 1) the corpus has no public NVRM sample of, one test each, with the line shapes
 the tools write (systemd's journalctl output modes and export format, RFC 5424, rsyslog's #012): a driver record
 read in each, a user-space record never, and a file gpudiag cannot read said so. The formats with public samples are
-replayed from tests/fixtures/field/ (tests/test_field_corpus.py)."""
+replayed from tests/fixtures/field/ (tests/probe/kernel_log/test_field_corpus.py)."""
 
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def test_amdgpu_event_kinds(message, kind, count):
 
 
 def test_every_amdgpu_kind_exercised_above_is_known():
-    # The RAS kinds are exercised in test_kernel_log_amd_ras.py, which checks that all of them are.
+    # The RAS kinds are exercised in test_amd_ras.py, which checks that all of them are.
     exercised = {kind for _, kind, _ in AMDGPU_CASES}
     assert exercised <= set(AMDGPU_EVENT_KINDS)
 

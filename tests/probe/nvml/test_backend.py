@@ -1,6 +1,6 @@
 """NvmlBackend driven through the real pynvml bindings over a fake libnvidia-ml (tests/support/fakes/fake_nvml.py): a
 healthy node, values a GPU does not support, the library and driver failing, lost and hung GPUs. Hardware faults
-are in test_probe_nvml_faults.py, NVLink and GPU pairs in test_probe_nvml_links.py."""
+are in test_faults.py, NVLink and GPU pairs in test_links.py."""
 
 from __future__ import annotations
 

@@ -250,7 +250,7 @@ class SimNode:
 
 # A real synchronize waits for the GPU outside the GIL. The fake's kernels finish at once, so without this the
 # stress's launch loop (two GPU threads) is a busy loop that starved its telemetry sampler for up to 1.5 s at a time
-# (tests/test_active_power_stress.py: a steady window of one sample, and the power verdict not judged).
+# (tests/active/test_power_stress.py: a steady window of one sample, and the power verdict not judged).
 SYNC_YIELD_SECONDS = 0.0002
 
 

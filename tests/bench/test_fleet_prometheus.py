@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
+from tests.e2e.test_prometheus import needs_prometheus
 from tests.support.paths import REPO
-from tests.test_prometheus import needs_prometheus
 
 
 

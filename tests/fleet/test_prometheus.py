@@ -25,10 +25,10 @@ from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.fleet import run
 from tests.support.nvidia_node import sysfs_for
 from tests.support.prometheus_stand_in import TLS, fleet_answers, healthy, stand_in  # noqa: F401 - stand_in: a fixture
+from tests.e2e.test_prometheus import free_port, needs_prometheus, query, start_prometheus, stop
 from tests.support.paths import REPO
 from tests.support.prometheus_stand_in import sample as _sample
 from tests.support.prometheus_stand_in import success as _success
-from tests.test_prometheus import free_port, needs_prometheus, query, start_prometheus, stop
 
 
 

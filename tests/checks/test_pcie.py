@@ -421,7 +421,7 @@ def test_a_gpu_on_the_bus_only_without_a_link_reading_skips_naming_sysfs():
 @pytest.mark.parametrize("width", [0, 63])
 def test_the_width_of_a_link_whose_speed_reads_unknown_is_never_a_failure(width):
     """sysfs reads "Unknown" and x0 for a link that is down, and x63 (all ones) from a GPU gone from the bus
-    (drivers/pci/pci-sysfs.c: both from Link Status; tests/test_probe_host.py reads them): issue 27 saw a lost GPU
+    (drivers/pci/pci-sysfs.c: both from Link Status; tests/probe/test_host.py reads them): issue 27 saw a lost GPU
     fail pcie.link_width as `Gen? x0`, and x63 would have passed as wider than x16."""
     snap = _bus_only_gpu1(current_link_generation=None, current_link_width=width)
     (result,) = node_level(run(snap, "pcie.link_width"))

@@ -27,9 +27,9 @@ from gpudiag.exporter.web.config import WebConfig
 from tests.support.exporter import wait_for
 from tests.support.fleet import run, statuses
 from tests.support.prometheus_stand_in import healthy, sample, stand_in, success  # noqa: F401 - stand_in: a fixture
+from tests.e2e.test_prometheus import needs_prometheus, query, start_prometheus, stop
 from tests.support.paths import REPO
 from tests.support.snapshots import nvidia_h200_node
-from tests.test_prometheus import needs_prometheus, query, start_prometheus, stop
 
 
 

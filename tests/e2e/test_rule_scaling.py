@@ -1,6 +1,6 @@
-"""The time compression tests/test_alerting.py runs the shipped alerting under (tests/support/rule_scaling.py): exact on
-the literals, and faithful on the rules as a whole, since the promtool suite of the shipped rules passes at every scale
-on the scaled rules with its times scaled alike, and fails when only the rules are scaled."""
+"""The time compression tests/e2e/test_alerting.py runs the shipped alerting under (tests/support/rule_scaling.py):
+exact on the literals, and faithful on the rules as a whole, since the promtool suite of the shipped rules passes at
+every scale on the scaled rules with its times scaled alike, and fails when only the rules are scaled."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """topology.fabric and driver.recovery_action judged on snapshots (issue 16): each verdict at its boundary, with the
 exact status, action and fault code. The end-to-end side (the fake libnvidia-ml, `gpudiag check --json`, the
-exporter) is in tests/test_driver_health.py."""
+exporter) is in tests/checks/test_driver_health.py."""
 
 from __future__ import annotations
 

@@ -272,7 +272,7 @@ def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
     alert goes pending at once (it fires after its `for: 2m`), and the one for another vendor's library does not."""
     import yaml
 
-    from tests.test_prometheus import RULES, query, start_prometheus, stop
+    from tests.e2e.test_prometheus import RULES, query, start_prometheus, stop
 
     exporter = subprocess.Popen(
         [sys.executable, "-m", "tests.support.exporter_node", str(tmp_path / "root"), "0", "--", "--listen",

@@ -75,8 +75,8 @@ def test_each_site_knows_the_functions_around_it(tmp_path):
 
 def test_candidate_tests_follow_the_imports():
     tests = mutate.candidate_tests([TARGET])
-    assert "tests/test_checks_thermal.py" in tests and "tests/test_pinned_tables.py" in tests
-    assert "tests/test_mutate_tool.py" not in tests and "tests/probe/kernel_log/test_reader.py" not in tests
+    assert "tests/checks/test_thermal.py" in tests and "tests/checks/test_pinned_tables.py" in tests
+    assert "tests/e2e/test_mutate_tool.py" not in tests and "tests/probe/kernel_log/test_reader.py" not in tests
 
 
 _JUDGE = '''\

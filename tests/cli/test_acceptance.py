@@ -8,11 +8,11 @@ import json
 import pytest
 
 from gpudiag.model.recording import save_snapshot
+from tests.cli.test_cli import run
 from tests.support.acceptance_nodes import nvidia_h200_8x
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.nvidia_node import sysfs_for
 from tests.support.snapshots import amd_mi300x_node
-from tests.test_cli import run
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ import pytest
 from gpudiag import fileio
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model.recording import load_snapshot, save_snapshot
+from tests.cli.test_cli import RECORDED, run
 from tests.support.acceptance_nodes import nvidia_h200_8x
 from tests.support.paths import REPO
-from tests.test_cli import RECORDED, run
 
 MESSAGE = {
     "fifo": "not a regular file (a FIFO)",
