@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpudiag"

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from tests.support.paths import REPO
 
 README = (REPO / "README.md").read_text()

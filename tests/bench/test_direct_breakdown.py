@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+
 from tests.support.paths import REPO
 
 

@@ -10,6 +10,7 @@ import re
 import shlex
 
 import pytest
+
 from tests.support.paths import REPO
 
 CONTAINERFILE = REPO / "contrib" / "kubernetes" / "Containerfile"

@@ -9,6 +9,7 @@ import copy
 from pathlib import Path
 
 import pytest
+
 from tests.support.paths import FIXTURES, REPO
 
 yaml = pytest.importorskip("yaml")

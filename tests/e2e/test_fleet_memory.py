@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.support.paths import REPO
 
 REPORT_BOUND_MIB = 100  # as docs/fleet.md states them

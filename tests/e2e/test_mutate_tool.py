@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow  # each test runs a mutation run of its own (tests/README.md)
@@ -131,7 +132,7 @@ import pytest
 
 from pkg.judge import Gauge, action, clamp, cli_verdict, countdown, verdict
 
-ROOT = REPO
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

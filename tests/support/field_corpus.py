@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+
 from tests.support.paths import FIXTURES
 
 FIELD = FIXTURES / "field"

@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 from typing import Callable, Optional
+
 from tests.support.paths import FIXTURES
 
 TEMPLATE = FIXTURES / "h200" / "recorded" / "check-level2.json"

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional, Union
 
 import pytest
+
 from tests.support.paths import FIXTURES
 
 TLS = FIXTURES / "tls"

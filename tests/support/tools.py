@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from types import ModuleType
+
 from tests.support.paths import REPO
 
 TOOLS = REPO / "tools"
