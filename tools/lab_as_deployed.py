@@ -1,6 +1,6 @@
 """On a real GPU node (as root): `gpudiag check --direct --json` as root and as the shipped units run gpudiag (the
 `nobody` user in groups video and render, exactly CAP_SYSLOG, NoNewPrivileges), compared result by result. The fake
-nodes of tests/test_as_deployed.py cannot show what the real vendor libraries refuse an unprivileged caller (NVML's
+nodes of tests/e2e/test_as_deployed.py cannot show what the real vendor libraries refuse an unprivileged caller (NVML's
 NO_PERMISSION answers, /dev/nvidia* modes, amdsmi's debugfs reads); this measures it (issue 33, item 1).
 
     PYTHONPATH=. python3 tools/lab_as_deployed.py

@@ -1,7 +1,7 @@
 """`gpudiag root-facts`: as root, record what the unprivileged service and textfile timer cannot read (the PCIe bridges'
 ACS control, earlier boots in the systemd journal) in their state directory. The shipped units run it as
 `ExecStartPre=-+` (root, outside their sandbox; a failure does not stop the service, whose checks then say what is
-missing). gpudiag/probe/root_facts.py says what is recorded and how the record is used; docs/service.md why."""
+missing). gpudiag/probe/root_facts/record.py says what is recorded and how the record is used; docs/service.md why."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Optional
 
 import typer
 
-from gpudiag.cli.node_collect import PASSIVE_DEFAULT_TIMEOUT, UsageProblem
-from gpudiag.cli.options import RootOption, TimeoutOption
+from gpudiag.cli.shared.node_collect import PASSIVE_DEFAULT_TIMEOUT, UsageProblem
+from gpudiag.cli.shared.options import RootOption, TimeoutOption
 
 
 def root_facts(
@@ -25,9 +25,9 @@ def root_facts(
 ) -> None:
     """As root: record the bridges' ACS control and earlier boots' driver faults for the unprivileged service."""
     from gpudiag.fileio import write_atomically
-    from gpudiag.probe import root_facts as facts_of
     from gpudiag.probe.host import read_boot_id
-    from gpudiag.probe.root_facts_gather import gather
+    from gpudiag.probe.root_facts import record as facts_of
+    from gpudiag.probe.root_facts.gather import gather
     from gpudiag.service import state_dir as default_state_dir
 
     if os.geteuid() != 0:

@@ -113,7 +113,7 @@ class PciBridge:
     acs_state: str = "unreadable"
     acs: Optional[AcsControl] = None
     config_bytes_read: Optional[int] = None
-    # Where `acs` came from a record root wrote (gpudiag/probe/root_facts.py: this process could not read it), when
+    # Where `acs` came from a record root wrote (probe/root_facts/record.py: this process could not read it), when
     # root wrote it (ISO 8601 UTC); None: read by this process.
     acs_recorded_at: Optional[str] = None
 
@@ -135,7 +135,7 @@ class GpuDirectInputs:
 @dataclass
 class CounterReading:
     """The port counters of the collection before this one, so that the checks can judge rates since then (a
-    collector that reads again keeps its last reading: gpudiag/probe/rdma_history.py)."""
+    collector that reads again keeps its last reading: gpudiag/probe/network/history.py)."""
 
     seconds_before: float  # how long before this reading it was taken (monotonic clock)
     # "<device>/<port>" → {counter name: value}: counters/ and hw_counters/ by their file names (hw_counters under
@@ -154,7 +154,7 @@ def port_key(device: str, port: int) -> str:
 
 @dataclass
 class NetworkInfo:
-    """One read of the node's RDMA NICs (gpudiag/probe/rdma.py read_network)."""
+    """One read of the node's RDMA NICs (gpudiag/probe/network/rdma.py read_network)."""
 
     # The class directory was listed, or is absent (no RDMA devices: nothing to read); False: sysfs itself could not
     # be read under the root, or /sys/class/infiniband exists and could not be listed.
@@ -167,8 +167,9 @@ class NetworkInfo:
     incomplete: Optional[str] = None  # why not everything was read (deadline, a cap), or None
     errors: list[ProbeError] = field(default_factory=list)  # node-level; per-device ones are on the device
     previous: Optional[CounterReading] = None  # the previous collection's counters; None: this is the first read
-    # Where some bridges' ACS control could not be read here: what became of root's record of it (probe/root_facts.py),
-    # e.g. "recorded by root 3 min ago (…)" or "no record at /var/lib/gpudiag/root-facts.json"; None: not needed.
+    # Where some bridges' ACS control could not be read here: what became of root's record of it
+    # (probe/root_facts/record.py), e.g. "recorded by root 3 min ago (…)" or "no record at
+    # /var/lib/gpudiag/root-facts.json"; None: not needed.
     acs_record: Optional[str] = None
 
     def device(self, name: str) -> Optional[RdmaDevice]:
