@@ -107,7 +107,7 @@ def _refuse_non_regular(path: Path) -> None:
     except OSError:
         return  # the write itself will say what is wrong with the path
     if not stat.S_ISREG(st.st_mode):
-        raise NotARegularFile(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)}); use - for standard output",
+        raise NotARegularFile(errno.EINVAL, f"not a regular file ({file_kind(st.st_mode)}); use - for standard output",
                               str(path))
 
 
@@ -219,7 +219,7 @@ def read_bytes(path: Path | str, max_bytes: int, truncate: bool = False) -> byte
     try:
         st = os.fstat(fd)  # the file opened, not whatever the name points at by now
         if not stat.S_ISREG(st.st_mode):
-            raise DocumentError(f"not a regular file ({_kind(st.st_mode)})")
+            raise DocumentError(f"not a regular file ({file_kind(st.st_mode)})")
         if st.st_size > max_bytes and not truncate:
             raise DocumentError(_too_large(st.st_size, max_bytes))
         return _read_at_most(fd, max_bytes + 1)  # st_size can lie (a file growing, /proc files say 0)
@@ -294,7 +294,8 @@ def read_json(path: Path | str, max_bytes: int) -> Any:
         raise DocumentError(f"not JSON: {exc}") from None
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words: "a FIFO", "a character device", … (from its st_mode)."""
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
         if test(mode):

@@ -22,7 +22,7 @@ from gpudiag.cli.profiles import profiles
 from gpudiag.cli.root_facts import root_facts
 from gpudiag.cli.serve.command import serve
 from gpudiag.cli.shared import habits
-from gpudiag.cli.shared.node_collect import exit_for_failure, start_logging
+from gpudiag.cli.shared.node_collect import error_line, exit_for_failure, start_logging
 from gpudiag.cli.snapshot import snapshot
 from gpudiag.cli.textfile import textfile
 from gpudiag.exitcodes import ExitCode
@@ -73,7 +73,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except click.exceptions.UsageError as exc:
-        print(f"gpudiag: error: {exc.format_message()}", file=sys.stderr)
+        print(f"gpudiag: error: {error_line(exc.format_message())}", file=sys.stderr)
         return ExitCode.USAGE
     except typer.Abort:
         print("gpudiag: aborted", file=sys.stderr)

@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from gpudiag.cli.shared.node_collect import UsageProblem
-from gpudiag.cli.shared.options import OutputFormat
+from gpudiag.cli.shared.options import OutputFormat, finite
 from gpudiag.exitcodes import ExitCode
 
 DEFAULT_THRESHOLD_PERCENT = 5.0
@@ -33,9 +33,9 @@ def fleet(
     bearer_token_file: Optional[str] = typer.Option(None, "--bearer-token-file", help="File holding a bearer token."),
     ca_file: Optional[str] = typer.Option(None, "--ca-file", help="CA certificate(s) to verify Prometheus's TLS certificate."),
     insecure: bool = typer.Option(False, "--insecure-skip-verify", help="Do not verify Prometheus's TLS certificate."),
-    timeout: float = typer.Option(30.0, "--timeout", min=0.5, help="Seconds for all Prometheus queries together."),
-    stale_after: float = typer.Option(600.0, "--stale-after", min=1.0, help="A node whose last collection is older than this many seconds is silent."),
-    threshold: float = typer.Option(DEFAULT_THRESHOLD_PERCENT, "--threshold", min=0.0, max=100.0, help="Percent below the peers' median at which a load-test figure lags."),
+    timeout: float = typer.Option(30.0, "--timeout", min=0.5, callback=finite, help="Seconds for all Prometheus queries together."),
+    stale_after: float = typer.Option(600.0, "--stale-after", min=1.0, callback=finite, help="A node whose last collection is older than this many seconds is silent."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD_PERCENT, "--threshold", min=0.0, max=100.0, callback=finite, help="Percent below the peers' median at which a load-test figure lags."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="Output format."),
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from importlib import resources
@@ -85,14 +86,22 @@ def _is(value: Any, base: Any) -> bool:
     return isinstance(value, base)
 
 
+def _finite(key: str, value: Any) -> Any:
+    """A number to judge by: nan compares false with every threshold and inf passes or fails everything (a nan
+    window hid an Xid 48: issue 33, item 6), so neither is taken, from a profile or from -p."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ExpectationError(key, f"{value} is not a finite number")
+    return value
+
+
 def _from_toml(key: str, hint: Any, value: Any) -> Any:
     if key == "kernel_log_window_seconds" and value == SINCE_BOOT:
         return None
     base, _, item = _shape(hint)
     if base is tuple and isinstance(value, list) and all(_is(v, item) for v in value):
-        return tuple(value)
+        return tuple(_finite(key, v) for v in value)
     if base is not tuple and _is(value, base):
-        return float(value) if base is float else value
+        return _finite(key, float(value)) if base is float else value
     raise ExpectationError(key, f"expected {_type_name(hint)}, got {type(value).__name__} {value!r}")
 
 
@@ -100,9 +109,10 @@ def _parse_word(key: str, base: Any, text: str) -> Any:
     try:
         if base is bool:
             return _BOOL_WORDS[text.lower()]
-        return base(text)
+        value = base(text)
     except (KeyError, ValueError):
         raise ExpectationError(key, f"{text!r} is not {_type_name(base)}") from None
+    return _finite(key, value)
 
 
 def _from_text(key: str, hint: Any, text: str) -> Any:

@@ -13,6 +13,7 @@ from gpudiag.model import CheckResult, NodeSnapshot
 from gpudiag.model.common import normalize_pci_bus_id
 
 MAX_SHOWN = 16  # GPUs named in the refusal of one that is not there
+MAX_INDEX_DIGITS = 9
 
 
 def _bus(text: str) -> Optional[str]:
@@ -20,6 +21,17 @@ def _bus(text: str) -> Optional[str]:
         return normalize_pci_bus_id(text)
     except ValueError:
         return None
+
+
+def _index(text: str) -> Optional[int]:
+    """A GPU index: a few decimal digits. Python refuses to convert more than 4300 digits (its message names
+    sys.set_int_max_str_digits: no answer to `-i`), and no node has a GPU past 9 of them."""
+    return int(text) if text.isdigit() and len(text) <= MAX_INDEX_DIGITS else None
+
+
+def _named(text: str) -> str:
+    """What the user wrote, quoted, and shortened when long (a line of 5,000 digits is no clear error)."""
+    return repr(text) if len(text) <= 60 else f"{text[:40]!r}… ({len(text)} characters)"
 
 
 def known_gpus(snapshot: NodeSnapshot) -> list[tuple[Optional[int], Optional[str], Optional[str]]]:
@@ -37,13 +49,14 @@ def select_gpus(snapshot: NodeSnapshot, wanted: Iterable[str]) -> tuple[set[int]
     for name in wanted:
         text = name.strip()
         bus = _bus(text) if ":" in text else None
-        match = [g for g in known if (text.isdigit() and g[0] == int(text)) or (bus is not None and g[1] == bus)
+        number = _index(text)
+        match = [g for g in known if (number is not None and g[0] == number) or (bus is not None and g[1] == bus)
                  or (g[2] is not None and g[2].lower() == text.lower())]
         if not match:
             shown = "; ".join(f"{'?' if index is None else index} ({', '.join(p for p in (bus_id, uuid) if p)})"
                               for index, bus_id, uuid in known[:MAX_SHOWN])
             more = f", and {len(known) - MAX_SHOWN} more" if len(known) > MAX_SHOWN else ""
-            raise ValueError(f"--gpu {text[:60]!r}: no such GPU on this node; it has "
+            raise ValueError(f"--gpu {_named(text)}: no such GPU on this node; it has "
                              f"{shown + more if known else 'none'}")
         for index, bus_id, _ in match:
             if index is not None:

@@ -4,6 +4,7 @@ refused command leaves nothing behind; help texts say only what applies to their
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,44 @@ def test_serve_listen_names_every_endpoint():
     listen_help = options_of("serve")["--listen"]
     for path in (*PATHS, "/"):
         assert f"{path} " in listen_help or f"{path}," in listen_help, path
+
+
+# -- what a file or a number on the command line is (issue 33, item 7) --------------------------------------------
+
+
+@pytest.mark.parametrize("make,what", [(os.mkfifo, "a FIFO"), (None, "no such file")], ids=["fifo", "missing"])
+def test_a_kernel_log_that_is_a_fifo_says_so_and_a_missing_one_no_such_file(tmp_path, capsys, make, what):
+    """A FIFO (or `--kernel-log <(dmesg)`, a pipe) is no saved log: reading it would wait for a writer. It is said to
+    be one, not "no such file"."""
+    (tmp_path / "sys").mkdir()
+    log = tmp_path / "kernel.log"
+    if make is not None:
+        make(log)
+    err = refused(capsys, "check", "--root", str(tmp_path), "--kernel-log", str(log), "--direct")
+    assert f"--kernel-log {log}: " in err and what in err
+    if make is not None:
+        assert "no such file" not in err and "save the log" in err
+
+
+def test_a_kernel_log_that_is_a_device_says_so(tmp_path, capsys):
+    (tmp_path / "sys").mkdir()
+    err = refused(capsys, "check", "--root", str(tmp_path), "--kernel-log", "/dev/null", "--direct")
+    assert "--kernel-log /dev/null: not a regular file (a character device)" in err
+
+
+def test_a_gpu_index_of_5000_digits_is_one_clear_line(capsys):
+    """Python refuses to turn more than 4300 digits into an int (sys.get_int_max_str_digits): its message, naming
+    sys.set_int_max_str_digits, is no answer to `-i`."""
+    from tests.support.checklist_scenarios import single_fault
+
+    code, out = single_fault("nvidia-healthy", "-i", "9" * 5000)
+    err = capsys.readouterr().err
+    assert (code, out) == (ExitCode.USAGE, "")
+    assert err.startswith("gpudiag: error: --gpu '99999") and len(err.strip().splitlines()) == 1
+    assert "no such GPU on this node" in err and "5000 characters" in err and len(err) < 400
+    assert "int_max_str_digits" not in err and "Exceeds the limit" not in err
+
+
+def test_an_option_value_of_5000_characters_is_shortened_in_the_one_line(tmp_path, capsys):
+    err = refused(capsys, "check", "--root", str(tmp_path), "--level", "9" * 5000)
+    assert "--level" in err and "…(5002 characters)" in err and len(err) < 300  # the digits and their quotes

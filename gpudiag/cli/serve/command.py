@@ -11,7 +11,7 @@ import typer
 from gpudiag.cli.shared.node_collect import UsageProblem, collect_options
 from gpudiag.cli.shared.node_collect import expectations as read_expectations
 from gpudiag.cli.shared.options import (BaselineOption, KernelLogOption, LogFormat, LogLevel, ParamOption,
-                                        ProfileOption, RootOption, SocketOption, TimeoutOption)
+                                        ProfileOption, RootOption, SocketOption, TimeoutOption, finite)
 
 
 # gpudiag.exporter.web.listen.DEFAULT_LISTEN, spelled out so that the CLI does not import the exporter (and
@@ -37,7 +37,7 @@ def serve(
         help="HOST:PORT to serve /metrics, /healthz, /livez and a landing page at / on; :PORT is every interface. Repeat it (or comma-separate) to serve on several; one that cannot be bound refuses them all. Default: $GPUDIAG_LISTEN, else :9858."),
     systemd_socket: bool = typer.Option(False, "--web.systemd-socket", help="Serve on the listening socket(s) systemd passes (socket activation: gpudiag.socket owns the port) instead of --listen / $GPUDIAG_LISTEN."),
     web_config: Optional[Path] = typer.Option(None, "--web-config", "--web.config.file", help="TLS, basic auth, rate limit, headers (exporter-toolkit web-config YAML)."),
-    interval: float = typer.Option(15.0, "--interval", min=0.5, help="Seconds between collections."),
+    interval: float = typer.Option(15.0, "--interval", min=0.5, callback=finite, help="Seconds between collections."),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,

@@ -27,12 +27,22 @@ def start_logging(debug: bool) -> None:
                         format="gpudiag: %(levelname)s: %(message)s")
 
 
+LONGEST_WORD = 256  # characters of one word of an error line (a long path fits); what the user typed can be any length
+
+
+def error_line(message: str) -> str:
+    """`message` as one line, every word longer than LONGEST_WORD shortened with its length: an error that quotes
+    what the user typed (5,000 digits, a megabyte of argument) stays one line to read."""
+    words = " ".join(message.split()).split(" ")
+    return " ".join(w if len(w) <= LONGEST_WORD else f"{w[:64]}…({len(w)} characters)" for w in words)
+
+
 def exit_for_failure(exc: Exception, debug: bool) -> int:
     """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/cli/check/direct.py
     alike: bad input is one line and exit 2, a reader that left early (a broken pipe) exit 0, anything else one line and
     exit 4 instead of a traceback (GPUDIAG_DEBUG=1 raises it again)."""
     if isinstance(exc, UsageProblem):
-        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        print(f"gpudiag: error: {error_line(str(exc))}", file=sys.stderr)
         return ExitCode.USAGE
     if isinstance(exc, BrokenPipeError):
         return ExitCode.OK
@@ -69,12 +79,30 @@ def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[fl
     timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
     if not (root / "sys").is_dir() and root != Path("/"):
         raise UsageProblem(f"--root {root}: no sys/ directory under it")
-    if kernel_log is not None and kernel_log.is_dir():
-        raise UsageProblem(f"--kernel-log {kernel_log}: is a directory; give the saved log file")
-    if kernel_log is not None and not kernel_log.is_file():
-        raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
+    if kernel_log is not None:
+        _saved_log(kernel_log)
     return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout,
                           parts=PROBE_PARTS if parts is None else parts, state_dir=journal_dir(root, state_dir))
+
+
+def _saved_log(path: Path) -> None:
+    """--kernel-log names a saved log: a regular file. Anything else is refused as what it is (a FIFO or a pipe such
+    as `<(dmesg)` would make the reader wait for a writer; the reader takes regular files only, gpudiag/fileio.py)."""
+    import stat
+
+    from gpudiag.fileio import file_kind
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise UsageProblem(f"--kernel-log {path}: no such file") from None
+    except OSError as exc:
+        raise UsageProblem(f"--kernel-log {path}: cannot be read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise UsageProblem(f"--kernel-log {path}: is a directory; give the saved log file")
+    if not stat.S_ISREG(mode):
+        raise UsageProblem(f"--kernel-log {path}: not a regular file ({file_kind(mode)}); save the log to a file "
+                           f"first (`dmesg > kernel.log`, `journalctl -k -b > kernel.log`) and give that")
 
 
 def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None,

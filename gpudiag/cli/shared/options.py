@@ -4,6 +4,7 @@ declaration each), and reading a recording or writing an output file as every co
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -36,19 +37,27 @@ class OutputFormat(str, Enum):
     junit = "junit"
 
 
+def finite(param: typer.CallbackParam, value: Optional[float]) -> Optional[float]:
+    """A number option's value, refused when it is not finite: typer's min/max let nan through (every comparison with
+    it is false), and an infinite deadline or a nan threshold is no number to judge by (issue 33, item 6)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number", param=param)
+    return value
+
+
 RootOption = typer.Option(Path("/"), "--root", help="Read ROOT/sys, ROOT/proc and ROOT/dev/kmsg (a test seam).")
 KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
 # Only the commands with --level (check, textfile) mention it: the others have no load tests to wait for.
-TimeoutOption = typer.Option(None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10).")
+TimeoutOption = typer.Option(None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the node (default 10).")
 LevelTimeoutOption = typer.Option(
-    None, "--timeout", min=0.1, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
+    None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
 )
 # What the node should be: `check`, `serve` and `textfile` judge against the same expectations (node_collect.py).
 ProfileOption = typer.Option(None, "--profile", autocompletion=complete_profile, help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
-StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
+StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, callback=finite, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
 BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")
 SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
 
