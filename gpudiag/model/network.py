@@ -52,6 +52,10 @@ class RdmaPort:
     counters_unsupported: list[str] = field(default_factory=list)
     hw_counters: dict[str, int] = field(default_factory=dict)  # hw_counters/ (driver-specific names), lifespan left out
     hw_counters_unsupported: list[str] = field(default_factory=list)
+    # Counters that could not be read, and why (the probe error's message): "counters/<name>" or "hw_counters/<name>"
+    # for a file that failed its read or held no u64 (a directory, "garbage", "-5", 20 digits past a u64, empty),
+    # "counters" or "hw_counters" for a directory that could not be listed. Such a counter is not judged clean.
+    counters_unreadable: dict[str, str] = field(default_factory=dict)
     rcv_data_bytes: Optional[int] = None  # 4 × counters["port_rcv_data"]
     xmit_data_bytes: Optional[int] = None  # 4 × counters["port_xmit_data"]
     netdev: Optional[NetDev] = None  # RoCE (link_layer Ethernet) ports only
@@ -63,6 +67,9 @@ class RdmaDevice:
 
     name: str  # "mlx5_0", "bnxt_re0", "rocep9s0" (rdma-core's udev naming)
     pci_bus_id: Optional[str] = None  # lowercase, 4-digit domain; None where `device` is no PCI function
+    # Why the PCI function behind `device` could not be found (the link unreadable, looping, or naming a function
+    # that is not there); None: read, or no `device` link at all (a software RDMA device such as rxe).
+    pci_unreadable: Optional[str] = None
     vendor_id: Optional[str] = None  # "0x15b3" Mellanox/NVIDIA, "0x14e4" Broadcom, "0x1dd8" AMD Pensando
     device_id: Optional[str] = None  # "0x1021" ConnectX-7
     driver: Optional[str] = None  # the PCI driver bound to the function: "mlx5_core" | "bnxt_en" | "ionic" | …

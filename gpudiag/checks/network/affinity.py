@@ -29,7 +29,8 @@ from typing import Optional
 
 from gpudiag.checks.common import (Check, PhysicalGpu, failed, passed, physical_gpus, skipped, unknown, vendors_present,
                                    verdict, warned)
-from gpudiag.checks.network.common import AFFINITY, GPUDIRECT, fabric_to_judge, label
+from gpudiag.checks.network.common import (AFFINITY, GPUDIRECT, UNLOCATED_ADVICE, fabric_to_judge, label,
+                                           located_text, not_read, unlocated)
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot, Status, Vendor
 from gpudiag.model.network import NetworkInfo, PciBridge, RdmaDevice
@@ -120,13 +121,27 @@ def affinity(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
         else:
             allowed, source = RELATIONS[:best + 1], f"the best GPU of this node ({RELATIONS[best]})"
     paired = settings.pairs()
+    nowhere = unlocated(snapshot.network)
     results = []
     for gpu in gpus:
         rel = found[id(gpu)]
         must = ("PIX", "PXB") if gpu.pci_bus_id in paired else allowed
-        results.append(_judge_affinity(gpu, rel, must, source if gpu.pci_bus_id not in paired
-                                              else f"the profile's pair {paired[gpu.pci_bus_id]}"))
-    return results
+        result = _judge_affinity(gpu, rel, must, source if gpu.pci_bus_id not in paired
+                                 else f"the profile's pair {paired[gpu.pci_bus_id]}")
+        maybe = [d for d in nowhere if gpu.pci_bus_id not in paired or d.name == paired[gpu.pci_bus_id]]
+        if maybe and result.status in (Status.FAIL, Status.WARN):
+            result = _not_placed(gpu, maybe, result)
+        results.append(result)
+    return results + not_read(AFFINITY, snapshot.network)
+
+
+def _not_placed(gpu: PhysicalGpu, maybe: list[RdmaDevice], judged: CheckResult) -> CheckResult:
+    """A GPU without a NIC near it among the NICs placed on the PCI bus, while some NIC could not be placed: that
+    one may be its NIC, below its switch. Unknown, not a fault (issue 33, item 5)."""
+    return unknown(AFFINITY, gpu.device, f"{gpu.label}: no NIC placed near it, and the PCI function of "
+                                         f"{located_text(maybe)}: it may be this GPU's NIC",
+                   observed={**(judged.observed or {}), "unlocated": {d.name: d.pci_unreadable for d in maybe}},
+                   expected=judged.expected, remediation=UNLOCATED_ADVICE + f" Then look at {_topo_command(gpu)}.")
 
 
 def _judge_affinity(gpu: PhysicalGpu, rel: Optional[Relation], allowed: tuple[str, ...], source: str) -> CheckResult:
@@ -279,6 +294,7 @@ def gpudirect(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
             unread.append(gpu.pci_bus_id or "?")
         else:
             results.append(result)
+    results += not_read(GPUDIRECT, info)
     if unread:
         states = sorted({b.acs_state for b in info.bridges if b.acs_state in ("unreadable", "error")})
         record = f"; root's record: {info.acs_record}" if info.acs_record else ""

@@ -160,23 +160,70 @@ def _no_rdma_advice(settings: NetworkSettings) -> str:
 
 def each_fabric_port(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettings,
                      judge: Callable[[RdmaDevice, RdmaPort, list[RdmaDevice]], CheckResult]) -> list[CheckResult]:
-    """judge(device, port, fabric) for every port of every fabric NIC, or the results that say why there is none."""
+    """judge(device, port, fabric) for every port of every fabric NIC, or the results that say why there is none;
+    and what was left unread (not_read)."""
     fabric, nothing = fabric_to_judge(check_id, snapshot, settings)
     if nothing is not None:
         return nothing
-    return [judge(device, port, fabric) for device in fabric for port in device.ports]
+    return [judge(device, port, fabric) for device in fabric for port in device.ports] + \
+        not_read(check_id, snapshot.network)
 
 
 def fabric_to_judge(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettings
                     ) -> tuple[list[RdmaDevice], Optional[list[CheckResult]]]:
-    """(the fabric NICs, None), or ([], the results that say why there is nothing to judge)."""
+    """(the fabric NICs, None), or ([], the results that say why there is nothing to judge). No fabric NIC among
+    those read is unknown where some were not read or not placed on the PCI bus (they may be the fabric's)."""
     early = not_collected(check_id, snapshot, settings)
     if early is not None:
         return [], early
     fabric, _ = fabric_nics(snapshot.network, settings)
     if not fabric:
-        return [], [skipped(check_id, None, "no fabric NIC on this node: nothing to judge")]
+        lost = not_read(check_id, snapshot.network)
+        nowhere = unlocated(snapshot.network)
+        if nowhere:
+            lost.append(unknown(check_id, None, f"no fabric NIC among the RDMA devices read, and the PCI function of "
+                                                f"{located_text(nowhere)}: they may be the fabric's",
+                                observed={"unlocated": {d.name: d.pci_unreadable for d in nowhere}},
+                                expected="every RDMA device's PCI function readable", remediation=UNLOCATED_ADVICE))
+        return [], lost or [skipped(check_id, None, "no fabric NIC on this node: nothing to judge")]
     return fabric, None
+
+
+def not_read(check_id: str, info: NetworkInfo) -> list[CheckResult]:
+    """One unknown naming the RDMA devices and ports the probe left unread (its caps, its deadline), so that a port
+    among them is not taken for judged; none when everything was read (issue 33, item 4)."""
+    ports = {d.name: d.ports_skipped for d in info.devices if d.ports_skipped}
+    if not info.devices_skipped and not ports:
+        return []
+    parts = []
+    if info.devices_skipped:
+        parts.append(f"{info.devices_skipped} RDMA device(s) were not read ({info.incomplete})")
+    if ports:
+        parts.append(f"{sum(ports.values())} port(s) of {', '.join(sorted(ports)[:4])}"
+                     f"{' …' if len(ports) > 4 else ''} were past the probe's cap")
+    return [unknown(check_id, None, "; ".join(parts) + ": they are not judged",
+                    observed={"devices_read": len(info.devices), "devices_skipped": info.devices_skipped,
+                              "ports_skipped": ports, "incomplete": info.incomplete},
+                    expected="every RDMA device and port read",
+                    remediation="Re-run with a longer --timeout. `ls /sys/class/infiniband | wc -l` counts the RDMA "
+                                "devices: each SR-IOV virtual function is one, so VFs that are not in use can be "
+                                "removed (`echo 0 > /sys/bus/pci/devices/<PF>/sriov_numvfs`).")]
+
+
+def unlocated(info: NetworkInfo) -> list[RdmaDevice]:
+    """The RDMA devices whose PCI function could not be found (RdmaDevice.pci_unreadable)."""
+    return [d for d in info.devices if d.pci_unreadable]
+
+
+def located_text(devices: list[RdmaDevice]) -> str:
+    """"mlx5_0 could not be read (why)", for a message; several named, the first why given."""
+    names = ", ".join(d.name for d in devices[:4]) + (" …" if len(devices) > 4 else "")
+    return f"{names} could not be read ({devices[0].pci_unreadable})"
+
+
+UNLOCATED_ADVICE = ("Look at the NIC's `device` link (`ls -l /sys/class/infiniband/<nic>/device`): unreadable is a "
+                    "reader without rights (run gpudiag as root); a link to nothing is a NIC whose PCI function went "
+                    "away (`dmesg | grep -e mlx5 -e bnxt -e ionic`, `lspci -nn -d 15b3:`): reseat or reset it.")
 
 
 def counter_width_bits(name: str) -> Optional[int]:

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 from gpudiag.checks.common import Check, passed, skipped, unknown, verdict
 from gpudiag.checks.fabric import uptime_seconds
 from gpudiag.checks.network.common import (ERRORS, FLAPS, confirm, each_fabric_port, fabric_to_judge, ident, label,
-                                           saturated)
+                                           not_read, saturated)
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
@@ -92,7 +92,35 @@ def _value(port: RdmaPort, key: str) -> Optional[int]:
 class Finding:
     status: Status
     text: str
-    cause: str
+    cause: Optional[str]  # a key of _ADVICE; None: nothing wrong on the wire is known (an unknown)
+    advice: Optional[str] = None  # what to do about an unknown
+
+
+_UNREAD_ADVICE = ("Read the counters named in `observed` by hand (`cat /sys/class/infiniband/{nic}/ports/{port}/"
+                  "counters/*`): permission denied is a reader without rights (run gpudiag as root); an I/O error or "
+                  "a value no kernel prints is a NIC whose driver or firmware stopped answering (`dmesg | grep -e "
+                  "mlx5 -e bnxt -e ionic`; reset or reseat it).")
+_CLOCK_ADVICE = ("Run gpudiag where the boot time is readable (/proc/stat btime), or from `gpudiag serve`, which "
+                 "judges the rate between collections.")
+MAX_NAMED = 3  # unreadable counters named in a message; the rest counted (all of them are in `observed`)
+
+
+def _unread(port: RdmaPort) -> dict[str, str]:
+    """The counters the rules judge that could not be read: "counters/<name>" (or the whole directory) → why."""
+    found = {}
+    for rule in RULES:
+        directory = "hw_counters" if rule.key.startswith("hw:") else "counters"
+        for key in (directory, f"{directory}/{rule.key.removeprefix('hw:')}"):
+            if key in port.counters_unreadable:
+                found[key] = port.counters_unreadable[key]
+    return found
+
+
+def _unread_finding(unread: dict[str, str]) -> Finding:
+    named = [f"{key}{'/ could not be listed' if '/' not in key else ' could not be read'} ({why})"
+             for key, why in list(unread.items())[:MAX_NAMED]]
+    more = f"; and {len(unread) - MAX_NAMED} more counters" if len(unread) > MAX_NAMED else ""
+    return Finding(Status.UNKNOWN, "; ".join(named) + more + ": their errors cannot be seen", None, _UNREAD_ADVICE)
 
 
 def _rate_finding(rule: Rule, count: int, seconds: float, settings: NetworkSettings, since: str,
@@ -128,7 +156,7 @@ def _since_boot(rule: Rule, name: str, value: int, uptime: Optional[float],
         return Finding(Status.WARN, f"{bound}{value:,} {rule.what}{top} since the counters were cleared", rule.cause)
     if uptime is None or uptime <= 0:
         return Finding(Status.UNKNOWN, f"{value:,} {rule.what} since the counters were cleared, at a rate that "
-                                       f"cannot be told (the time since boot is unknown)", rule.cause)
+                                       f"cannot be told (the time since boot is unknown)", rule.cause, _CLOCK_ADVICE)
     finding = _rate_finding(rule, value, uptime, settings, "since boot", at_least)
     if finding is None and at_least:
         return Finding(Status.WARN, f"{rule.what} at {value:,}, the counter's top: new ones cannot be seen",
@@ -172,7 +200,10 @@ def _judge_port(device: RdmaDevice, port: RdmaPort, snapshot: NodeSnapshot, sett
     carrier = _carrier_finding(port, before, previous.seconds_before if previous else 0.0)
     if carrier is not None:
         findings.append(carrier)
-    if not read:
+    unread = _unread(port)
+    if unread:
+        findings.append(_unread_finding(unread))
+    elif not read:
         refused = port.counters_unsupported or port.hw_counters_unsupported
         if refused:
             return skipped(ERRORS, None, f"{where}: its error counters refuse to be read (a PF the firmware "
@@ -181,6 +212,8 @@ def _judge_port(device: RdmaDevice, port: RdmaPort, snapshot: NodeSnapshot, sett
                                      f"sysfs (counters/ absent or empty)")
     observed = {**ident(device, port), "counters": read,
                 "seconds_since_boot": None if uptime is None else round(uptime)}
+    if unread:
+        observed["unreadable"] = unread
     if previous is not None:
         observed["seconds_since_previous"] = round(previous.seconds_before, 1)
     expected = (f"no link downs, buffer overruns or integrity errors; symbol errors <= "
@@ -190,18 +223,17 @@ def _judge_port(device: RdmaDevice, port: RdmaPort, snapshot: NodeSnapshot, sett
         return passed(ERRORS, None, f"{where}: no link errors" + (" since the last collection" if before else ""),
                       observed=observed, expected=expected)
     status = max((f.status for f in findings), key=_SEVERITY.__getitem__)
-    causes = list(dict.fromkeys(f.cause for f in findings))
-    remediation = " ".join(_ADVICE[c].format(bdf=device.pci_bus_id or "<bdf>") for c in causes)
-    remediation += f" Confirm with `perfquery -x -C {device.name} -P {port.number}` or `cat " \
-                   f"/sys/class/infiniband/{device.name}/ports/{port.number}/counters/*`. " + \
-                   _CLEAR.format(nic=device.name, port=port.number)
+    advice = [a.format(nic=device.name, port=port.number) for a in dict.fromkeys(f.advice for f in findings) if a]
+    causes = [c for c in dict.fromkeys(f.cause for f in findings) if c]
+    remediation = " ".join(advice + [_ADVICE[c].format(bdf=device.pci_bus_id or "<bdf>") for c in causes])
+    if causes:
+        remediation += f" Confirm with `perfquery -x -C {device.name} -P {port.number}` or `cat " \
+                       f"/sys/class/infiniband/{device.name}/ports/{port.number}/counters/*`. " + \
+                       _CLEAR.format(nic=device.name, port=port.number)
+    message = f"{where}: " + "; ".join(f.text for f in findings)
     if status == Status.UNKNOWN:
-        return unknown(ERRORS, None, f"{where}: " + "; ".join(f.text for f in findings), observed=observed,
-                       expected=expected, remediation="Run gpudiag where the boot time is readable (/proc/stat "
-                                                      "btime), or from `gpudiag serve`, which judges the rate "
-                                                      "between collections. " + remediation)
-    return verdict(ERRORS, status, None, f"{where}: " + "; ".join(f.text for f in findings), observed=observed,
-                   expected=expected, remediation=remediation)
+        return unknown(ERRORS, None, message, observed=observed, expected=expected, remediation=remediation)
+    return verdict(ERRORS, status, None, message, observed=observed, expected=expected, remediation=remediation)
 
 
 def _carrier_finding(port: RdmaPort, before: Optional[dict], seconds: float) -> Optional[Finding]:
@@ -275,7 +307,7 @@ def flaps(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
             remediation=(f"A flapping link breaks the jobs that use it each time. {_ADVICE['link']} Look at the "
                          f"records (`dmesg -T | grep -e '{device.name}' -e '{device.pci_bus_id or device.name}'`) "
                          f"and the switch's log for the port. Confirm the port is up now with {confirm(device)}.")))
-    return results
+    return results + not_read(FLAPS, snapshot.network)
 
 
 CHECKS = (

@@ -20,9 +20,10 @@ from typing import Optional
 from gpudiag.checks.common import Check, failed, passed, skipped, unknown, warned
 from gpudiag.checks.family import Family
 from gpudiag.checks.network import affinity as network_affinity, counters as network_counters
-from gpudiag.checks.network.common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, board_of, confirm,
-                                           each_fabric_port, errors_of, fabric_nics, ident, label, model_of,
-                                           not_collected, pci_id, unreadable)
+from gpudiag.checks.network.common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, UNLOCATED_ADVICE, board_of,
+                                           confirm, each_fabric_port, error_text, errors_of, fabric_nics, ident,
+                                           label, located_text, model_of, not_collected, not_read, pci_id, unlocated,
+                                           unreadable)
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
@@ -43,7 +44,7 @@ def _profile_names_ports(settings: NetworkSettings) -> bool:
 
 
 def _count(fabric: list[RdmaDevice], others: list[RdmaDevice], settings: NetworkSettings,
-           incomplete: Optional[str]) -> CheckResult:
+           incomplete: Optional[str], unlocated_ones: list[RdmaDevice]) -> CheckResult:
     expected = settings.expected_nics
     which = f" ({', '.join(settings.nic_pci_ids)})" if settings.nic_pci_ids else ""
     observed = {"fabric_nics": [d.name for d in fabric], "other_rdma_devices": [d.name for d in others],
@@ -56,6 +57,12 @@ def _count(fabric: list[RdmaDevice], others: list[RdmaDevice], settings: Network
         return unknown(NICS, None, f"{len(fabric)} fabric NICs read of {expected} expected, and the read was cut "
                                    f"short ({incomplete})", observed=observed, expected=wanted,
                        remediation="Re-run with a longer --timeout to read every RDMA device.")
+    nowhere = [d for d in unlocated_ones if d not in fabric]
+    if nowhere:  # their PCI IDs are unknown: they may be the missing fabric NICs
+        return unknown(NICS, None, f"{len(fabric)} fabric NICs{which} of {expected} expected, and the PCI function "
+                                   f"of {located_text(nowhere)}: they may be the missing ones",
+                       observed={**observed, "unlocated": {d.name: d.pci_unreadable for d in nowhere}},
+                       expected=wanted, remediation=UNLOCATED_ADVICE)
     return failed(NICS, None, f"{len(fabric)} fabric NICs{which} of {expected} expected", observed=observed,
                   expected=wanted,
                   remediation=("A NIC is missing from /sys/class/infiniband: compare `lspci -nn | grep -i -e "
@@ -155,7 +162,19 @@ def _up(device: RdmaDevice, port: RdmaPort, settings: NetworkSettings) -> CheckR
                                    f"{device.pci_bus_id or '<bdf>'} set LINK_TYPE_P{port.number}="
                                    f"{1 if layer == 'InfiniBand' else 2}` and a firmware reset or reboot; or fix "
                                    f"expected_nic_link_layer in the profile."))
-    if port.netdev is not None and port.netdev.operstate not in (None, "up"):
+    if port.netdev is not None and port.netdev.operstate is None:  # gone from /sys/class/net, or unreadable
+        name = port.netdev.name
+        errors = errors_of(device, f"/sys/class/net/{name}")
+        why = errors[0].message if errors else f"/sys/class/net/{name}/operstate is absent"
+        return unknown(NICS, None, f"{label(device, port)} is ACTIVE but the state of its interface {name} cannot be "
+                                   f"read ({why}): the port is not taken as up",
+                       observed={**observed, "netdev": name, "errors": error_text(errors)},
+                       expected="the RoCE port's interface readable and up",
+                       remediation=(f"Look for the interface: `ip -br link` and `rdma link show {device.name}/"
+                                    f"{port.number}` (its netdev). One renamed or removed after the RDMA device "
+                                    f"registered (udev, a bond taking it) leaves the port without traffic; a container "
+                                    f"without the host's /sys/class/net cannot see it (run gpudiag on the host)."))
+    if port.netdev is not None and port.netdev.operstate != "up":
         return failed(NICS, None, f"{label(device, port)} is ACTIVE but its interface {port.netdev.name} is "
                                   f"{port.netdev.operstate}", observed={**observed, "operstate": port.netdev.operstate},
                       expected="the RoCE port's interface up",
@@ -175,13 +194,13 @@ def nics(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     fabric, others = fabric_nics(info, settings)
     results = []
     if settings.expected_nics:
-        results.append(_count(fabric, others, settings, info.incomplete))
+        results.append(_count(fabric, others, settings, info.incomplete, unlocated(info)))
     elif not fabric:
         results.append(skipped(NICS, None, f"none of the {len(others)} RDMA devices is a fabric NIC "
                                            f"({', '.join(settings.nic_pci_ids)}): nothing to judge"))
     for device in fabric:
         results += _judge_nic(device, fabric, settings)
-    return results
+    return results + not_read(NICS, info)
 
 
 # -- network.rate -----------------------------------------------------------------------------------------------
@@ -307,7 +326,8 @@ def firmware(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
         groups[board_of(device)].append(device)
     must = settings.firmware()
     return [r for board, devices in sorted(groups.items())
-            for r in _firmware_group(board, devices, must.get(board), model_of(devices[0]))]
+            for r in _firmware_group(board, devices, must.get(board), model_of(devices[0]))] + \
+        not_read(FIRMWARE, snapshot.network)
 
 
 CHECKS = (

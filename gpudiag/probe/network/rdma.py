@@ -11,6 +11,7 @@ File formats and their sources: docs/network.md; formats.py.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -26,8 +27,10 @@ from gpudiag.probe.network.pci import fill_pci, read_bridges
 from gpudiag.probe.root_facts import record as root_facts
 
 # Far above any host (an HGX node has 8-12 RDMA devices of 1-2 ports; mlx5 hw_counters ~35, bnxt_re ~100), far below
-# what would make a scrape slow: every counter read is a firmware query on mlx5.
-MAX_DEVICES = 128
+# what would make a scrape slow: every counter read is a firmware query on mlx5. Devices: an SR-IOV host registers an
+# RDMA device per virtual function, up to 127 VFs per ConnectX port (NVIDIA's MLNX_OFED SR-IOV guide), so eight fabric
+# PFs reach 1,024; past the deadline or this cap, what was not read is counted and the checks say so (unknown).
+MAX_DEVICES = 2048
 MAX_PORTS = 16
 MAX_COUNTERS = 64
 MAX_HW_COUNTERS = 256
@@ -61,7 +64,7 @@ def read_network(root: Path = Path("/"), until: Optional[float] = None, pci_gpus
     else:
         info.readable, info.class_present, info.devices_skipped = True, True, more
         if more:
-            info.incomplete = f"{len(names) + more} RDMA devices: only the first {MAX_DEVICES} were read"
+            info.incomplete = f"{len(names) + more} RDMA devices: only the first {MAX_DEVICES} were read (the cap)"
         for number, name in enumerate(names):
             if until is not None and time.monotonic() > until:
                 info.incomplete = f"the deadline passed after {number} of {len(names)} RDMA devices"
@@ -101,7 +104,7 @@ def _device(root: Path, directory: Path, skip: set[str], until: Optional[float])
     device.node_type = node_type[1] if node_type else None
     device.node_guid = _parsed(reader, directory / "node_guid", parse_guid)
     device.sys_image_guid = _parsed(reader, directory / "sys_image_guid", parse_guid)
-    function = reader.link_target(directory / "device")
+    function = _pci_function(reader, device, directory / "device")
     if function is not None:
         fill_pci(reader, device, function)
     names, device.ports_skipped = reader.names(directory / "ports", MAX_PORTS)
@@ -115,6 +118,17 @@ def _device(root: Path, directory: Path, skip: set[str], until: Optional[float])
             continue
         device.ports.append(_port(reader, directory / "ports" / name, int(name), function))
     return device
+
+
+def _pci_function(reader: BoundedReader, device: RdmaDevice, link: Path) -> Optional[Path]:
+    """The PCI function `device` names; where the link is there but cannot be followed, why, in pci_unreadable (the
+    GPU–NIC affinity cannot be judged without it: unknown, not "no NIC near this GPU")."""
+    before = len(device.errors)
+    function = reader.link_target(link)
+    if function is None and os.path.islink(link):
+        device.pci_unreadable = device.errors[before].message if len(device.errors) > before else \
+            f"{reader.shown(link)} names a PCI function that is not there"
+    return function
 
 
 def _port(reader: BoundedReader, directory: Path, number: int, function: Optional[Path]) -> RdmaPort:
@@ -133,8 +147,10 @@ def _port(reader: BoundedReader, directory: Path, number: int, function: Optiona
     port.link_layer = reader.value(directory / "link_layer")
     port.lid = _parsed(reader, directory / "lid", parse_hex)
     port.sm_lid = _parsed(reader, directory / "sm_lid", parse_hex)
-    _counters(reader, directory / "counters", MAX_COUNTERS, port.counters, port.counters_unsupported)
-    _counters(reader, directory / "hw_counters", MAX_HW_COUNTERS, port.hw_counters, port.hw_counters_unsupported)
+    _counters(reader, directory / "counters", MAX_COUNTERS, port.counters, port.counters_unsupported,
+              port.counters_unreadable)
+    _counters(reader, directory / "hw_counters", MAX_HW_COUNTERS, port.hw_counters, port.hw_counters_unsupported,
+              port.counters_unreadable)
     for words, field in (("port_rcv_data", "rcv_data_bytes"), ("port_xmit_data", "xmit_data_bytes")):
         if words in port.counters:  # "divided by 4 (lanes)": the ABI's words for 4-octet units
             setattr(port, field, port.counters[words] * 4)
@@ -143,8 +159,15 @@ def _port(reader: BoundedReader, directory: Path, number: int, function: Optiona
     return port
 
 
-def _counters(reader: BoundedReader, directory: Path, cap: int, values: dict[str, int], unsupported: list[str]) -> None:
+def _counters(reader: BoundedReader, directory: Path, cap: int, values: dict[str, int], unsupported: list[str],
+              unreadable: dict[str, str]) -> None:
+    """The counters of one directory: each a u64 in `values`, refused as "not offered here" in `unsupported`, or
+    read and found wanting (a failed read, no u64 in it) in `unreadable` with why, keyed "<directory>/<name>"."""
+    errors = reader.errors
+    before = len(errors)
     names, more = reader.names(directory, cap)
+    if names is None and len(errors) > before:  # there, and could not be listed
+        unreadable[directory.name] = errors[before].message
     if more:
         reader.record(directory, ErrorKind.ERROR, f"{reader.shown(directory)}: {more} more counters than the "
                                                   f"{cap} read")
@@ -155,15 +178,21 @@ def _counters(reader: BoundedReader, directory: Path, cap: int, values: dict[str
         if not _COUNTER_NAME.fullmatch(name):
             reader.record(path, ErrorKind.ERROR, f"unexpected counter name {name!r} in {reader.shown(directory)}")
             continue
+        before = len(errors)
         text = reader.attribute(path, remember=True)
         if isinstance(text, Unsupported) or text == NO_PMA:
             unsupported.append(name)
-        elif text is not None:
-            value = parse_counter(text)
-            if value is None:
-                reader.record(path, ErrorKind.ERROR, f"unexpected content in {reader.shown(path)}: {text[:64]!r}")
-            else:
-                values[name] = value
+            continue
+        value = parse_counter(text) if text is not None else None
+        if value is not None:
+            values[name] = value
+            continue
+        if len(errors) == before:  # no failure recorded by the read: say what the file held
+            what = f"unexpected content in {reader.shown(path)}: {text[:64]!r}" if text is not None else (
+                f"{reader.shown(path)} is empty" if os.path.lexists(path) else
+                f"{reader.shown(path)} was listed and then gone")
+            reader.record(path, ErrorKind.ERROR, what)
+        unreadable[f"{directory.name}/{name}"] = errors[before].message
 
 
 def _netdev(reader: BoundedReader, port_dir: Path, number: int, function: Optional[Path]) -> Optional[NetDev]:
@@ -181,6 +210,9 @@ def _netdev(reader: BoundedReader, port_dir: Path, number: int, function: Option
     if name is None:
         return None
     net = reader.path(f"sys/class/net/{name}")
+    if not os.path.lexists(net):  # its state would read as None: said, so that the port is not taken as up
+        reader.record(net, ErrorKind.NOT_FOUND, f"{reader.shown(net)}: the interface of port {number} "
+                                                f"({found_by}) is not there")
     netdev = NetDev(name=name, found_by=found_by, operstate=reader.value(net / "operstate"))
     carrier = reader.value(net / "carrier")
     netdev.carrier = {"1": True, "0": False}.get(carrier or "")

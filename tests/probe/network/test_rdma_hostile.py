@@ -12,7 +12,8 @@ import time
 import pytest
 
 from gpudiag.model import ErrorKind
-from gpudiag.probe.network.rdma import MAX_DEVICES, MAX_PORTS, read_network
+from gpudiag.probe.network import rdma
+from gpudiag.probe.network.rdma import MAX_PORTS, read_network
 from tests.probe.network.test_rdma import all_errors, read
 from tests.support.rdma_tree import deny_counter, hgx_h100_ib, link_errors
 from tests.support.sysfs_tree import SysfsTree, deny_reads
@@ -156,14 +157,15 @@ def test_symlink_loops_do_not_hang_or_crash(tmp_path):
     assert loop_device is not None and loop_device.ports == []
 
 
-def test_caps_on_devices_and_ports(tmp_path):
+def test_caps_on_devices_and_ports(tmp_path, monkeypatch):
+    monkeypatch.setattr(rdma, "MAX_DEVICES", 128)  # the cap's own value takes thousands of directories
     tree = SysfsTree(tmp_path)
-    for number in range(MAX_DEVICES + 72):
+    for number in range(128 + 72):
         tree.write(f"sys/class/infiniband/dev{number:03d}/fw_ver", "1.0")
     for number in range(MAX_PORTS + 5):
         tree.write(f"sys/class/infiniband/dev000/ports/{number + 1}/state", "4: ACTIVE")
     info = read(tmp_path)
-    assert len(info.devices) == MAX_DEVICES and info.devices_skipped == 72 and "only the first" in info.incomplete
+    assert len(info.devices) == 128 and info.devices_skipped == 72 and "only the first 128" in info.incomplete
     assert len(info.devices[0].ports) == MAX_PORTS and info.devices[0].ports_skipped == 5
 
 
