@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import grp
-import importlib.metadata
 import json
 import os
 import re
@@ -56,6 +55,7 @@ from typing import Optional
 from tests.support.as_user import GPUDIAG
 from tests.support.exporter import parse
 from tests.support.paths import REPO
+from tests.support.tools import load_tool
 
 UNITS = REPO / "systemd"
 TEXTFILE_UNIT, EXPORTER_UNIT = "gpudiag-check.service", "gpudiag-exporter.service"
@@ -115,19 +115,6 @@ class Unit:
 # -- the runtime other users can read ------------------------------------------------------------------------------
 
 
-def _requirements(name: str, seen: set[str]) -> None:
-    from packaging.requirements import Requirement
-
-    key = name.lower().replace("_", "-")
-    if key in seen:
-        return
-    seen.add(key)
-    for text in importlib.metadata.distribution(name).requires or []:
-        requirement = Requirement(text)
-        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-            _requirements(requirement.name, seen)
-
-
 class Runtime:
     """gpudiag/, tests/ and the distributions gpudiag needs at run time (and amdsmi), copied where every user can
     read them, and an interpreter every user can run."""
@@ -138,17 +125,8 @@ class Runtime:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         for package in ("gpudiag", "tests"):
             shutil.copytree(REPO / package, self.path / package, ignore=ignore, symlinks=True)
-        needed: set[str] = set()
-        for name in ("nvidia-ml-py", "psutil", "typer", "prometheus-client", "PyYAML", "bcrypt", "amdsmi"):
-            _requirements(name, needed)
-        for name in sorted(needed):
-            distribution = importlib.metadata.distribution(name)
-            for file in distribution.files or []:
-                source = Path(distribution.locate_file(file))
-                if source.is_file() and not str(file).startswith(("..", "/")) and "__pycache__" not in str(file):
-                    target = self.path / file
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(source, target)
+        lab = load_tool("lab_as_deployed")  # the lab's measurement copies the same distributions the same way
+        lab.copy_distributions(self.path)
         for directory, dirs, files in os.walk(self.path):
             for name in dirs + files:
                 entry = Path(directory) / name
