@@ -21,6 +21,7 @@ from gpudiag.cli.history import history
 from gpudiag.cli.install import install_service
 from gpudiag.cli.profiles import profiles
 from gpudiag.cli.node_collect import exit_for_failure, start_logging
+from gpudiag.cli.screen import screen
 from gpudiag.cli.serve import serve
 from gpudiag.cli.snapshot import snapshot
 from gpudiag.cli.textfile import textfile
@@ -55,7 +56,7 @@ def version() -> None:
 # --help lists the commands in this order (pinned by tests/test_cli_habits.py).
 COMMANDS = (("check", check), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve), ("textfile", textfile),
             ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history),
-            ("profiles", profiles))
+            ("profiles", profiles), ("screen", screen))
 for _name, _command in COMMANDS:
     app.command(_name)(_command)
 

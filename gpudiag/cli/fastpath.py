@@ -33,7 +33,8 @@ FLAGS = {"--json": ("json", True), "--direct": ("direct", True), "--verbose": ("
 # With VALUE_OPTIONS and FLAGS they are every option of gpudiag/cli/check.py: tests/test_cli_options.py says so.
 # -i/--gpu too: a GPU this node may not have is refused naming those it has, which the full CLI reads from the
 # service's snapshot (still through the service: no vendor library opened here).
-HANDED_ON = ("--replay", "--baseline", "--kernel-log", "--stress-seconds", "--gpu", "-i", "-h", "--help")
+HANDED_ON = ("--replay", "--baseline", "--kernel-log", "--stress-seconds", "--gpu", "-i", "--state-dir", "-h",
+             "--help")
 
 
 def parse(argv: list) -> "dict | None":
