@@ -5,7 +5,9 @@ what the last completed screen found wrong (the silent-data-corruption alert rea
 
 Nothing when screening is not set up or its record cannot be read (the checks say which): "not screened" and "not
 known" are never a 0. A GPU never verified has no gpudiag_screen_last_verified_timestamp_seconds, but has its
-gpudiag_screen_due_timestamp_seconds (a period after screening first saw it), which GpudiagScreeningOverdue watches.
+gpudiag_screen_due_timestamp_seconds (a period after screening first saw it) and gpudiag_screen_overdue_seconds, which
+GpudiagScreeningOverdue watches: a duration the alert compares with a duration, so that the rule holds whatever the
+clock of the Prometheus that evaluates it (and scales with the rest in tests/rule_scaling.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ LAST_VERIFIED = _gpu("gpudiag_screen_last_verified_timestamp_seconds", "gauge",
 DUE = _gpu("gpudiag_screen_due_timestamp_seconds", "gauge",
            "Unix time by which the GPU must be verified again: screen_every after its last verified screen, or after "
            "screening first saw it.")
+OVERDUE = _gpu("gpudiag_screen_overdue_seconds", "gauge",
+               "How far past its due time the GPU is at this collection, without a verified screen (0: not due yet).")
 LAST_RUN = _gpu("gpudiag_screen_last_run_timestamp_seconds", "gauge",
                 "Unix time at which the GPU's last screen ended, however it ended.")
 LAST_DURATION = _gpu("gpudiag_screen_last_duration_seconds", "gauge", "How long the GPU's last screen ran.")
@@ -77,12 +81,15 @@ def add(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         device = devices.get(gpu.pci_bus_id)
         ids = gpu_labels(device) if device is not None else (
             "" if gpu.index is None else str(gpu.index), gpu.uuid or "", gpu.pci_bus_id)
-        _add_gpu(fs, ids, gpu, state)
+        _add_gpu(fs, ids, gpu, state, info.read_at)
 
 
-def _add_gpu(fs: FamilySet, ids: tuple, gpu: ScreenGpu, state: ScreenState) -> None:
+def _add_gpu(fs: FamilySet, ids: tuple, gpu: ScreenGpu, state: ScreenState, now: Optional[float]) -> None:
+    due = gpu.due_at(state.every_seconds)
     fs.add(LAST_VERIFIED, ids, gpu.last_verified)
-    fs.add(DUE, ids, gpu.due_at(state.every_seconds))
+    fs.add(DUE, ids, due)
+    if due is not None and now is not None:
+        fs.add(OVERDUE, ids, round(max(0.0, now - due), 3))
     fs.add(PREEMPTIONS, ids, gpu.preemptions)
     for outcome in OUTCOMES:
         fs.add(RUNS, ids + (outcome,), gpu.runs.get(outcome, 0))

@@ -146,9 +146,11 @@ def _why_not(gpu: ScreenGpu, seen: Observation, policy: ScreenPolicy, now: float
     watched_since = gpu.first_seen if gpu.first_seen is not None else now
     last_used = max(gpu.last_used if gpu.last_used is not None else watched_since, watched_since)
     if now - last_used < policy.idle_after_seconds:
-        what = "in use" if gpu.last_used is not None and gpu.last_used >= watched_since else "watched"
-        return (f"idle only {now - last_used:.0f} s (last {what} {now - last_used:.0f} s ago; screens wait "
-                f"{policy.idle_after_seconds:.0f} s)")
+        if gpu.last_used is not None and gpu.last_used >= watched_since:
+            return (f"in use {now - last_used:.0f} s ago: screens wait until no job has held it for "
+                    f"{policy.idle_after_seconds:.0f} s")
+        return (f"watched for {now - last_used:.0f} s only: screens wait until it has been seen idle for "
+                f"{policy.idle_after_seconds:.0f} s")
     if now_requested:
         return None
     completed = gpu.last_completed
