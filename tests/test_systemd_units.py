@@ -21,7 +21,8 @@ from tests.as_user import GPUDIAG, NODE_EXPORTER, needs_root, shared_tmp, as_use
 
 SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket")
+UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket",
+         "gpudiag-screen.service", "gpudiag-screen.timer")
 INSTALLED = "/usr/local/bin/gpudiag"
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (package systemd)")
@@ -75,7 +76,8 @@ def test_the_exporter_cannot_take_more_than_one_core():
 
 
 @needs_analyze
-@pytest.mark.parametrize("unit,limit", [("gpudiag-exporter.service", 2.0), ("gpudiag-check.service", 1.1)])
+@pytest.mark.parametrize("unit,limit", [("gpudiag-exporter.service", 2.0), ("gpudiag-check.service", 1.1),
+                                        ("gpudiag-screen.service", 1.0)])
 def test_exposure_stays_where_it_was_measured(runnable, unit, limit):
     result = subprocess.run([ANALYZE, "security", "--offline=true", "--no-pager", str(runnable / unit)],
                             capture_output=True, text=True, timeout=60, cwd=runnable)
@@ -98,7 +100,7 @@ def test_exporter_serves_network_and_check_service_has_none():
     assert check["PrivateNetwork"] == ["yes"] and check["RestrictAddressFamilies"] == ["AF_UNIX"]
 
 
-@pytest.mark.parametrize("unit", ["gpudiag-exporter.service", "gpudiag-check.service"])
+@pytest.mark.parametrize("unit", ["gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-screen.service"])
 def test_exec_start_uses_options_the_cli_has(unit):
     (exec_start,) = settings(unit)["ExecStart"]
     argv = shlex.split(exec_start)
@@ -172,3 +174,27 @@ def test_nvidia_device_groups_of_the_lab_driver_are_allowed(unit):
     allowed = {rule.split()[0].removeprefix("char-") for rule in settings(unit)["DeviceAllow"]}
     needed = {"nvidia", "nvidiactl", "nvidia-caps"}
     assert needed <= set(groups) and needed <= allowed
+
+
+def test_the_screen_unit_may_open_a_cuda_context_and_nothing_more():
+    """A screen drives the GPUs through the CUDA driver API (HIP on AMD): it needs /dev/nvidia-uvm, which the
+    exporter is not allowed, and no capability at all (it reads no kernel log); no network (docs/screening.md)."""
+    screen = settings("gpudiag-screen.service")
+    assert screen["User"] == ["gpudiag"] and screen["NoNewPrivileges"] == ["yes"]
+    assert screen["CapabilityBoundingSet"] == [""] == screen["AmbientCapabilities"]
+    allowed = {rule.split()[0].removeprefix("char-") for rule in screen["DeviceAllow"]}
+    groups = {line.split()[1] for line in (FIXTURES / "h200x2/root/proc/devices").read_text().splitlines()}
+    assert {"nvidia", "nvidiactl", "nvidia-uvm"} <= allowed & groups and {"kfd", "drm"} <= allowed
+    assert all(rule.split()[-1] in ("r", "rw") for rule in screen["DeviceAllow"])
+    assert "char-nvidia-uvm rw" not in settings("gpudiag-exporter.service")["DeviceAllow"]
+    assert screen["PrivateNetwork"] == ["yes"] and screen["KillMode"] == ["control-group"]
+    assert screen["StateDirectory"] == settings("gpudiag-exporter.service")["StateDirectory"]
+    assert screen["StateDirectoryMode"] == settings("gpudiag-exporter.service")["StateDirectoryMode"]
+
+
+def test_the_screen_timer_runs_the_screen_service_and_is_not_enabled_by_the_installer():
+    from gpudiag.cli.install import ENABLE, UNITS as INSTALLED_UNITS
+
+    timer = settings("gpudiag-screen.timer")
+    assert timer["OnUnitActiveSec"] == ["5min"] and timer["WantedBy"] == ["timers.target"]
+    assert "gpudiag-screen.timer" in INSTALLED_UNITS and "gpudiag-screen.timer" not in ENABLE
