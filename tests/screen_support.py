@@ -33,17 +33,27 @@ def alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def register(registry: Path, bus_id: str, pid: int, used_bytes: int) -> None:
+# A PID above the kernel's largest (pid_max is at most 2^22): the PID a process of another PID namespace is listed
+# under, as the driver lists a containerised gpudiag's worker to gpudiag itself.
+FOREIGN_PID_BASE = 2**22 + 1
+
+
+def _entry(pid: int, alias: Optional[int]) -> str:
+    return str(pid) if alias is None else f"{alias}@{pid}"
+
+
+def register(registry: Path, bus_id: str, pid: int, used_bytes: int, alias: Optional[int] = None) -> None:
+    """List process `pid` on the GPU (under `alias`, a PID of another namespace, if given) while it lives."""
     directory = registry / bus_id
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{pid}.tmp"
     tmp.write_text(str(used_bytes))
-    os.replace(tmp, directory / str(pid))
+    os.replace(tmp, directory / _entry(pid, alias))
 
 
-def unregister(registry: Path, bus_id: str, pid: int) -> None:
+def unregister(registry: Path, bus_id: str, pid: int, alias: Optional[int] = None) -> None:
     try:
-        (registry / bus_id / str(pid)).unlink()
+        (registry / bus_id / _entry(pid, alias)).unlink()
     except FileNotFoundError:
         pass
 
@@ -63,10 +73,11 @@ class LiveProcesses:
         except OSError:
             return found
         for name in names:
-            if not name.isdigit() or not alive(int(name)):
+            listed, _, real = name.partition("@")
+            if not listed.isdigit() or not alive(int(real or listed)):
                 continue
             try:
-                found.append((int(name), int((self.directory / name).read_text() or 0)))
+                found.append((int(listed), int((self.directory / name).read_text() or 0)))
             except (OSError, ValueError):
                 continue
         return sorted(found)

@@ -8,7 +8,8 @@ by the JSON in GPUDIAG_TEST_SCREEN (tests/screen_support.py):
      "context_bytes": N,              what its context "holds" on the GPU, shown in the process list
      "budget_cap_bytes": N,           the tests' buffers at most this (the simulation holds real bytes)
      "ignore_stop": bool,             a worker hung in a driver call: SIGTERM does nothing, only SIGKILL ends it
-     "start_delay_seconds": s}        before it opens the GPU (a slow start: the JIT of a big module)
+     "start_delay_seconds": s,        before it opens the GPU (a slow start: the JIT of a big module)
+     "foreign_pid": bool}             listed under a PID of another namespace (FOREIGN_PID_BASE + its own)
 
 It then runs gpudiag's own worker (gpudiag/active/screen/worker.py) unchanged.
 """
@@ -27,7 +28,7 @@ from gpudiag.active.screen import footprint, worker
 from tests.fakes.gpu_sim import SimDevice, value
 from tests.fakes.libamdhip import FakeHip, FakeHiprtc
 from tests.fakes.libcuda import FakeCuda
-from tests.screen_support import CONFIG_ENV, kfd_close, kfd_open, register, unregister
+from tests.screen_support import CONFIG_ENV, FOREIGN_PID_BASE, kfd_close, kfd_open, register, unregister
 
 
 def _devices(config: dict) -> list[SimDevice]:
@@ -43,10 +44,13 @@ class ListedCuda(FakeCuda):
         self.config = config
         self.registry = Path(config["registry"])
 
+    def _alias(self):
+        return FOREIGN_PID_BASE + os.getpid() if self.config.get("foreign_pid") else None
+
     def _show(self, device: int) -> None:
         sim = self.node.devices[device]
         used = self.config.get("context_bytes", 0) + sim.used_bytes
-        register(self.registry, sim.pci_bus_id.lower(), os.getpid(), used)
+        register(self.registry, sim.pci_bus_id.lower(), os.getpid(), used, self._alias())
 
     def c_cuDevicePrimaryCtxRetain(self, context, device):
         code = super().c_cuDevicePrimaryCtxRetain(context, device)
@@ -57,7 +61,7 @@ class ListedCuda(FakeCuda):
         code = super().c_cuDevicePrimaryCtxRelease_v2(device)
         number = value(device)
         if not self.retained.get(number):
-            unregister(self.registry, self.node.devices[number].pci_bus_id.lower(), os.getpid())
+            unregister(self.registry, self.node.devices[number].pci_bus_id.lower(), os.getpid(), self._alias())
         return code
 
     def c_cuMemAlloc_v2(self, pointer, nbytes):

@@ -78,8 +78,9 @@ def nvidia(tmp_path, monkeypatch):
 
 
 def listed(registry: Path) -> list[int]:
+    """The real PIDs of the processes registered on the GPU (dead or alive)."""
     directory = registry / BUS
-    return [int(n) for n in os.listdir(directory)] if directory.exists() else []
+    return [int(n.rpartition("@")[2]) for n in os.listdir(directory)] if directory.exists() else []
 
 
 def test_an_idle_gpu_is_screened_and_verified(nvidia):
@@ -180,6 +181,32 @@ def test_amd_a_job_in_kfds_process_list_stops_the_screen(tmp_path, monkeypatch):
     try:
         chosen = settings(stress_seconds=30.0, worker=list(WORKER))
         run = supervise([Target(device, 192 * GIB)], chosen, KfdUsage([bus], tmp_path))[0]
+    finally:
+        job.kill()
+        job.wait()
+    assert run.outcome == PREEMPTED and run.preempted_by == [job.pid], run.reason
+    assert run.yield_seconds is not None and run.yield_seconds < 1.5
+
+
+def test_in_a_pid_namespace_its_worker_listed_under_a_host_pid_is_taken_for_its_own(nvidia):
+    """gpudiag in a container: the driver lists the worker under a PID no process here has. The screen takes it for
+    its worker (the one new PID while the worker starts) and runs to its end, and a job of this namespace still
+    preempts it."""
+    run, chosen = nvidia(config(nvidia.registry, foreign_pid=True))
+    assert run.outcome == VERIFIED, run.reason
+    assert run.footprint_bytes is not None and run.footprint_bytes >= 600 * 1024**2  # the adopted PID's memory
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    def job_arrives():
+        deadline = time.monotonic() + 20
+        while not listed(nvidia.registry) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        register(nvidia.registry, BUS, job.pid, 30 * GIB)
+
+    try:
+        run, _ = nvidia(config(nvidia.registry, foreign_pid=True), during=job_arrives,
+                        screen_settings=settings(stress_seconds=30.0))
     finally:
         job.kill()
         job.wait()

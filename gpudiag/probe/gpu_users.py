@@ -183,6 +183,12 @@ def own_processes(pid: int, root: Path = Path("/")) -> set[int]:
     return found
 
 
+def pid_visible(pid: int, root: Path = Path("/")) -> bool:
+    """Whether process `pid` exists in this process's PID namespace (/proc/<pid>). The driver lists processes by
+    their PID in the host's namespace: from inside a container a listed PID may name no process here at all."""
+    return os.path.exists(Path(root) / "proc" / str(pid))
+
+
 def process_command(pid: int, root: Path = Path("/")) -> Optional[list[str]]:
     """The command line of process `pid` (/proc/<pid>/cmdline), or None when there is no such process."""
     try:

@@ -10,6 +10,12 @@ exited *and* the process list no longer shows it, which is when its memory is fr
 The same stop, for every GPU at once, comes from `stop_requested()` (`gpudiag screen --stop`, a scheduler's
 prolog), and, fail closed, from a process list that cannot be read for `unseen_seconds` (a job would not be seen),
 a screen holding more memory than its bound, or one running past its time.
+
+The screen's own processes are its workers and their children, by PID. The driver lists PIDs as the host's PID
+namespace numbers them: run inside a container with a PID namespace of its own, `gpudiag screen` finds its worker
+listed under a PID that names no process it can see. Then, and only then, the one such PID that appears on the
+worker's GPU while the worker starts (within ADOPT_SECONDS, no other new process there) is taken for the worker
+(logged). On a host every listed PID is visible and nothing is ever adopted: a job always preempts.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ from typing import Callable, Optional, TextIO
 from gpudiag.active.screen.outcome import WANTED, fill_run
 from gpudiag.model import ActiveResults, DeviceSnapshot, Vendor, from_dict, to_dict
 from gpudiag.model.screen import ScreenRun
-from gpudiag.probe.gpu_users import GpuUse, UsageReader, own_processes
+from gpudiag.probe.gpu_users import GpuUse, UsageReader, own_processes, pid_visible
 
 log = logging.getLogger(__name__)
 
 WORKER = [sys.executable, "-m", "gpudiag.active.screen.worker"]
 OVERHEAD_SECONDS = 120.0  # beyond the stress: starting, the HBM copy and the pattern test at a screen's sizes
+ADOPT_SECONDS = 30.0  # a worker's context exists within this of its start (the JIT of the stress kernel included)
 
 
 @dataclass
@@ -81,6 +88,8 @@ class _Screen:
     problem: Optional[str] = None
     unseen_since: Optional[float] = None
     peak_bytes: Optional[int] = None
+    seen: bool = False  # its worker listed on the GPU under a PID this process can see
+    alias: Optional[int] = None  # the PID the driver lists its worker under, from another PID namespace
     done: bool = False
 
     @property
@@ -183,6 +192,7 @@ def _step(screen: _Screen, settings: Settings, now: float, read_at: float, use: 
         screen.exited_at = now
     fresh = use is not None and use.pids is not None and read_at >= screen.began
     if fresh:
+        _adopt(screen, use, ours, now)
         screen.unseen_since = None
         held = sum(use.memory_bytes.get(pid, 0) for pid in use.pids if pid in ours)
         if any(pid in screen.own for pid in use.pids):
@@ -204,6 +214,20 @@ def _step(screen: _Screen, settings: Settings, now: float, read_at: float, use: 
             screen.problem = (f"its process exited but the GPU's process list still showed it "
                               f"{settings.release_wait_seconds:g} s later")
             screen.done = True
+
+
+def _adopt(screen: _Screen, use: GpuUse, ours: set[int], now: float) -> None:
+    """The worker listed under another namespace's PID (module docstring): adopted once, while it starts."""
+    screen.seen = screen.seen or any(pid in screen.own for pid in use.pids)
+    if screen.seen or screen.alias is not None or now - screen.began > ADOPT_SECONDS or screen.exited_at is not None:
+        return
+    new = [pid for pid in use.pids if pid not in ours]
+    if len(new) == 1 and not pid_visible(new[0]):
+        screen.alias = new[0]
+        screen.own.add(new[0])
+        ours.add(new[0])
+        log.warning("GPU %s: the driver lists pid %d, which is no process here (a PID namespace of its own): taken "
+                    "for the screen's worker (pid %d)", screen.bus_id, new[0], screen.proc.pid)
 
 
 def _should_stop(screen: _Screen, settings: Settings, now: float, use: Optional[GpuUse], ours: set[int],
