@@ -193,7 +193,10 @@ class Machine:
         bus = pynvml.nvmlDeviceGetPciInfo(self.handle).busId
         self.bus = (bus.decode() if isinstance(bus, bytes) else bus)[-12:].lower()
         self.total = pynvml.nvmlDeviceGetMemoryInfo(self.handle).total
-        self.env = dict(os.environ)
+        # gpudiag from this checkout, whatever the directory its processes start in
+        path = os.environ.get("PYTHONPATH")
+        self.env = {**os.environ, "GPUDIAG_BENCH_REPO": str(REPO),
+                    "PYTHONPATH": str(REPO) + (os.pathsep + path if path else "")}
         self.out = out
 
     def gpudiag(self, *args: str) -> list[str]:

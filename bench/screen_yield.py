@@ -17,6 +17,8 @@ Usage (the lab machine: root, torch, nvidia-ml-py, no systemd):
     OUT=/tmp/out PYTHONPATH=. python3 bench/screen_yield.py
 Options: --trials N (10), --pairs N (2 throughput pairs), --budget SECONDS (460: later parts are skipped, and said
 so, rather than overrun), --fake (the tests' fake node and a stand-in job: the bench's logic, no GPU; short windows).
+Written: $OUT/screen_yield.json (every figure), $OUT/summary.txt (what it printed) and $OUT/screen-bench.tar.gz (each
+part's files: a/ the screen's report, state.json, journal.jsonl, history, gpudiag.prom, check.json; d/, e/, trials/).
 Exit 0 when every goal it measured holds, 1 when one does not, 2 when it could not measure (a part failed to run).
 Partial results are written and printed whatever happens; every process it starts is ended on the way out.
 """
@@ -426,6 +428,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         bench.cleanup()
         machine.close()
         _write(out, results, began)
+        _pack(out)
     print(summary_text(results), end="")
     goals = [results["parts"].get(n, {}).get("goal") for n in ("a", "b", "c", "d", "e")]
     if results["errors"] or any(results["parts"].get(n, {}).get("error") for n in results["parts"]):
@@ -437,6 +440,19 @@ def _write(out: Path, results: dict, began: float) -> None:
     results["elapsed_seconds"] = round(time.monotonic() - began, 1)
     (out / "screen_yield.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "summary.txt").write_text(summary_text(results))
+
+
+def _pack(out: Path) -> None:
+    """What each part kept (reports, state, journal, history, metrics, the screens' progress lines), in one file
+    beside the JSON and the summary: the lab machine brings few files back."""
+    parts = [name for name in ("a", "d", "e", "trials") if (out / name).is_dir()]
+    if not parts:
+        return
+    done = subprocess.run(["tar", "czf", str(out / "screen-bench.tar.gz"), "-C", str(out), *parts],
+                          capture_output=True, text=True)
+    if done.returncode == 0:
+        for name in parts:
+            shutil.rmtree(out / name, ignore_errors=True)
 
 
 if __name__ == "__main__":

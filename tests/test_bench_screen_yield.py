@@ -25,8 +25,13 @@ def test_the_bench_runs_every_part_over_the_fakes_and_says_what_it_measured(tmp_
     assert results["errors"] == {}, results["errors"]
     assert parts["a"]["goal"] and parts["a"]["outcome"] == "verified"
     assert "gpudiag_screen_last_verified_timestamp_seconds" in parts["a"]["metrics_series"]
+    import tarfile
+
+    with tarfile.open(tmp_path / "screen-bench.tar.gz") as packed:
+        names = packed.getnames()
     for name in ("screen.json", "state.json", "journal.jsonl", "history.txt", "gpudiag.prom", "check.json"):
-        assert (tmp_path / "a" / name).exists(), name
+        assert f"a/{name}" in names, name
+    assert "trials/trial-1-screen.json" in names and not (tmp_path / "a").exists()
     assert parts["e"]["goal"] and parts["e"]["runs"] == 0
     assert parts["d"]["goal"] and parts["d"]["mismatched_sms"] == ["SM 2"]
     assert parts["d"]["check"]["action"] == "drain"
