@@ -123,7 +123,8 @@ class Bench:
         return {"exit": done.returncode, "outcome": run.get("outcome"), "reason": run.get("reason"),
                 "duration_seconds": run.get("duration_seconds"), "footprint_bytes": run.get("footprint_bytes"),
                 "footprint_limit_bytes": run.get("footprint_limit_bytes"),
-                "memory_tested_bytes": run.get("memory_tested_bytes"), "launches_verified": run.get("launches_verified"),
+                "memory_tested_bytes": run.get("memory_tested_bytes"),
+                "launches_verified": run.get("launches_verified"),
                 "journal_entries": len((where / "journal.jsonl").read_text().splitlines())
                 if (where / "journal.jsonl").exists() else 0,
                 "history_shows_screen": "screen verified" in history.stdout,
@@ -237,7 +238,8 @@ class Bench:
         self.save(self.out / "trials", f"trial-{number}-screen.stderr.txt", "".join(progress))
         run = (_runs(out) or [{}])[0]
         t0 = t0 and t0["t0"]
-        found = {"t0": t0, "screen_pids": sorted(screen_pids), "stress_running": stress_seen, "screen_outcome": run.get("outcome"),
+        found = {"t0": t0, "screen_pids": sorted(screen_pids), "stress_running": stress_seen,
+                 "screen_outcome": run.get("outcome"),
                  "screen_reason": run.get("reason"), "screen_yield_seconds": run.get("yield_seconds"),
                  "footprint_bytes": run.get("footprint_bytes"),
                  "context_seconds": round(context["context"] - t0, 3) if context and t0 else None,
@@ -335,7 +337,8 @@ def _yield_summary(trials: list[dict], skipped: list[str]) -> dict:
             "p50_seconds": percentile(measured, 0.50), "p99_seconds": p99, "max_seconds": max(measured, default=None),
             "alloc_ok": sum(bool(a) for a in allocs), "alloc_tried": len(allocs),
             "preempted": sum(t.get("screen_outcome") == "preempted" for t in trials),
-            "goal": len(measured) >= 10 and p99 is not None and p99 <= 5.0 and all(allocs) and len(allocs) == len(trials)}
+            "goal": len(measured) >= 10 and p99 is not None and p99 <= 5.0 and all(allocs)
+            and len(allocs) == len(trials)}
 
 
 def _throughput_summary(idle: list[dict], shared: list[dict], window: float) -> dict:
@@ -350,24 +353,24 @@ def _throughput_summary(idle: list[dict], shared: list[dict], window: float) -> 
 
 def summary_text(results: dict) -> str:
     parts = results["parts"]
-    lines = [f"gpudiag screen bench · GPU {results['machine']['bus_id']} · "
-             f"{results['machine']['total_bytes'] / GIB:.1f} GiB{' · FAKE (no GPU)' if results['machine']['fake'] else ''}"
-             f" · {results.get('elapsed_seconds')} s"]
+    machine = results["machine"]
+    lines = [f"gpudiag screen bench · GPU {machine['bus_id']} · {machine['total_bytes'] / GIB:.1f} GiB"
+             f"{' · FAKE (no GPU)' if machine['fake'] else ''} · {results.get('elapsed_seconds')} s"]
     a = parts.get("a", {})
-    lines.append(f"a. idle screen: {a.get('outcome')} ({a.get('reason')}); held {_gib(a.get('footprint_bytes'))} at most "
-                 f"(bound {_gib(a.get('footprint_limit_bytes'))}); journal {a.get('journal_entries')} entr(ies); "
+    lines.append(f"a. idle screen: {a.get('outcome')} ({a.get('reason')}); held {_gib(a.get('footprint_bytes'))} at "
+                 f"most (bound {_gib(a.get('footprint_limit_bytes'))}); journal {a.get('journal_entries')} entr(ies); "
                  f"history {'shows it' if a.get('history_shows_screen') else 'MISSING'}; "
                  f"{len(a.get('metrics_series') or [])} gpudiag_screen_* series -> {_goal(a)}")
     e = parts.get("e", {})
     lines.append(f"e. held GPU: {e.get('runs')} screen(s) ran; decision: "
                  f"{(e.get('decisions') or [{}])[0].get('reason')} -> {_goal(e)}")
     d = parts.get("d", {})
-    lines.append(f"d. SM {d.get('flip_sm')} flip: {d.get('outcome')} on {d.get('mismatched_sms')}; check {d.get('check')} -> "
-                 f"{_goal(d)}")
+    lines.append(f"d. SM {d.get('flip_sm')} flip: {d.get('outcome')} on {d.get('mismatched_sms')}; check "
+                 f"{d.get('check')} -> {_goal(d)}")
     b = parts.get("b", {})
-    lines.append(f"b. yield over {b.get('measured')} trial(s): p50 {b.get('p50_seconds')} s, p99 {b.get('p99_seconds')} s, "
-                 f"max {b.get('max_seconds')} s; 90 % allocated {b.get('alloc_ok')}/{b.get('alloc_tried')}; "
-                 f"{b.get('preempted')} screens preempted -> {_goal(b)}")
+    lines.append(f"b. yield over {b.get('measured')} trial(s): p50 {b.get('p50_seconds')} s, p99 "
+                 f"{b.get('p99_seconds')} s, max {b.get('max_seconds')} s; 90 % allocated "
+                 f"{b.get('alloc_ok')}/{b.get('alloc_tried')}; {b.get('preempted')} screens preempted -> {_goal(b)}")
     c = parts.get("c", {})
     lines.append(f"c. first {c.get('window_seconds')} s throughput: idle {c.get('idle_tflops')} TFLOPS, with a screen "
                  f"{c.get('with_screen_tflops')} TFLOPS: ratio {c.get('ratio')} -> {_goal(c)}")

@@ -1,5 +1,6 @@
-"""`gpudiag` as a process of its own over a fake HGX H200 node whose GPUs' process lists are live (tests/screen_support.py),
-with the fake screen worker in place of the real one, for the end-to-end screening tests and the bench's --fake mode:
+"""`gpudiag` as a process of its own over a fake HGX H200 node whose GPUs' process lists are live
+(tests/screen_support.py), with the fake screen worker in place of the real one, for the end-to-end screening tests
+and the bench's --fake mode:
 
     python -m tests.screen_node ROOT REGISTRY GPUS -- <gpudiag arguments>
 

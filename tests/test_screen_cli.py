@@ -89,10 +89,12 @@ def test_idle_gpus_are_screened_and_recorded_everywhere(tmp_path):
     assert "GPU 0    screen verified after" in text
 
     prom = tmp_path / "gpudiag.prom"
-    assert node.run("textfile", "--root", str(node.root), "--state-dir", str(node.state), "-o", str(prom)).returncode == 0
+    textfile = node.run("textfile", "--root", str(node.root), "--state-dir", str(node.state), "-o", str(prom))
+    assert textfile.returncode == 0
     metrics = prom.read_text()
     assert 'gpudiag_screen_last_verified_timestamp_seconds{gpu="0",' in metrics
-    assert 'gpudiag_screen_last_result{gpu="1",uuid="GPU-3f6e2a1b-8c4d-4e5f-9a0b-1c2d3e4f5a01",pci_bus_id="0000:3b:00.0",result="verified"} 1' in metrics
+    assert ('gpudiag_screen_last_result{gpu="1",uuid="GPU-3f6e2a1b-8c4d-4e5f-9a0b-1c2d3e4f5a01",'
+            'pci_bus_id="0000:3b:00.0",result="verified"} 1') in metrics
     assert "gpudiag_screen_every_seconds 604800" in metrics
     check = json.loads(node.run("check", "--only", "screen", "--root", str(node.root), "--state-dir",
                                 str(node.state), "--json").stdout)

@@ -73,7 +73,8 @@ def failed_on(index: int, sm: int = 17):
         gpu = state.gpus[index]
         gpu.record(ScreenRun(gpu.pci_bus_id, NOW - 600, NOW - 540, FAILED,
                              f"3 tensor result(s) differed from their siblings' on SM {sm}", index=index,
-                             launches_verified=40, mismatched_blocks=3, mismatched_sms=[SmMismatch(f"SM {sm}", sm, 3, 1)],
+                             launches_verified=40, mismatched_blocks=3,
+                             mismatched_sms=[SmMismatch(f"SM {sm}", sm, 3, 1)],
                              memory_mismatched_words=2))
     return edit
 
@@ -184,8 +185,8 @@ def test_fleet_from_reports_lists_never_screened_and_overdue_gpus(capsys, tmp_pa
     for name, snapshot in nodes.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(report_of(snapshot, name)))
     code, out, _ = run(capsys, str(tmp_path), "--json")
-    found = {n["node"]: [(f["kind"], f["gpu"], f["screening"]) for f in n["findings"] if f["check"] == "screen.coverage"]
-             for n in json.loads(out)["nodes"]}
+    found = {n["node"]: [(f["kind"], f["gpu"], f["screening"]) for f in n["findings"]
+                         if f["check"] == "screen.coverage"] for n in json.loads(out)["nodes"]}
     assert found == {"n1": [], "n2": [("screening", 2, "overdue"), ("unscreened", 4, "never screened (not due yet)")]}
     code, text, _ = run(capsys, str(tmp_path))
     assert "NOT PROVEN BY A SCREEN LATELY (1 node(s))" in text

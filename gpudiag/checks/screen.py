@@ -167,7 +167,8 @@ def _one_result(device: DeviceSnapshot, gpu: ScreenGpu) -> CheckResult:
 
 
 CHECKS = (
-    Check(COVERAGE, coverage, "every GPU verified by an idle-time screen within screen_every (when screening is set up)"),
+    Check(COVERAGE, coverage,
+          "every GPU verified by an idle-time screen within screen_every (when screening is set up)"),
     Check(RESULT, result, "the last completed idle-time screen of every GPU computed and stored every result right"),
 )
 

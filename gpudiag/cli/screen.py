@@ -70,7 +70,8 @@ def _stop(paths, reason: str, wanted: Optional[list[str]], wait: float, fmt: Scr
                                      "seconds": round(report.seconds, 3), "held_off": report.marked,
                                      "message": report.message}, indent=2) + "\n")
     elif report.stopped:
-        done = f"stopped the running screen in {report.seconds:.2f} s" if report.was_running else "no screen was running"
+        done = (f"stopped the running screen in {report.seconds:.2f} s" if report.was_running
+                else "no screen was running")
         print(f"gpudiag screen --stop: {done}; screens held off {len(report.marked)} GPU(s) for screen_idle_after")
     else:
         print(f"gpudiag screen --stop: {report.message}", file=sys.stderr)

@@ -85,7 +85,8 @@ def observe(device: DeviceSnapshot) -> Observation:
     elif device.utilization.gpu_percent > 0:
         seen.busy = f"{device.utilization.gpu_percent}% utilised"
     else:
-        held = None if device.memory.used_bytes is None else device.memory.used_bytes - (device.memory.reserved_bytes or 0)
+        memory = device.memory
+        held = None if memory.used_bytes is None else memory.used_bytes - (memory.reserved_bytes or 0)
         if held is not None and held > HELD_MEMORY_BYTES:
             seen.busy = f"{held / 1024**3:.1f} GiB of its memory held with no process listed (another container?)"
     return seen
