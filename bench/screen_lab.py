@@ -66,13 +66,13 @@ if hold:
 say(end=time.time())
 """
 
-# The stand-in job over the tests' fakes (--fake): it lists itself on the GPU (tests/screen_support.py) 0.3 s
+# The stand-in job over the tests' fakes (--fake): it lists itself on the GPU (tests/support/screen.py) 0.3 s
 # after t0 as a context would appear, "allocates" if what the others hold leaves room, and "computes" at half speed
 # while another process shares the GPU: the bench's arithmetic, not a GPU's.
 FAKE_JOB = PRELUDE + r"""
 sys.path.insert(0, os.environ["GPUDIAG_BENCH_REPO"])
 from pathlib import Path
-from tests.screen_support import LiveProcesses, register, unregister
+from tests.support.screen import LiveProcesses, register, unregister
 registry, bus = os.environ["GPUDIAG_BENCH_REGISTRY"], os.environ["GPUDIAG_BENCH_BUS"]
 total = int(os.environ["GPUDIAG_BENCH_TOTAL"])
 listed = LiveProcesses(Path(registry), bus)
@@ -234,15 +234,15 @@ class Machine:
 
 
 class FakeMachine(Machine):
-    """--fake: the tests' fake H200 node (tests/screen_node.py): gpudiag over the fake NVML, fake workers over the
+    """--fake: the tests' fake H200 node (tests/support/screen_node.py): gpudiag over the fake NVML, fake workers over the
     fake CUDA runtime, and the stand-in job. The bench's logic, not a GPU's figures."""
 
     fake = True
 
     def __init__(self, out: Path, gpu: int = 0):
         sys.path.insert(0, str(REPO))
-        from tests.screen_node import fake_config
-        from tests.screen_support import worker_env
+        from tests.support.screen_node import fake_config
+        from tests.support.screen import worker_env
 
         self.out = out
         self.work = out / "fake-node"
@@ -254,7 +254,7 @@ class FakeMachine(Machine):
                     "GPUDIAG_BENCH_BUS": self.bus, "GPUDIAG_BENCH_TOTAL": str(self.total)}
 
     def gpudiag(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "tests.screen_node", str(self.root), str(self.registry), "1", "--", *args]
+        return [sys.executable, "-m", "tests.support.screen_node", str(self.root), str(self.registry), "1", "--", *args]
 
     def root_args(self) -> list[str]:
         return ["--root", str(self.root)]
@@ -263,7 +263,7 @@ class FakeMachine(Machine):
         return Job([sys.executable, "-c", FAKE_JOB, str(fraction), str(seconds), "hold" if hold else "go"], self.env)
 
     def listed(self) -> Optional[dict[int, int]]:
-        from tests.screen_support import LiveProcesses
+        from tests.support.screen import LiveProcesses
 
         processes = LiveProcesses(self.registry, self.bus)
         len(processes)

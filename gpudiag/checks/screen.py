@@ -2,7 +2,7 @@
 found (docs/screening.md).
 
 `gpudiag screen` (gpudiag-screen.timer) runs the verified load tests on idle GPUs by policy and keeps each GPU's
-record in the state directory; the probe part (probe/screening_part.py) reads it into the snapshot. A node without
+record in the state directory; the probe part (probe/screening/part.py) reads it into the snapshot. A node without
 that record has not set screening up: both checks skip. A record that cannot be read is unknown: nobody can say
 whether the GPUs were proven.
 

@@ -9,6 +9,6 @@ GPU back within seconds when a job comes.
                    appears (or `gpudiag screen --stop` asks), and turns what each worker found into a ScreenRun
     outcome.py     what a worker's results mean: verified, failed (wrong results), error
 
-The state file, the journal and the command are the CLI's (gpudiag/cli/screen*.py): this package never writes the
+The state file, the journal and the command are the CLI's (gpudiag/cli/screen/): this package never writes the
 state directory.
 """

@@ -1,7 +1,7 @@
 """Runs the screens of one batch of GPUs and gives each GPU back the moment a job wants it.
 
 One worker process per GPU (worker.py). A reader thread polls the GPUs' process lists every `poll_seconds` (100 ms:
-probe/gpu_users.py) and the supervisor loop, as often, compares them with the screen's own processes: any other
+probe/screening/gpu_users.py) and the supervisor loop, as often, compares them with the screen's own processes: any other
 process on a screened GPU is a job, and that GPU's worker is told to stop (SIGTERM). The worker ends at its next
 launch boundary, frees its memory, releases its context and exits; one that has not exited `kill_after_seconds`
 later is killed (SIGKILL: the driver frees what a dead process held). The screen counts as gone when its process has
@@ -37,7 +37,7 @@ from typing import Callable, Optional, TextIO
 from gpudiag.active.screen.outcome import WANTED, fill_run
 from gpudiag.model import ActiveResults, DeviceSnapshot, Vendor, from_dict, to_dict
 from gpudiag.model.screen import ScreenRun
-from gpudiag.probe.gpu_users import GpuUse, UsageReader, own_processes, pid_visible
+from gpudiag.probe.screening.gpu_users import GpuUse, UsageReader, own_processes, pid_visible
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
