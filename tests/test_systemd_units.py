@@ -21,14 +21,15 @@ from tests.support.as_user import GPUDIAG, NODE_EXPORTER, needs_root, shared_tmp
 from tests.support.paths import FIXTURES, REPO
 
 SYSTEMD = REPO / "systemd"
-UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket")
+UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket",
+         "gpudiag-screen.service", "gpudiag-screen.timer")
 INSTALLED = "/usr/local/bin/gpudiag"
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (package systemd)")
 # `systemd-analyze security` exposure as measured. The check service scored 1.1 with PrivateNetwork=yes; without it
 # (issue 33, item 1: its private sysfs hid the RoCE netdevs) the analyser adds 0.5 for "access to the host's
 # network", which RestrictAddressFamilies=AF_UNIX and IPAddressDeny=any still deny (it does not count them there).
-EXPOSURE_LIMITS = [("gpudiag-exporter.service", 2.0), ("gpudiag-check.service", 1.6)]
+EXPOSURE_LIMITS = [("gpudiag-exporter.service", 2.0), ("gpudiag-check.service", 1.6), ("gpudiag-screen.service", 1.0)]
 
 
 def settings(unit: str) -> dict[str, list[str]]:
@@ -114,7 +115,7 @@ def test_root_records_what_the_unit_cannot_read_before_it_starts(unit):
     assert argv[argv.index("--state-dir") + 1] == f"/var/lib/{settings(unit)['StateDirectory'][0]}"
 
 
-@pytest.mark.parametrize("unit", ["gpudiag-exporter.service", "gpudiag-check.service"])
+@pytest.mark.parametrize("unit", ["gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-screen.service"])
 def test_exec_start_uses_options_the_cli_has(unit):
     (exec_start,) = settings(unit)["ExecStart"]
     argv = shlex.split(exec_start)
@@ -188,3 +189,27 @@ def test_nvidia_device_groups_of_the_lab_driver_are_allowed(unit):
     allowed = {rule.split()[0].removeprefix("char-") for rule in settings(unit)["DeviceAllow"]}
     needed = {"nvidia", "nvidiactl", "nvidia-caps"}
     assert needed <= set(groups) and needed <= allowed
+
+
+def test_the_screen_unit_may_open_a_cuda_context_and_nothing_more():
+    """A screen drives the GPUs through the CUDA driver API (HIP on AMD): it needs /dev/nvidia-uvm, which the
+    exporter is not allowed, and no capability at all (it reads no kernel log); no network (docs/screening.md)."""
+    screen = settings("gpudiag-screen.service")
+    assert screen["User"] == ["gpudiag"] and screen["NoNewPrivileges"] == ["yes"]
+    assert screen["CapabilityBoundingSet"] == [""] == screen["AmbientCapabilities"]
+    allowed = {rule.split()[0].removeprefix("char-") for rule in screen["DeviceAllow"]}
+    groups = {line.split()[1] for line in (FIXTURES / "h200x2/root/proc/devices").read_text().splitlines()}
+    assert {"nvidia", "nvidiactl", "nvidia-uvm"} <= allowed & groups and {"kfd", "drm"} <= allowed
+    assert all(rule.split()[-1] in ("r", "rw") for rule in screen["DeviceAllow"])
+    assert "char-nvidia-uvm rw" not in settings("gpudiag-exporter.service")["DeviceAllow"]
+    assert screen["PrivateNetwork"] == ["yes"] and screen["KillMode"] == ["control-group"]
+    assert screen["StateDirectory"] == settings("gpudiag-exporter.service")["StateDirectory"]
+    assert screen["StateDirectoryMode"] == settings("gpudiag-exporter.service")["StateDirectoryMode"]
+
+
+def test_the_screen_timer_runs_the_screen_service_and_is_not_enabled_by_the_installer():
+    from gpudiag.cli.install import ENABLE, UNITS as INSTALLED_UNITS
+
+    timer = settings("gpudiag-screen.timer")
+    assert timer["OnUnitActiveSec"] == ["5min"] and timer["WantedBy"] == ["timers.target"]
+    assert "gpudiag-screen.timer" in INSTALLED_UNITS and "gpudiag-screen.timer" not in ENABLE

@@ -36,7 +36,8 @@ RELATED_CHECKS = {
     "GpudiagGpuMissing": ("inventory.gpu_count", "inventory.gpus_visible"),
     "GpudiagNoGpuLeft": ("inventory.gpus_visible", "inventory.gpu_count"),
     "GpudiagBackendDown": ("driver.library", "driver.module_loaded"),
-    "GpudiagSilentDataCorruption": ("active.compute",),
+    "GpudiagSilentDataCorruption": ("active.compute", "screen.result"),
+    "GpudiagScreeningOverdue": ("screen.coverage",),
 }
 
 

@@ -35,6 +35,8 @@ def memtest(session: Session, ordinal: int, device: DeviceSnapshot) -> MemtestRe
         stream = res.stream()
         result.free_bytes, result.total_bytes = runtime.memory_info()
         target = int(result.free_bytes * options.memtest_fraction)
+        if options.memtest_max_bytes is not None:
+            target = min(target, options.memtest_max_bytes)
         most_chunks = -(-target // options.memtest_chunk_bytes) + 8  # room for chunks halved after a refusal
         slots_bytes = kernels.RESULT_SLOT_BYTES * most_chunks
         slots_host, slots_device = res.alloc_host(slots_bytes), res.alloc(slots_bytes)

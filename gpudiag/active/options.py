@@ -59,6 +59,8 @@ class ActiveOptions:
     memtest_patterns: tuple[tuple[int, int], ...] = LEVEL2_PATTERNS
     memtest_chunk_bytes: int = 2 * GIB
     memtest_inversions: bool = False  # moving inversions: each pass also verifies and inverts every word twice
+    # At most this many bytes, whatever the fraction of free memory (a screen's bound: active/screen/footprint.py).
+    memtest_max_bytes: Optional[int] = None
 
     # Stress: FMA kernels of about `stress_launch_ms` each, two in flight, sampled every `sample_interval_seconds`.
     stress_seconds: float = 30.0
@@ -109,13 +111,16 @@ class ActiveOptions:
             raise ValueError(f"unknown active test(s) {sorted(unknown)}; known: {', '.join(ALL_TESTS)}")
         if not 0 < self.memtest_fraction <= 0.98:
             raise ValueError(f"memtest_fraction must be in (0, 0.98], got {self.memtest_fraction!r}")
-        for name in ("copy_bytes", "p2p_bytes", "copy_repeats", "copy_batches", "memtest_chunk_bytes"):
+        for name in ("copy_bytes", "p2p_bytes", "copy_repeats", "copy_batches", "memtest_chunk_bytes",
+                     "hbm_bytes", "stress_stream_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if not 0 <= self.stress_copy_warps <= 7:
             raise ValueError(f"stress_copy_warps must be 0-7 (8 warps a block), got {self.stress_copy_warps!r}")
         if not self.memtest_patterns:
             raise ValueError("memtest_patterns must name at least one pattern")
+        if self.memtest_max_bytes is not None and self.memtest_max_bytes <= 0:
+            raise ValueError(f"memtest_max_bytes must be positive, got {self.memtest_max_bytes!r}")
         if self.memtest_passes < 1 or self.stress_seconds < 0 or self.sample_interval_seconds <= 0:
             raise ValueError("memtest_passes must be ≥ 1, stress_seconds ≥ 0 and sample_interval_seconds > 0")
 

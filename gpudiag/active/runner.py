@@ -56,14 +56,18 @@ def default_runtime(vendor: Vendor, tracker: CallTracker) -> GpuRuntime:
     return HipRuntime(tracker)
 
 
-def run_active(snapshot: NodeSnapshot, options: Optional[ActiveOptions] = None) -> ActiveResults:
+def run_active(snapshot: NodeSnapshot, options: Optional[ActiveOptions] = None,
+               control: Optional[Control] = None) -> ActiveResults:
     """Load the idle GPUs of `snapshot` with the tests in `options`; never raises for a GPU or runtime problem
-    (those are in the results). KeyboardInterrupt stops the tests, frees the GPUs, then propagates."""
+    (those are in the results). KeyboardInterrupt stops the tests, frees the GPUs, then propagates. `control`: the
+    caller's, to stop the tests from elsewhere (a screen's SIGTERM handler: active/screen/worker.py)."""
     options = options or ActiveOptions()
     began = time.monotonic()
     results = ActiveResults(tests=list(options.tests),
                             started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    control = Control(until=None if options.deadline_seconds is None else began + options.deadline_seconds)
+    control = control or Control(until=None)
+    if control.until is None and options.deadline_seconds is not None:
+        control.until = began + options.deadline_seconds
     progress = Progress(options.progress, Remaining(control.until))
     trackers: list[CallTracker] = []
     done = threading.Event()

@@ -75,21 +75,19 @@ def history(
 
 
 def _read_journal(root: Path, state_dir: Optional[Path], seconds: Optional[float], gpu: Optional[int]) -> list:
-    from gpudiag.fileio import DocumentError, read_bytes
+    """The service's journal and the screens' (`gpudiag screen`, docs/screening.md), merged oldest first."""
+    from gpudiag.fileio import DocumentError
+    from gpudiag.model.screen import SCREEN_DIR
     from gpudiag.service import state_dir as default_state_dir
-    from gpudiag.service.journal import CURRENT, DEFAULT_MAX_BYTES, PREVIOUS, by_time, parse_lines, select
+    from gpudiag.service.journal import CURRENT, by_time, read_entries, select
 
     directory = default_state_dir(root, state_dir)
     entries = []
-    for name in (PREVIOUS, CURRENT):
-        path = directory / name
-        if not path.exists():
-            continue
+    for journal in (directory, directory / SCREEN_DIR):
         try:
-            # Line by line, as the service reads it: a bad byte or a cut last line costs that line only.
-            entries += parse_lines(read_bytes(path, 4 * DEFAULT_MAX_BYTES, truncate=True)[:4 * DEFAULT_MAX_BYTES])[0]
+            entries += read_entries(journal)
         except DocumentError as exc:
-            raise UsageProblem(f"{path}: {exc}") from None
+            raise UsageProblem(str(exc)) from None
     if not entries and not (directory / CURRENT).exists():
         log.warning("no service answers and no journal in %s", directory)
     since = None if seconds is None else datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=seconds)

@@ -3,7 +3,8 @@
 The units in systemd/ name `/usr/local/bin/gpudiag`, which neither a venv nor pipx creates (and `systemd-analyze
 verify` refuses a unit whose program is missing), so they are rendered with the path of the gpudiag that runs this
 command. Written: /etc/systemd/system/{gpudiag-exporter.service, gpudiag-check.service, gpudiag-check.timer,
-gpudiag.socket (socket activation, never enabled here: docs/monitoring.md)} and
+gpudiag.socket (socket activation, never enabled here: docs/monitoring.md), gpudiag-screen.service and
+gpudiag-screen.timer (idle-time screening, opt-in, never enabled here: docs/screening.md)} and
 /etc/sysusers.d/gpudiag.conf (the `gpudiag` system user both units run as; /etc, not /usr/lib, because this is a
 local installation, not a distribution package: sysusers.d(5)). Then `systemd-sysusers` creates the user and
 `systemctl daemon-reload` makes systemd read the units; `--enable` also starts the exporter and the textfile timer.
@@ -34,11 +35,14 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 # The package's copy of the top-level systemd/ and monitoring/ directories (symbolic links in the source tree, which
 # an editable install follows and a wheel build copies; pyproject.toml's package-data ships them).
 SHIPPED = Path(__file__).resolve().parent.parent / "_shipped"
-UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket")
+UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket",
+         "gpudiag-screen.service", "gpudiag-screen.timer")
 SYSUSERS = "gpudiag.sysusers"
 PLACEHOLDER = "/usr/local/bin/gpudiag"  # what the shipped units name
 UNIT_DIR, SYSUSERS_DIR = Path("etc/systemd/system"), Path("etc/sysusers.d")
 ENABLE = ("gpudiag-exporter.service", "gpudiag-check.timer")
+# Idle-time screening loads the GPUs: written, never enabled here (docs/screening.md).
+OPT_IN = "systemctl enable --now gpudiag-screen.timer"
 # The units set ProtectHome=yes: a gpudiag under these directories is invisible to the service.
 HIDDEN_BY_PROTECT_HOME = ("/home/", "/root/", "/run/user/")
 # ... and PrivateTmp=yes gives the service empty /tmp and /var/tmp of its own: a gpudiag there is not found.
@@ -211,6 +215,7 @@ def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enab
     if not enable:
         hint = "systemctl enable --now " + " ".join(ENABLE)
         print(f"Next: {hint}" if live and reload else f"On the node: systemd-sysusers, systemctl daemon-reload, {hint}")
+    print(f"Idle-time screening of the GPUs (opt-in, docs/screening.md): {OPT_IN}")
 
 
 def install_service(

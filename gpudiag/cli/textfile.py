@@ -12,7 +12,7 @@ from gpudiag.cli.shared import habits, node_collect
 from gpudiag.cli.shared.node_collect import UsageProblem
 from gpudiag.cli.shared.node_collect import expectations as read_expectations
 from gpudiag.cli.shared.options import (BaselineOption, KernelLogOption, ParamOption, ProfileOption, RootOption,
-                                        StressSecondsOption, LevelTimeoutOption)
+                                        StateDirOption, StressSecondsOption, LevelTimeoutOption)
 from gpudiag.exitcodes import ExitCode
 
 
@@ -31,6 +31,7 @@ def textfile(
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
+    state_dir: Optional[Path] = StateDirOption,
 ) -> None:
     """Write the metrics and check results once, for node_exporter's textfile collector (gpudiag-check.timer)."""
     from gpudiag.checks import run_checks
@@ -40,7 +41,7 @@ def textfile(
     if output.suffix != ".prom" and str(output) != "-":
         log.warning("--output %s: node_exporter's textfile collector reads only *.prom files", output)
     expectations = read_expectations(profile, params or [], baseline_file)
-    node = node_collect.collect(root, kernel_log, timeout, level, stress_seconds=stress_seconds)
+    node = node_collect.collect(root, kernel_log, timeout, level, stress_seconds=stress_seconds, state_dir=state_dir)
     results = run_checks(node, expectations)
     try:
         write_textfile(output, node, results)

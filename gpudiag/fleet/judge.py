@@ -18,6 +18,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
+from gpudiag.fleet import screening
 from gpudiag.fleet.model import (FIGURES, FIRMWARE_PREFIX, GPU_PROPERTIES, KIND_STATUS, MAX_FAILURES, MAX_LISTED,
                                  NIC_FIRMWARE_PREFIX, NODE_PROPERTIES, NODE_SEVERITY, UNSOUND, FleetVerdict, NodeFacts,
                                  NodeVerdict)
@@ -82,7 +83,8 @@ def judge(nodes: Iterable[NodeFacts], threshold: float = 0.05, source: str = "",
     nodes = sorted(nodes, key=lambda n: n.node)
     findings: dict[str, list[dict]] = {n.node: [] for n in nodes}
     for node in nodes:
-        findings[node.node] += _failures(node) + _silences(node) + _unread(node) + _conflicts(node)
+        findings[node.node] += (_failures(node) + _silences(node) + _unread(node) + _conflicts(node)
+                                + screening.findings(node))
     drift = find_drift(nodes)
     for group in drift:
         for minority in group["minority"]:

@@ -23,9 +23,10 @@ NODE_SEVERITY = {status: len(NODE_STATUSES) - rank for rank, status in enumerate
 UNSOUND = frozenset({"fail", "silent", "drift", "lag"})  # exit 1, as `unknown` is
 # A finding's kind → the node status it makes. `unknown` is a check that could not decide (as gpudiag_check_ok
 # reads it: not OK, so failing); `unread` is the fleet view not reading a part of the node; `conflict`, several
-# reports claiming the node's hostname (the worst judged).
+# reports claiming the node's hostname (the worst judged); `screening`, a GPU overdue for its idle-time screen;
+# `unscreened`, one never screened yet (listed, changing nothing: fleet/screening.py).
 KIND_STATUS = {"fail": "fail", "unknown": "fail", "silent": "silent", "drift": "drift", "lag": "lag",
-               "unread": "unknown", "conflict": "warn"}
+               "unread": "unknown", "conflict": "warn", "screening": "warn", "unscreened": "pass"}
 
 # What one node may hold, whatever its input says (docs/fleet.md, "Memory"): a node failing everything on a
 # 64-device board has some 4,000 failing results; the first MAX_LISTED are listed, the rest counted (the node is
@@ -89,6 +90,16 @@ class Failure:
 
 
 @dataclass
+class Unscreened:
+    """A GPU no idle-time screen has proven lately (fleet/screening.py)."""
+    gpu: Optional[int]
+    pci_bus_id: Optional[str]
+    never: bool  # no verified screen at all
+    overdue: bool  # past its screening period
+    detail: str = ""
+
+
+@dataclass
 class NodeFacts:
     """What is known of one node. Lists are bounded (MAX_FAILURES, MAX_NOTES, MAX_GPUS): what is over the bound is
     counted (`more_failures`, `more_unread`, `more_warnings`), so that memory grows with the fleet, not with what one
@@ -110,6 +121,7 @@ class NodeFacts:
     more_unread: int = 0
     more_warnings: int = 0
     gpus: set[int] = field(default_factory=set)  # the GPU indices facts are kept for (at most MAX_GPUS)
+    unscreened: list[Unscreened] = field(default_factory=list)  # at most MAX_LISTED
 
     def gpu_property(self, gpu: int, name: str, value: object) -> None:
         if value is None or value == "" or not self.known_gpu(gpu):

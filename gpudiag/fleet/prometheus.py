@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
 from gpudiag.checks.verdicts import TABLE
+from gpudiag.fleet import screening
 from gpudiag.fleet.model import (FIGURES, MAX_FAILURES, MAX_GPUS, Failure, NodeFacts, NothingToJudge, SourceError,
                                  ecc_mode, pcie_link, watts)
 from gpudiag.fleet.prometheus_api import Answer, Connection, QueryFailed, TooManySeries
@@ -241,6 +242,17 @@ def _read_rest(q: _Queries, node: Lookup, evidence: _Evidence) -> None:
     _read_checks(q, node, evidence)
     _read_properties(q, node)
     _read_figures(q, node)
+    _read_screening(q, node)
+
+
+def _read_screening(q: _Queries, node: Lookup) -> None:
+    """Each GPU's overdue seconds and whether it was ever verified (fleet/screening.py): nodes that screen."""
+    verified: set[tuple[str, int]] = set()
+    _per_gpu(q, node, f"max by (instance, gpu) ({q.series('gpudiag_screen_last_verified_timestamp_seconds')})",
+             "when its GPUs were last screened", (), lambda f, gpu, labels, v: verified.add((f.node, gpu)))
+    _per_gpu(q, node, f"max by (instance, gpu) ({q.series('gpudiag_screen_overdue_seconds')})",
+             "how overdue its GPUs' screens are", (),
+             lambda f, gpu, labels, v: screening.from_metrics(f, gpu, v, (f.node, gpu) in verified))
 
 
 def _read_evidence(q: _Queries, node: Lookup, evidence: _Evidence) -> None:

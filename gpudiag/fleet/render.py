@@ -60,7 +60,8 @@ def render_json(verdict: FleetVerdict) -> str:
 
 _SECTIONS = (("fail", "FAILING", ("fail", "unknown")), ("silent", "SILENT", ("silent",)),
              ("drift", "DRIFTING", ("drift",)), ("lag", "LAGGING", ("lag",)),
-             ("unknown", "NOT SHOWN SOUND", ("unread",)), ("conflict", "CONFLICTING REPORTS", ("conflict",)))
+             ("unknown", "NOT SHOWN SOUND", ("unread",)), ("conflict", "CONFLICTING REPORTS", ("conflict",)),
+             ("screening", "NOT PROVEN BY A SCREEN LATELY", ("screening", "unscreened")))
 
 
 def _where(finding: dict) -> str:
@@ -187,7 +188,7 @@ def _what(finding: dict) -> str:
 # A finding's JUnit element: a failure, an error where gpudiag could not see (a check that could not decide, a part
 # of the node not read), none for a note (conflicting reports: the worst was judged).
 _FAILING_KINDS = {"fail": "failure", "silent": "failure", "drift": "failure", "lag": "failure", "unknown": "error",
-                  "unread": "error", "conflict": None}
+                  "unread": "error", "conflict": None, "screening": None, "unscreened": None}
 
 
 def _case_name(finding: dict) -> str:

@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from typing import Any, Optional
 
+from gpudiag.fleet import screening
 from gpudiag.fleet.jsonstream import Malformed, Reader
 from gpudiag.fleet.model import (FIRMWARE_PREFIX, MAX_GPUS, MAX_NIC_BOARDS, MAX_VALUE_CHARS, NIC_FIRMWARE_PREFIX,
                                  Failure, NodeFacts, ecc_mode, finite, watts)
@@ -138,6 +139,7 @@ class _Facts:
             if model is not None and (model in self.models or len(self.models) < MAX_MODELS):
                 self.models[model] += 1
         self._judged(result, gpu, bus_id)
+        screening.from_report(self.facts, result, gpu, bus_id)
         try:
             self._properties(result, gpu)
         except (RecursionError, ValueError, TypeError) as exc:  # json.dumps of an observed nested too deep

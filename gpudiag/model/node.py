@@ -9,6 +9,7 @@ from gpudiag.model.active import ActiveResults
 from gpudiag.model.common import SNAPSHOT_SCHEMA_VERSION, ProbeError, Vendor
 from gpudiag.model.device import DeviceSnapshot, PeerLink
 from gpudiag.model.network import NetworkInfo
+from gpudiag.model.screen import ScreeningInfo
 
 
 @dataclass
@@ -191,6 +192,7 @@ class NodeSnapshot:
     boot_history: Optional[BootHistory] = None  # earlier boots' driver events, where the node keeps them
     collectors: list[CollectorRun] = field(default_factory=list)
     network: Optional[NetworkInfo] = None  # the RDMA NICs (probe/network/rdma.py); None: not collected
+    screening: Optional[ScreeningInfo] = None  # the idle-time screens' record (docs/screening.md); None: not read
 
     def backend(self, name: str) -> Optional[BackendInfo]:
         return next((b for b in self.backends if b.name == name), None)

@@ -34,6 +34,8 @@ def _line(entry: dict) -> str:
         what = f"throttled ({entry.get('reason')}) for {entry.get('duration_seconds')} s between collections"
     elif kind == "xid":
         what = f"Xid {entry.get('code')}"
+    elif kind == "screen":  # gpudiag screen's runs (docs/screening.md)
+        what = f"screen {event}{_took(entry)}"
     else:
         what = str(kind).replace("_", " ")
     if event == "repeat":  # warn-level events counted, not stored one by one (gpudiag/service/keeper.py)
@@ -63,6 +65,11 @@ def _check_event(entry: dict) -> str:
     if event == "change":
         return f"{entry.get('previous')} → {status}"
     return f"recovered (was {status}{_lasted(entry)})"
+
+
+def _took(entry: dict) -> str:
+    seconds = entry.get("duration_seconds")
+    return f" after {human_duration(seconds)}" if isinstance(seconds, (int, float)) else ""
 
 
 def _lasted(entry: dict) -> str:

@@ -215,6 +215,22 @@ def parse_lines(data: bytes | str) -> tuple[list[dict], int]:
     return entries, bad
 
 
+def read_entries(directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> list[dict]:
+    """The entries of the journal files in `directory`, read line by line as the service reads them (a bad byte or a
+    cut last line costs that line only), oldest first: for a reader that does not keep the journal (`gpudiag
+    history` without the service, the service reading the screens' journal that `gpudiag screen` keeps). A file that
+    cannot be read is DocumentError naming it."""
+    entries = []
+    for name in (PREVIOUS, CURRENT):
+        path = Path(directory) / name
+        if path.exists():
+            try:
+                entries += parse_lines(read_bytes(path, 4 * max_bytes, truncate=True)[:4 * max_bytes])[0]
+            except DocumentError as exc:
+                raise DocumentError(f"{path}: {exc}") from None
+    return sorted(entries, key=by_time)
+
+
 def _line(entry: dict) -> str:
     return json.dumps(entry, separators=(",", ":"), sort_keys=True, default=str) + "\n"
 

@@ -16,7 +16,9 @@ from gpudiag import __version__
 from gpudiag.daemon.poller import Collection
 from gpudiag.model import to_dict
 from gpudiag.daemon.fresh import FreshCollections
-from gpudiag.service.journal import Journal, select
+from gpudiag.fileio import DocumentError
+from gpudiag.model.screen import SCREEN_DIR
+from gpudiag.service.journal import Journal, by_time, read_entries, select
 from gpudiag.service.keeper import JournalKeeper
 from gpudiag.service.protocol import MAX_AGE_SECONDS, ProtocolError
 from gpudiag.service.socket_server import Peer, SocketServer, instance_lock
@@ -33,6 +35,7 @@ class Service:
                  journal_max_bytes: Optional[int] = None, expect=None):
         self.collections = collections
         self.collect_wait = collect_wait_seconds
+        self.state_dir = state_dir
         # One instance per state directory: a second serve would rewrite the first one's journal under it.
         self._state_lock = _state_lock(state_dir)
         try:
@@ -119,9 +122,20 @@ class Service:
         since = None
         if since_seconds is not None:
             since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=since_seconds)
-        entries = select(self.journal.entries(), since, gpu)
+        entries = select(sorted(self.journal.entries() + self._screens(), key=by_time), since, gpu)
         return {"ok": True, "entries": entries[-MAX_HISTORY_ENTRIES:], "truncated": len(entries) > MAX_HISTORY_ENTRIES,
                 "open": self.keeper.open_checks()}
+
+    def _screens(self) -> list[dict]:
+        """The screens' journal, which `gpudiag screen` keeps beside this one (docs/screening.md): read, never
+        written, here; an unreadable one is logged and left out (the service's own entries still answer)."""
+        if self.state_dir is None:
+            return []
+        try:
+            return read_entries(Path(self.state_dir) / SCREEN_DIR)
+        except DocumentError as exc:
+            log.warning("the screens' journal cannot be read: %s", exc)
+            return []
 
     def _status(self) -> dict:
         latest = self.collections.latest

@@ -166,4 +166,5 @@ def test_help_lists_the_commands_in_their_pinned_order(capsys):
     assert cli.main(["--help"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.split("Commands:")[1].splitlines() if line.strip()]
     assert listed == ["check", "snapshot", "baseline", "serve", "textfile", "version", "install-service", "root-facts",
-                      "fleet", "history", "profiles"]
+                      "fleet", "history", "profiles",
+                      "screen"]

@@ -220,7 +220,11 @@ def test_a_live_install_creates_the_user_reloads_and_enables(tmp_path, gpudiag_e
         "systemctl enable --now gpudiag-exporter.service gpudiag-check.timer",
     ]
     assert (root / "etc/systemd/system/gpudiag-check.timer").is_file()
-    assert "Next:" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Next:" not in out
+    # screening loads the GPUs: its units are written, never enabled by the installer, and the way to opt in is said
+    assert (root / "etc/systemd/system/gpudiag-screen.timer").is_file()
+    assert "(opt-in, docs/screening.md): systemctl enable --now gpudiag-screen.timer" in out
 
 
 def test_a_live_install_without_enable_says_what_starts_it(tmp_path, gpudiag_exe, systemd_tools, capsys):

@@ -38,6 +38,10 @@ SPECIAL = {
     "gpu_nic_pairs": ('["0000:18:00.0=mlx5_0"]', ("0000:18:00.0=mlx5_0",)),
     "gpudirect_path": ('"peermem"', "peermem"),
     "nic_flap_fail_count": ("5", 5),
+    # the screen family's (gpudiag/expect/screen_settings.py)
+    "screen_every": ('"1d"', "1d"),
+    "screen_idle_after": ('"30m"', "30m"),
+    "screen_stress_seconds": ("60.0", 60.0),
 }
 BY_TYPE = {"int": ("3", 3), "float": ("0.5", 0.5), "bool": ("true", True), "tuple": ("[48, 79]", (48, 79))}
 WRONG = {"int": ('"3"', "expected an integer"), "float": ('"fast"', "expected a number"),

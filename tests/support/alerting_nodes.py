@@ -32,6 +32,7 @@ from tests.support.sysfs_tree import SysfsTree
 LIVE_DELAY_SECONDS = 4.0
 NVIDIA_GPU1 = "0000:3b:00.0"  # FakeNode.hgx_h200's second GPU
 AMD_GPU1 = "0000:26:00.0"  # mi300x_node's second OAM
+NVIDIA_GPUS, AMD_GPUS = ("0000:19:00.0", NVIDIA_GPU1), ("0000:05:00.0", AMD_GPU1)
 # A GPU reset as amdgpu logs it (tests/probe/amdsmi/test_end_to_end.py RESET_LOG, here as kmsg records on GPU 1).
 AMD_RESET = ("4,20,8123456789,-;amdgpu 0000:26:00.0: amdgpu: GPU reset begin!",
              "4,21,8125012345,-;amdgpu 0000:26:00.0: amdgpu: GPU reset(2) succeeded!")
@@ -103,6 +104,32 @@ def _prochot_hot(gpu) -> None:
     gpu.temperatures["hotspot"].current = gpu.temperatures["hotspot"].critical - 8
 
 
+def _screens(gpu1: str, buses: tuple[str, str]) -> Callable:
+    """The record `gpudiag screen` keeps (docs/screening.md) under the node's state directory: GPU 0 verified an hour
+    ago; GPU 1 `never` verified in the ten days screening has watched it (overdue), or its last screen `failed`
+    (one SM computed other bits: silent data corruption)."""
+    def write(tree) -> None:
+        import time
+
+        from gpudiag.model import SmMismatch
+        from gpudiag.model.screen import FAILED, VERIFIED, ScreenGpu, ScreenRun, ScreenState, state_to_json
+
+        now, day = time.time(), 86400.0
+        state = ScreenState(every_seconds=7 * day, updated_at=now)
+        for index, bus in enumerate(buses):
+            gpu = ScreenGpu(bus, index=index, first_seen=now - 10 * day)
+            if index == 0 or gpu1 == "failed":
+                gpu.record(ScreenRun(bus, now - 3700, now - 3600, VERIFIED, "verified", index=index))
+            if index == 1 and gpu1 == "failed":
+                gpu.record(ScreenRun(bus, now - 700, now - 600, FAILED, "2 tensor result(s) differed on SM 17",
+                                     index=1, launches_verified=50, mismatched_blocks=2,
+                                     mismatched_sms=[SmMismatch("SM 17", 17, 2, 1)]))
+            state.gpus.append(gpu)
+        tree.write("var/lib/gpudiag/screen/state.json", state_to_json(state))
+
+    return write
+
+
 def _amd(apply: Callable, *args, **kwargs) -> Callable:
     return lambda node: apply(node, 1, *args, **kwargs)
 
@@ -138,6 +165,9 @@ SCENARIOS = [
              fault=_nvml("health.unrepairable_memory", 1)),
     Scenario("nvidia-sram-threshold", "nvidia", "GpudiagGpuMemoryUnrepairable",
              fault=_nvml("health.sram", {"bThresholdExceeded": 1})),
+    # idle-time screening (gpudiag screen): a GPU kept busy past its period, and a screen that found wrong results
+    Scenario("nvidia-screen-overdue", "nvidia", "GpudiagScreeningOverdue", "warning", host=_screens("never", NVIDIA_GPUS)),
+    Scenario("nvidia-screen-sdc", "nvidia", "GpudiagSilentDataCorruption", host=_screens("failed", NVIDIA_GPUS)),
     Scenario("nvidia-driver-not-loaded", "nvidia", "GpudiagBackendDown", gpu_labels=False,
              fault=lambda node: setattr(node, "init_error", pynvml.NVML_ERROR_DRIVER_NOT_LOADED)),
     Scenario("amd-healthy", "amd", None),
@@ -163,6 +193,7 @@ SCENARIOS = [
     Scenario("amd-gpu-reset-logged", "amd", "GpudiagKernelGpuError", "warning",
              host=_logged(*AMD_RESET)),
     Scenario("amd-gpu-lost", "amd", "GpudiagGpuDown", fault=_amd(amd_node.lose_gpu)),
+    Scenario("amd-screen-overdue", "amd", "GpudiagScreeningOverdue", "warning", host=_screens("never", AMD_GPUS)),
     Scenario("amd-gpu-hung", "amd", "GpudiagGpuDown",
              fault=_gpu1(lambda g: setattr(g, "hang_in", "amdsmi_get_power_info"))),
 ]

@@ -44,6 +44,7 @@ def check(
     baseline_file: Optional[Path] = BaselineOption,
     direct: bool = typer.Option(False, "--direct", help="Probe the GPUs in this process even when the service answers."),
     socket: Optional[Path] = SocketOption,
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Read the service's journal and the screens' record here, probing in this process (default /var/lib/gpudiag, or the service's)."),
 ) -> None:
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
     from gpudiag.checks import probe_parts_for
@@ -65,8 +66,10 @@ def check(
     # Pay only for what the selection judges: `--only pcie` reads no NVLink counters, peers or kernel log.
     parts = probe_parts_for(selected)
     snapshot, collected_by, open_checks = (load_replay(replay), "replay", []) if replay is not None else obtain(
-        root, socket, timeout, level, direct, kernel_log,
-        lambda: node_collect.collect(root, kernel_log, timeout, level, parts, stress_seconds), stress_seconds)
+        root, socket, timeout, level, direct or state_dir is not None, kernel_log,
+        lambda: node_collect.collect(root, kernel_log, timeout, level, parts, stress_seconds,
+                                     **({"state_dir": state_dir} if state_dir is not None else {})),
+        stress_seconds)
     output_format = "json" if as_json else fmt.value
     use_color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if color is None else color
     try:

@@ -34,7 +34,8 @@ FLAGS = {"--json": ("json", True), "--direct": ("direct", True), "--verbose": ("
 # says so.
 # -i/--gpu too: a GPU this node may not have is refused naming those it has, which the full CLI reads from the
 # service's snapshot (still through the service: no vendor library opened here).
-HANDED_ON = ("--replay", "--baseline", "--kernel-log", "--stress-seconds", "--gpu", "-i", "-h", "--help")
+HANDED_ON = ("--replay", "--baseline", "--kernel-log", "--stress-seconds", "--gpu", "-i", "--state-dir", "-h",
+             "--help")
 
 
 def parse(argv: list) -> "dict | None":

@@ -106,7 +106,7 @@ def _saved_log(path: Path) -> None:
 
 
 def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None,
-             stress_seconds: Optional[float] = None):
+             stress_seconds: Optional[float] = None, state_dir: Optional[Path] = None):
     """Probe the node; at level 2 also run the load tests on its idle GPUs (progress on stderr), all within one
     deadline: --timeout, by default 10 s for the passive checks and 600 s with the load tests."""
     import time
@@ -121,7 +121,7 @@ def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], le
     started = time.monotonic()
     # The passive probe keeps its usual deadline; the load tests get the rest.
     options = collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
-                               parts)
+                               parts, state_dir)
     with stdout_to_stderr(), Collector(options) as collector:
         snapshot = collector.collect()
         if level >= 2:

@@ -59,6 +59,8 @@ ProfileOption = typer.Option(None, "--profile", autocompletion=complete_profile,
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
 StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, callback=finite, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
 BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")
+# Where the service keeps its journal and `gpudiag screen` its record (read for earlier boots' faults and the screens).
+StateDirOption = typer.Option(None, "--state-dir", help="Read the service's journal and the screens' record here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag).")
 SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
 
 

@@ -162,6 +162,7 @@ class FakeGpu:
     cpus: tuple[int, ...] = tuple(range(0, 32))
     compute_processes: list[tuple[int, Optional[int]]] = field(default_factory=list)  # (pid, used bytes)
     graphics_processes: list[tuple[int, Optional[int]]] = field(default_factory=list)
+    mps_processes: list[tuple[int, Optional[int]]] = field(default_factory=list)  # MPS clients
 
     # None: decided by the node (18 links to NVSwitches when the node has several GPUs, none otherwise)
     nvlinks: Optional[list[FakeNvLink]] = None

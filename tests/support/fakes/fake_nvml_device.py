@@ -295,3 +295,9 @@ def nvmlDeviceGetComputeRunningProcesses_v3(lib: FakeNvmlLib, gpu: FakeGpu, coun
 @c_symbol()
 def nvmlDeviceGetGraphicsRunningProcesses_v3(lib: FakeNvmlLib, gpu: FakeGpu, count: Any, array: Any) -> int:
     return _processes(gpu.graphics_processes, count, array)
+
+
+@c_symbol()
+def nvmlDeviceGetMPSComputeRunningProcesses_v3(lib: FakeNvmlLib, gpu: FakeGpu, count: Any, array: Any) -> int:
+    """The clients of an MPS server on the GPU (the server itself is in the compute list)."""
+    return _processes(gpu.mps_processes, count, array)
