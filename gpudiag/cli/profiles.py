@@ -4,11 +4,11 @@ that `check --profile NAME` can be chosen without reading the TOML."""
 from __future__ import annotations
 
 import json
-import sys
 from enum import Enum
 
 import typer
 
+from gpudiag import stdout
 from gpudiag.exitcodes import ExitCode
 
 # What an operator picks a profile by, in this order; every setting is in --format json.
@@ -68,7 +68,8 @@ def profiles(
     """List the shipped node profiles (check --profile NAME) and what each expects: GPU model and count, PCIe, links, power."""
     found = shipped()
     if fmt is ProfilesFormat.json:
-        sys.stdout.write(json.dumps({"schema_version": 1, "profiles": found}, indent=2) + "\n")
+        text = json.dumps({"schema_version": 1, "profiles": found}, indent=2) + "\n"
     else:
-        sys.stdout.write(render_text(found))
+        text = render_text(found)
+    stdout.write(text, "the profiles")
     raise typer.Exit(ExitCode.OK)
