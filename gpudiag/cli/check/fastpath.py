@@ -86,6 +86,8 @@ def _request(opts: dict) -> "dict | None":
             return None  # typer's own message for what it refuses (min=0.1)
     wait = 10.0 if timeout is None else min(timeout, 10.0)
     split = [[part.strip() for v in opts[key] for part in v.split(",") if part.strip()] for key in ("only", "skip")]
+    if opts["only"] and not split[0]:
+        return None  # `--only ''`: a usage error, which the full CLI words
     color = opts.get("color")
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
