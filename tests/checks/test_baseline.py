@@ -153,7 +153,7 @@ def test_an_unreachable_gpu_is_unknown_not_a_drift():
     snap.devices[1].vbios_version = None
     firmware = [r for r in judge(snap, golden) if r.check == "baseline.firmware"]
     assert [r.status for r in firmware] == [Status.PASS, Status.UNKNOWN]
-    assert (firmware[1].action, firmware[1].fault_code) == ("reset", "GPUDIAG-GPU-UNREACHABLE")
+    assert (firmware[1].action, firmware[1].fault_code) == ("reboot", "GPUDIAG-GPU-UNREACHABLE")  # lost: cold boot
 
 
 def test_without_a_baseline_every_baseline_check_skips_with_the_hint():
