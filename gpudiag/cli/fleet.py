@@ -76,7 +76,7 @@ def fleet(
         print(f"gpudiag: error: nothing to judge: {exc}", file=sys.stderr)
         raise typer.Exit(ExitCode.NOTHING_PROBED)
     complete = not any(w.startswith("incomplete:") for w in warnings)
-    verdict = judge(nodes, threshold / 100.0, source, warnings, complete)
+    verdict = judge(nodes, threshold / 100.0, source, warnings, complete, from_reports=not prometheus)
     for warning in warnings:  # hostnames and skipped text come from the input: no terminal controls
         print(f"gpudiag: warning: {clean(warning)}", file=sys.stderr)
     out = stdout.Stream("the fleet verdict")  # written whole, or exit 4 (gpudiag/stdout.py)
