@@ -59,10 +59,12 @@ class NotARegularFile(OSError):
 
 
 def write_output(path: Path | str, text: str, mode: int = PUBLIC) -> None:
-    """`text` to standard output when `path` is `-`, else atomically to the file."""
+    """`text` to standard output when `path` is `-` (whole, or gpudiag.stdout.Unwritable), else atomically to the
+    file."""
     if str(path) == STDOUT:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        from gpudiag import stdout
+
+        stdout.write(text, "the output")
         return
     write_atomically(Path(path), text, mode)
 

@@ -200,3 +200,14 @@ def test_the_runbook_says_what_the_checks_say_to_do():
             assert f"gpudiag check --only {','.join(checks)}" in sections[name]
         assert checks or name in tool.OWN_REMEDIATION, name
     assert with_checks >= 25
+
+
+def test_the_readme_names_every_exit_code():
+    """Ctrl-C's 130 was missing from the README's exit codes (issue 36, item 7): each of gpudiag/exitcodes.py's
+    codes is in that paragraph."""
+    from gpudiag.exitcodes import ExitCode
+
+    readme = (REPO / "README.md").read_text()
+    paragraph = readme[readme.index("Exit codes: "):].split("\n\n", 1)[0]
+    assert [code.value for code in ExitCode if f"`{code.value}`" not in paragraph] == []
+    assert "interrupted" in paragraph and "written whole" in paragraph

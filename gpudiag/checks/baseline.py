@@ -171,13 +171,16 @@ def inventory(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]
 
 
 def _node_drift(check_id: str, what: str, golden: dict[str, Any], now: dict[str, Any],
-                remediation: str) -> CheckResult:
+                remediation: str, said: Optional[Callable[[dict, int], str]] = None) -> CheckResult:
+    """One node-level result for `what`; `said` words the drifts ({key: (golden, now)}, keys compared), by
+    default each key's own."""
     drifts = {key: (value, now.get(key)) for key, value in golden.items() if now.get(key) != value}
     if not drifts:
         return passed(check_id, None, f"{what} match the baseline ({len(golden)} compared)", observed=now,
                       expected=golden)
-    listing = "; ".join(f"{key}: golden {_show(old)}, now {_show(new)}" for key, (old, new) in drifts.items())
-    return failed(check_id, None, f"{what} drifted from the baseline: {listing}",
+    listing = said(drifts, len(golden)) if said else "; ".join(f"{key}: {_change(old, new)}"
+                                                                for key, (old, new) in drifts.items())
+    return failed(check_id, None, f"{what} drifted from the baseline{' ' if said else ': '}{listing}",
                   observed={key: new for key, (_, new) in drifts.items()},
                   expected={key: old for key, (old, _) in drifts.items()}, remediation=f"{remediation} {_RERECORD}")
 
@@ -197,12 +200,40 @@ def driver(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
                         "library named was not usable here: see driver.library.")]
 
 
+PAIR = "<->"  # also written out in report/causes.py, which reads the pairs back
+
+
 def _peer_key(peer: PeerBaseline) -> str:
-    return f"{peer.pci_bus_id_a}<->{peer.pci_bus_id_b}"
+    return f"{peer.pci_bus_id_a}{PAIR}{peer.pci_bus_id_b}"
 
 
 def _peer_value(peer: PeerBaseline) -> str:
     return f"{peer.path}" + (f" ×{peer.link_count}" if peer.link_count is not None else "")
+
+
+def _change(old: Any, new: Any) -> str:
+    return f"golden {_show(old)}, now {_show(new)}"
+
+
+def _pairs_said(drifts: dict[str, tuple[Any, Any]], compared: int) -> str:
+    """The pairs that drifted, said by the GPU they share: a GPU lost or with its links down makes every pair with it
+    drift alike (20 pairs of a lost GPU and one with its links down were 20 lines, issue 36 item 6). The GPU in the
+    most drifted pairs is named first with them, and so on; a pair that shares its GPU with no other is named
+    alone. Every pair is in observed/expected all the same."""
+    left = dict(drifts)
+    parts = []
+    while left:
+        ends = Counter(end for pair in left for end in pair.split(PAIR))
+        gpu, count = min(ends.items(), key=lambda item: (-item[1], item[0]))
+        if count < 2:
+            break
+        mine = {pair: left.pop(pair) for pair in list(left) if gpu in pair.split(PAIR)}
+        changes = Counter(_change(old, new) for old, new in mine.values())
+        said = "; ".join(change + (f" ({n} pair{'s' if n > 1 else ''})" if len(changes) > 1 else "")
+                         for change, n in changes.items())
+        parts.append(f"{gpu} with {len(mine)} GPU(s) ({said})")
+    parts += [f"{pair}: {_change(old, new)}" for pair, (old, new) in left.items()]
+    return f"on {len(drifts)} of {compared} pairs: " + "; ".join(parts)
 
 
 def peers(snapshot: NodeSnapshot, golden_node: NodeBaseline) -> list[CheckResult]:
@@ -215,7 +246,7 @@ def peers(snapshot: NodeSnapshot, golden_node: NodeBaseline) -> list[CheckResult
     golden = {_peer_key(p): _peer_value(p) for p in golden_node.peers}
     return [_node_drift(check_id, "GPU peer paths", golden, now,
                         "GPU pairs now reach each other over another path than on the golden node (a link down, a "
-                        "GPU moved, P2P disabled): see topology.links_up and topology.p2p.")]
+                        "GPU moved, P2P disabled): see topology.links_up and topology.p2p.", _pairs_said)]
 
 
 def _fabric_check() -> Check:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from gpudiag.checks.verdicts import UNREACHABLE, with_verdict
+from gpudiag.checks.verdicts import LOST, UNREACHABLE, with_verdict
 from gpudiag.expect import Expectations
 from gpudiag.model import (
     CheckResult,
@@ -112,22 +112,40 @@ def _error_text(error: ProbeError) -> str:
     return f"{error.source}: {error.kind}: {error.message}"
 
 
+# What to do for a GPU that fell off the bus, said alike by the lost GPU's results and by Xid 79's
+# (checks/kernel_log/xid_catalog.py). NVIDIA's Xid catalog gives Xid 79 the immediate action RESTART_BM, a restart of
+# the bare-metal node ("Analyzing Xid Errors with the Xid Catalog", docs.nvidia.com/deploy/xid-errors/
+# analyzing-xid-catalog.html, as docs/vendor-api.md §11 restates it), and its GPU debug guidelines drain the node
+# (docs.nvidia.com/deploy/gpu-debug-guidelines, "Xid messages"). A GPU reset is no answer: `nvidia-smi -r` goes
+# through the driver, which can no longer reach the GPU (NVML answers NVML_ERROR_GPU_IS_LOST, "the GPU has fallen
+# off the bus or has otherwise become inaccessible"); and a warm reboot may leave the slot's link down, hence a cold
+# boot. (Before issue 36 the lost GPU's block said "reset it" and its Xid 79 line "power-cycle".)
+OFF_THE_BUS = ("Drain the node and power-cycle it (cold boot, not a warm reboot: a GPU reset cannot reach a GPU off "
+               "the bus, and a warm reboot may not bring it back). Then check pcie.aer, reseat the GPU and its "
+               "riser/cable and check its power; a GPU that falls off again is an RMA candidate.")
+
+
 def unreachable(check_id: str, device: DeviceSnapshot) -> CheckResult:
+    """`unknown`: the GPU did not answer, so the check could not judge it. Lost (off the bus): OFF_THE_BUS, action
+    reboot; hung (a call past its deadline) or failing otherwise: reset it first, action reset."""
+    lost = any(e.kind == ErrorKind.GPU_LOST for e in device.errors)
     if device.vendor == Vendor.NVIDIA:
         confirm = (f"`nvidia-smi -q -i {device.pci_bus_id or device.index}` and `{kernel_log_command(device.vendor)}`"
                    f" (Xid 79: the GPU fell off the bus)")
     else:
         confirm = f"`amd-smi list` and `{kernel_log_command(device.vendor)}`"
+    if lost:
+        remediation = f"Confirm with {confirm}. {OFF_THE_BUS}"
+    else:
+        remediation = (f"Confirm with {confirm}. If no process holds the GPU, reset it (`{reset_command(device)}`); "
+                       f"if the reset fails or the GPU is missing from `lspci`, power-cycle the node (cold boot, not a "
+                       f"warm reboot) and reseat the GPU and its riser/cable. A GPU that drops off again is an RMA "
+                       f"candidate.")
     return with_verdict(unknown(
         check_id, device, f"{device.label} did not answer its vendor library; this check could not be judged",
         observed={"reachable": False, "errors": [_error_text(e) for e in device.errors]},
-        expected="the device answers its vendor library",
-        remediation=(
-            f"Confirm with {confirm}. If no process holds the GPU, reset it (`{reset_command(device)}`); if the "
-            f"reset fails or the GPU is missing from `lspci`, power-cycle the node (cold boot, not a warm reboot) "
-            f"and reseat the GPU and its riser/cable. A GPU that drops off again is an RMA candidate."
-        ),
-    ), *UNREACHABLE)
+        expected="the device answers its vendor library", remediation=remediation,
+    ), *(LOST if lost else UNREACHABLE))
 
 
 # Timeouts and lost devices end a device's probe early: every value read after them is missing for that reason,

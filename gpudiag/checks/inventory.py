@@ -198,8 +198,9 @@ _VERDICTS = {
 _REFERENCE = {
     "inventory.gpus_visible": (
         "the GPUs on the PCI bus against those the vendor library enumerates and that answer it",
-        "A GPU that fell off the bus or stopped answering: confirm with nvidia-smi / amd-smi and the kernel log, reset "
-        "the GPU, power-cycle the node if that fails, reseat it; one that drops again is an RMA candidate."),
+        "Confirm with nvidia-smi / amd-smi and the kernel log. A GPU lost off the bus (Xid 79): drain the node and "
+        "power-cycle it (cold boot; a GPU reset cannot reach it). One that hung: reset it, power-cycle if that fails. "
+        "Reseat it; one that drops again is an RMA candidate."),
     "inventory.gpu_count": (
         "the number of GPUs on the PCI bus and enumerated",
         "Fewer GPUs than the node should have: a GPU, riser, cable or baseboard is missing or dead; check `lspci`, "

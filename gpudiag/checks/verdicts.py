@@ -32,8 +32,11 @@ _DEFAULT_ACTION = {Status.WARN: "watch", Status.UNKNOWN: "watch", Status.FAIL: "
 # used; this module cannot import the families, which import it).
 TABLE: dict[str, dict[Status, tuple[str, str]]] = {}
 
-# A GPU that stopped answering its library (checks.common.unreachable): reset it, whatever the check was.
+# A GPU that stopped answering its library (checks.common.unreachable), whatever the check was: a hung one is reset;
+# one that is lost (fell off the bus: NVML_ERROR_GPU_IS_LOST, Xid 79) needs the node power-cycled, as Xid 79's own
+# verdict says (checks/kernel_log/xid_catalog.py): one action for the loss, whichever result says it.
 UNREACHABLE = ("reset", "GPUDIAG-GPU-UNREACHABLE")
+LOST = ("reboot", UNREACHABLE[1])
 # A check that raised (a gpudiag bug, checks/__init__.py): `unknown` like a device that did not answer, but with this
 # fault code, so that automation and the tests can tell the two apart.
 INTERNAL_ERROR = ("watch", "GPUDIAG-INTERNAL-ERROR")

@@ -26,6 +26,7 @@ from gpudiag.cli.shared import habits
 from gpudiag.cli.shared.node_collect import error_line, exit_for_failure, start_logging
 from gpudiag.cli.snapshot import snapshot
 from gpudiag.cli.textfile import textfile
+from gpudiag import stdout
 from gpudiag.exitcodes import ExitCode
 
 try:  # typer 0.2x ships its own copy of click; older typer uses click itself
@@ -51,7 +52,7 @@ def version() -> None:
     """Print gpudiag's version."""
     from gpudiag import __version__
 
-    print(__version__)
+    stdout.write(f"{__version__}\n", "the version")
 
 
 # --help lists the commands in this order (pinned by tests/cli/test_habits.py).
@@ -70,9 +71,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     start_logging(debug)
     try:
         # With standalone_mode=False click returns the code of a typer.Exit instead of exiting.
-        return app(args=argv, prog_name="gpudiag", standalone_mode=False) or ExitCode.OK
+        code = app(args=argv, prog_name="gpudiag", standalone_mode=False) or ExitCode.OK
     except typer.Exit as exc:
-        return exc.exit_code
+        code = exc.exit_code
     except click.exceptions.UsageError as exc:
         print(f"gpudiag: error: {error_line(exc.format_message())}", file=sys.stderr)
         return ExitCode.USAGE
@@ -81,6 +82,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return ExitCode.ABORTED
     except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
         return exit_for_failure(exc, debug)
+    try:
+        stdout.finish()  # what print() left buffered, and the close where a filesystem reports a failed write
+    except Exception as exc:  # noqa: BLE001 - Unwritable: exit 4; a broken pipe: exit 0
+        return exit_for_failure(exc, debug)
+    return code
 
 
 def run() -> None:

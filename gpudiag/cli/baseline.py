@@ -39,5 +39,5 @@ def baseline(
     if failing:  # a baseline is only as good as the node it was taken from
         log.warning("this node fails %s: is it really known-good?", ", ".join(failing))
     golden = baseline_of(node)
-    write_output(output, baseline_json(golden), f"baseline of {len(golden.gpus)} GPU(s)")
+    write_output(output, baseline_json(golden), "baseline", f" of {len(golden.gpus)} GPU(s)")
     raise typer.Exit(ExitCode.OK)

@@ -40,6 +40,7 @@ def fleet(
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
 ) -> None:
     """Judge many nodes at once: which fail, which are silent, which drift from their peers, which lag behind them."""
+    from gpudiag import stdout
     from gpudiag.fleet import NothingToJudge, SourceError, judge
     from gpudiag.fleet.render import write
     from gpudiag.report.text import clean
@@ -75,9 +76,10 @@ def fleet(
         print(f"gpudiag: error: nothing to judge: {exc}", file=sys.stderr)
         raise typer.Exit(ExitCode.NOTHING_PROBED)
     complete = not any(w.startswith("incomplete:") for w in warnings)
-    verdict = judge(nodes, threshold / 100.0, source, warnings, complete)
+    verdict = judge(nodes, threshold / 100.0, source, warnings, complete, from_reports=not prometheus)
     for warning in warnings:  # hostnames and skipped text come from the input: no terminal controls
         print(f"gpudiag: warning: {clean(warning)}", file=sys.stderr)
-    write("json" if as_json else fmt.value, verdict, sys.stdout)
-    sys.stdout.flush()
+    out = stdout.Stream("the fleet verdict")  # written whole, or exit 4 (gpudiag/stdout.py)
+    write("json" if as_json else fmt.value, verdict, out)
+    out.close()
     raise typer.Exit(ExitCode.OK if verdict.status in ("pass", "warn") else ExitCode.FAILED)

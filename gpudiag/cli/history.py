@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -15,6 +14,7 @@ import typer
 
 from gpudiag.cli.shared.node_collect import UsageProblem
 from gpudiag.cli.shared.options import SocketOption
+from gpudiag import stdout
 from gpudiag.exitcodes import ExitCode
 
 
@@ -66,11 +66,12 @@ def history(
     else:
         entries = answer.get("entries") or []
     if fmt is HistoryFormat.json:
-        sys.stdout.write(json.dumps({"schema_version": 1, "source": source, "entries": entries}, indent=2) + "\n")
+        text = json.dumps({"schema_version": 1, "source": source, "entries": entries}, indent=2) + "\n"
     else:
         from gpudiag.service.history_text import render_history
 
-        sys.stdout.write(render_history(entries, source))
+        text = render_history(entries, source)
+    stdout.write(text, "the history")
     raise typer.Exit(ExitCode.OK)
 
 

@@ -9,8 +9,11 @@ gpudiag-screen.timer (idle-time screening, opt-in, never enabled here: docs/scre
 local installation, not a distribution package: sysusers.d(5)). Then `systemd-sysusers` creates the user and
 `systemctl daemon-reload` makes systemd read the units; `--enable` also starts the exporter and the textfile timer.
 
-`--root DIR` writes under DIR instead (an image being built, a test; DIR must exist) and runs no systemctl; `--dry-run` prints what
-would be written and runs nothing. Under `--root` every path is resolved inside DIR, as the booted image will see it:
+`--root DIR` writes under DIR instead (an image being built, a test; DIR must exist) and runs no systemctl; with `--enable`
+it enables the exporter and the timer in the image as `systemctl --root DIR enable` does: a link per [Install]
+WantedBy=/RequiredBy= target, `etc/systemd/system/<target>.wants/<unit>` pointing at the unit's absolute path as the
+image names it (`/etc/systemd/system/<unit>`), so that the booted image starts them. `--dry-run` prints what would
+be written and runs nothing. Under `--root` every path is resolved inside DIR, as the booted image will see it:
 a symbolic link's absolute target starts at DIR, `..` stops at DIR (an image's `/etc/sysusers.d ->
 /usr/lib/sysusers.d` is the image's /usr/lib, never the build host's).
 """
@@ -175,11 +178,56 @@ def write_file(path: Path, text: str) -> str:
     return "replaced" if existed else "written"
 
 
+# [Install] dependencies and the directory of links systemctl enable makes for each (systemd.unit(5)).
+_INSTALL_LINKS = {"WantedBy": ".wants", "RequiredBy": ".requires"}
+
+
+def enable_links(files: list[tuple[Path, str]], root: Path) -> list[tuple[Path, str]]:
+    """(link, target) of each link `systemctl --root ROOT enable` makes for the units of ENABLE: in the unit
+    directory, `<target>.wants/<unit>` (`.requires/` for RequiredBy=), pointing at `/etc/systemd/system/<unit>`, the
+    absolute path the booted image reads the unit at (systemd 252's systemctl writes that target; compared in
+    tests/cli/test_install_service.py)."""
+    links = []
+    for path, text in files:
+        if path.name not in ENABLE:
+            continue
+        section = re.split(r"^\[Install\]\s*$", text, maxsplit=1, flags=re.MULTILINE)
+        install_section = section[1].split("\n[", 1)[0] if len(section) == 2 else ""
+        for key, suffix in _INSTALL_LINKS.items():
+            for line in re.findall(rf"^{key}=(.*)$", install_section, re.MULTILINE):
+                for target in line.split():
+                    link = inside(root, UNIT_DIR / f"{target}{suffix}") / path.name  # the link itself: not followed
+                    links.append((link, "/" + str(UNIT_DIR / path.name)))
+    return links
+
+
+def write_link(link: Path, target: str) -> str:
+    """Make `link` point at `target`; 'unchanged' when it already does. Anything else at its place is refused, as
+    systemctl enable refuses it (a unit masked or linked elsewhere by the image's builder)."""
+    if link.is_symlink() and os.readlink(link) == target:
+        return "unchanged"
+    if link.is_symlink() or link.exists():
+        raise InstallError(f"{link}: already exists and is not a link to {target}: remove it, or enable by hand")
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, link)
+    except OSError as exc:
+        raise InstallError(f"{link}: cannot link: {exc.strerror or exc}") from None
+    return "linked"
+
+
+def say(text: str) -> None:
+    """A line of what install-service did or would do, on stdout: whole, or exit 4 (gpudiag/stdout.py)."""
+    from gpudiag import stdout
+
+    stdout.write(text if text.endswith("\n") else text + "\n", "the installation's account")
+
+
 def run_step(argv: list[str]) -> None:
     """Run one systemd tool; a failure is one line naming the command (its own message follows on stderr)."""
     if shutil.which(argv[0]) is None:
         raise InstallError(f"{argv[0]} not found: is this a systemd node? (--root DIR writes the files without it)")
-    print("+ " + " ".join(argv))
+    say("+ " + " ".join(argv))
     try:
         done = subprocess.run(argv, timeout=120, check=False)
     except subprocess.TimeoutExpired:
@@ -201,34 +249,43 @@ def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enab
         steps = [["systemd-sysusers", str(root / SYSUSERS_DIR / "gpudiag.conf")], ["systemctl", "daemon-reload"]]
         if enable:
             steps.append(["systemctl", "enable", "--now", *ENABLE])
+    links = enable_links(files, root) if enable and not live else []
     if dry_run:
         for path, text in files:
-            print(f"--- would write {path} (mode 0644)")
-            print(text, end="" if text.endswith("\n") else "\n")
+            say(f"--- would write {path} (mode 0644)")
+            say(text)
+        for link, target in links:
+            say(f"--- would link {link} -> {target}")
         for argv in steps:
-            print("--- would run " + " ".join(argv))
+            say("--- would run " + " ".join(argv))
         return
     for path, text in files:
-        print(f"{write_file(path, text):9} {path}")
+        say(f"{write_file(path, text):9} {path}")
+    for link, target in links:
+        say(f"{write_link(link, target):9} {link} -> {target}")
     for argv in steps:
         run_step(argv)
     if not enable:
         hint = "systemctl enable --now " + " ".join(ENABLE)
-        print(f"Next: {hint}" if live and reload else f"On the node: systemd-sysusers, systemctl daemon-reload, {hint}")
-    print(f"Idle-time screening of the GPUs (opt-in, docs/screening.md): {OPT_IN}")
+        say(f"Next: {hint}" if live and reload else f"On the node: systemd-sysusers, systemctl daemon-reload, {hint}")
+    elif not live:
+        say(f"Next: systemd-sysusers --root {root} (the gpudiag user the units run as); the image starts the exporter "
+            f"and the timer at boot")
+    say(f"Idle-time screening of the GPUs (opt-in, docs/screening.md): {OPT_IN}")
 
 
 def install_service(
     root: Path = typer.Option(Path("/"), "--root", help="Install under this directory (an image, a test) and run no systemctl."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files it would write and the commands it would run; change nothing."),
     reload: bool = typer.Option(True, "--reload/--no-reload", help="Run systemd-sysusers and systemctl daemon-reload (default; never with --root)."),
-    enable: bool = typer.Option(False, "--enable", help="Also `systemctl enable --now` the exporter and the textfile timer."),
+    enable: bool = typer.Option(False, "--enable", help="Also `systemctl enable --now` the exporter and the textfile timer (under --root: enable them in the image, as `systemctl --root DIR enable`)."),
     gpudiag: Optional[Path] = typer.Option(None, "--gpudiag", help="The gpudiag executable the units run (default: this one)."),
 ) -> None:
     """Install the systemd units (exporter, textfile timer) and the gpudiag system user, for this gpudiag."""
     command = [str(gpudiag)] if gpudiag is not None else installed_command()
-    if enable and (root != Path("/") or not reload):
-        raise UsageError("--enable starts the units on this node: it cannot go with --root or --no-reload")
+    if enable and root == Path("/") and not reload:
+        raise UsageError("--enable starts the units on this node, which needs systemctl daemon-reload: it cannot go "
+                         "with --no-reload")
     try:
         install(root, command, dry_run=dry_run, reload=reload, enable=enable, live=root == Path("/"))
     except InstallError as exc:

@@ -4,11 +4,11 @@ that `check --profile NAME` can be chosen without reading the TOML."""
 from __future__ import annotations
 
 import json
-import sys
 from enum import Enum
 
 import typer
 
+from gpudiag import stdout
 from gpudiag.exitcodes import ExitCode
 
 # What an operator picks a profile by, in this order; every setting is in --format json.
@@ -44,9 +44,13 @@ def shipped() -> list[dict]:
     return found
 
 
-def _toml(value) -> str:
-    """A value as the profile's TOML spells it (true, not Python's True)."""
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, bool) else str(value)
+def _as_param(value) -> str:
+    """A value as `-p KEY=VALUE` takes it: true/false, a list comma-separated, a number or text as it is."""
+    if isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return ",".join(_as_param(v) for v in value)
+    return str(value)
 
 
 def render_text(found: list[dict]) -> str:
@@ -55,10 +59,12 @@ def render_text(found: list[dict]) -> str:
     for profile in found:
         lines.append(f"{profile['name']:<{width}}  {profile['description']}")
         settings = profile["settings"]
-        keys = [f"{key[len('expected_'):]}={_toml(settings[key])}" for key in KEY_SETTINGS if key in settings]
+        # each key and value as -p takes it, so that one can be copied to override it (issue 36, item 7)
+        keys = [f"{key}={_as_param(settings[key])}" for key in KEY_SETTINGS if key in settings]
         others = len(settings) - len(keys)
         lines.append(f"{'':<{width}}  expects {', '.join(keys)}" + (f" (+{others} more)" if others else ""))
-    lines.append("Use: gpudiag check --profile NAME; every setting: gpudiag profiles --format json.")
+    lines.append("Use: gpudiag check --profile NAME [-p KEY=VALUE to override one setting]; every setting: "
+                 "gpudiag profiles --format json.")
     return "\n".join(lines) + "\n"
 
 
@@ -68,7 +74,8 @@ def profiles(
     """List the shipped node profiles (check --profile NAME) and what each expects: GPU model and count, PCIe, links, power."""
     found = shipped()
     if fmt is ProfilesFormat.json:
-        sys.stdout.write(json.dumps({"schema_version": 1, "profiles": found}, indent=2) + "\n")
+        text = json.dumps({"schema_version": 1, "profiles": found}, indent=2) + "\n"
     else:
-        sys.stdout.write(render_text(found))
+        text = render_text(found)
+    stdout.write(text, "the profiles")
     raise typer.Exit(ExitCode.OK)

@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from gpudiag import stdout
 from gpudiag.cli.shared.node_collect import PASSIVE_DEFAULT_TIMEOUT, UsageProblem
 from gpudiag.cli.shared.options import RootOption, TimeoutOption
 
@@ -49,5 +50,5 @@ def root_facts(
     except OSError as exc:
         raise UsageProblem(f"{path}: cannot write: {exc.strerror or exc}") from None
     boots = len({fault.boot for fault in facts.journal.faults}) if facts.journal else 0
-    print(f"gpudiag: recorded the ACS control of {len(facts.bridges)} bridge(s) and the driver faults of {boots} "
-          f"earlier boot(s) in {path}")
+    stdout.write(f"gpudiag: recorded the ACS control of {len(facts.bridges)} bridge(s) and the driver faults of "
+                 f"{boots} earlier boot(s) in {path}\n", "the account")  # whole, or exit 4 (gpudiag/stdout.py)

@@ -18,7 +18,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
-from gpudiag.fleet import screening
+from gpudiag.fleet import consequences, screening
 from gpudiag.fleet.model import (FIGURES, FIRMWARE_PREFIX, GPU_PROPERTIES, KIND_STATUS, MAX_FAILURES, MAX_LISTED,
                                  NIC_FIRMWARE_PREFIX, NODE_PROPERTIES, NODE_SEVERITY, UNSOUND, FleetVerdict, NodeFacts,
                                  NodeVerdict)
@@ -67,6 +67,10 @@ _LAG_ADVICE["copy_d2h"] = _LAG_ADVICE["copy_h2d"]
 _SILENT_ADVICE = {
     None: "Nothing from this node: check the exporter (`systemctl status gpudiag-exporter`, `curl "
           "http://NODE:9858/healthz`), the network path from Prometheus, and whether the node is up.",
+    # From reports there is no exporter to check (issue 36, item 6): the run that should have written the report.
+    "report": "No report from this node: check the job that runs `gpudiag check --json` there (did it run on this "
+              "node, where did it write, what did its log say; an empty report is a gpudiag killed or crashed), and "
+              "whether the node is up; `gpudiag check` on the node judges it now.",
     "gpu": "The GPU does not answer: `gpudiag check --only inventory` on the node; a GPU off the bus or lost needs "
            "a reboot, then an RMA if it stays gone.",
 }
@@ -77,13 +81,14 @@ _CONFLICT_ADVICE = ("Several reports claim this hostname: two nodes may share it
 
 
 def judge(nodes: Iterable[NodeFacts], threshold: float = 0.05, source: str = "",
-          warnings: Optional[list[str]] = None, complete: bool = True) -> FleetVerdict:
+          warnings: Optional[list[str]] = None, complete: bool = True, from_reports: bool = False) -> FleetVerdict:
     """The verdict on `nodes`. `complete` False (a query timed out, a partial answer, a report skipped) makes a
-    fleet with no unsound node `unknown` rather than `pass`: what was not read was not shown sound."""
+    fleet with no unsound node `unknown` rather than `pass`: what was not read was not shown sound. `from_reports`:
+    the nodes are check reports (their silence is a report missing, not an exporter)."""
     nodes = sorted(nodes, key=lambda n: n.node)
     findings: dict[str, list[dict]] = {n.node: [] for n in nodes}
     for node in nodes:
-        findings[node.node] += (_failures(node) + _silences(node) + _unread(node) + _conflicts(node)
+        findings[node.node] += (_failures(node) + _silences(node, from_reports) + _unread(node) + _conflicts(node)
                                 + screening.findings(node))
     drift = find_drift(nodes)
     for group in drift:
@@ -93,6 +98,8 @@ def judge(nodes: Iterable[NodeFacts], threshold: float = 0.05, source: str = "",
     outliers = find_outliers(nodes, threshold)
     for outlier in outliers:
         findings[outlier["node"]].append(_lag_finding(outlier, threshold))
+    for found in findings.values():
+        consequences.link(found)  # each finding's caused_by: the report's, or the lost-GPU rule's (Prometheus)
     verdicts = []
     for node in nodes:
         statuses = [KIND_STATUS[f["kind"]] for f in findings[node.node]] + (["warn"] if node.warnings else [])
@@ -110,7 +117,8 @@ def judge(nodes: Iterable[NodeFacts], threshold: float = 0.05, source: str = "",
 def _failures(node: NodeFacts) -> list[dict]:
     listed = [{"kind": f.status, "check": f.check, "gpu": f.gpu,
                "pci_bus_id": f.pci_bus_id or node.bus_ids.get(f.gpu) if f.gpu is not None else f.pci_bus_id,
-               "action": f.action, "fault_code": f.fault_code, "message": f.message, "remediation": f.remediation}
+               "action": f.action, "fault_code": f.fault_code, "message": f.message, "remediation": f.remediation,
+               "caused_by": f.caused_by}
               for f in node.failures]
     more = sum(node.more_failures.values())
     if more:  # one finding stands for them: the node is drained whatever they are
@@ -139,10 +147,10 @@ def _conflicts(node: NodeFacts) -> list[dict]:
                                             f"of them ({'; '.join(node.conflicts)})", "remediation": _CONFLICT_ADVICE}]
 
 
-def _silences(node: NodeFacts) -> list[dict]:
+def _silences(node: NodeFacts, from_reports: bool = False) -> list[dict]:
     listed = [{"kind": "silent", "check": None, "gpu": gpu, "pci_bus_id": bus_id or node.bus_ids.get(gpu),
                "action": "reboot" if gpu is not None or bus_id else "drain", "fault_code": None, "message": why,
-               "remediation": _SILENT_ADVICE["gpu" if gpu is not None or bus_id else None]}
+               "remediation": _SILENT_ADVICE["gpu" if gpu is not None or bus_id else "report" if from_reports else None]}
               for gpu, bus_id, why in node.silent]
     if node.more_silent:
         listed.append({"kind": "silent", "check": None, "gpu": None, "pci_bus_id": None, "action": "reboot",

@@ -87,6 +87,9 @@ class Failure:
     fault_code: Optional[str] = None
     message: str = ""
     remediation: str = ""
+    # The results this one follows from, as the node's report names them (report/causes.py: "<check> <bus ID | GPU n
+    # | node>"); None where the source does not say (Prometheus: fleet/consequences.py applies the rules it can).
+    caused_by: Optional[list[str]] = None
 
 
 @dataclass

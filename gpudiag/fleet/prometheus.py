@@ -27,6 +27,7 @@ from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
+from gpudiag.checks.kernel_log.nvidia import FALLEN_OFF_BUS
 from gpudiag.checks.verdicts import TABLE
 from gpudiag.fleet import screening
 from gpudiag.fleet.model import (FIGURES, MAX_FAILURES, MAX_GPUS, Failure, NodeFacts, NothingToJudge, SourceError,
@@ -360,12 +361,32 @@ def _read_checks(q: _Queries, node: Lookup, evidence: _Evidence) -> None:
             found = failing.get((instance, check, gpu))
             if found is not None:
                 found.status = "unknown"
-    for failure in failing.values():
+    fallen = _fallen_off_the_bus(q, failing)
+    for key, failure in failing.items():
         status = Status(failure.status)
         failure.action, failure.fault_code = TABLE.get(failure.check, {}).get(
             status, ("drain" if status is Status.FAIL else "watch", None))
         failure.message = "fails" if status is Status.FAIL else "could not decide (unknown): not shown healthy"
+        if key in fallen:  # the action and fault code the node's own report gives Xid 79
+            failure.action, failure.fault_code = FALLEN_OFF_BUS.verdict, FALLEN_OFF_BUS.fault_code
+            failure.message = "fails: Xid 79 (GPU has fallen off the bus)"
         failure.remediation = f"`gpudiag check --only {failure.check}` on the node says what was seen and what to do."
+
+
+XID_CHECK = "kernel_log.xid"
+
+
+def _fallen_off_the_bus(q: _Queries, failing: dict[tuple[str, str, str], Failure]) -> set[tuple[str, str, str]]:
+    """The failing kernel_log.xid results of GPUs that logged Xid 79 (gpudiag_gpu_xid_errors_total, code 79): the
+    report's verdict for them is Xid 79's (reboot), not kernel_log.xid's default (drain), and a lost GPU's record of
+    its own loss follows from it (fleet/consequences.py). Asked of the nodes with such a failure only."""
+    xid = {key for key, failure in failing.items() if key[1] == XID_CHECK and failure.status == "fail"}
+    if not xid:
+        return set()
+    instances = {instance for instance, _, _ in xid}
+    answer = q.run(f'{q.series("gpudiag_gpu_xid_errors_total", _is("code", "=", "79"), *_narrowed(instances))} > 0',
+                   "which GPUs logged Xid 79", ("instance", "gpu"), per_node=MAX_GPUS, covers=instances)
+    return {(instance, XID_CHECK, gpu) for instance, gpu, _ in answer.samples} & xid
 
 
 def _alternation(names: list[str]) -> str:

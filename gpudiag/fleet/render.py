@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import TextIO
 
+from gpudiag.fleet.consequences import under_causes
 from gpudiag.fleet.model import FLEET_SCHEMA_VERSION, NODE_STATUSES, FleetVerdict, NodeVerdict
 from gpudiag.report.junit import _xml as xml_text
 from gpudiag.report.grouping import gpu_ranges
@@ -134,8 +135,11 @@ def render_text(verdict: FleetVerdict) -> str:
     incomplete = "" if verdict.complete else " INCOMPLETE (see SOURCE)"
     lines = [f"gpudiag fleet: {verdict.status.upper()}{incomplete}: {len(verdict.nodes)} node(s): {tally} "
              f"({verdict.source})"]
+    under = {node.node: under_causes(node.findings) for node in verdict.nodes}
+    following = {id(f) for found in under.values() for after in found.values() for f in after}
     for _, title, kinds in _SECTIONS:
-        rows = [(node, [f for f in node.findings if f["kind"] in kinds]) for node in verdict.nodes]
+        rows = [(node, [f for f in node.findings if f["kind"] in kinds and id(f) not in following])
+                for node in verdict.nodes]
         rows = [(node, found) for node, found in rows if found]
         if not rows:
             continue
@@ -144,13 +148,15 @@ def render_text(verdict: FleetVerdict) -> str:
         for node, found in rows:
             for checks, group in _grouped(found):
                 finding = group[0]
-                what = checks[0] if len(checks) == 1 else f"{len(checks)} checks ({', '.join(_families(checks))})"
-                lines.append(f"  {node.node}{_group_where(group)}: {what}: {finding['message']} -> "
+                lines.append(f"  {node.node}{_group_where(group)}: {_said_what(checks)}: {finding['message']} -> "
                              f"{finding['action']}")
                 advice = _group_advice(checks, finding)
                 if advice and (finding["kind"] in ("fail", "unknown") or advice not in advice_given):
                     lines.append(f"      {advice}")
                     advice_given.add(advice)
+                after = [f for member in group for f in under[node.node].get(id(member), [])]
+                if after:
+                    lines.append(f"      because of it: {_consequences(after, group)}")
     if verdict.drift:
         lines += ["", "DRIFT BY MODEL"]
         for group in verdict.drift:
@@ -164,6 +170,25 @@ def render_text(verdict: FleetVerdict) -> str:
     if verdict.warnings:
         lines += ["", "SOURCE"] + [f"  {w}" for w in verdict.warnings]
     return "\n".join(clean(line) for line in lines) + "\n"
+
+
+def _said_what(checks: list[str]) -> str:
+    return checks[0] if len(checks) == 1 else f"{len(checks)} checks ({', '.join(_families(checks))})"
+
+
+_TAGS = {"fail": "FAIL", "unknown": "UNKN", "silent": "SILENT"}
+
+
+def _consequences(after: list[dict], cause: list[dict]) -> str:
+    """What follows from a cause, in one line: each group of alike consequences by its status and checks (and where,
+    when it is not where the cause is); `gpudiag check` on the node says each in full."""
+    said = []
+    for checks, group in _grouped(after):
+        where = _group_where(group)
+        where = f" ({where.strip() or 'node'})" if where != _group_where(cause) else ""
+        what = _said_what(checks) if group[0].get("check") else group[0]["message"]
+        said.append(f"{_TAGS.get(group[0]['kind'], group[0]['kind'].upper())} {what}{where}")
+    return "; ".join(said)
 
 
 def _members(members: list[dict], limit: int = 10) -> str:

@@ -23,6 +23,7 @@ HEAD_MAX_CHARS = 1 << 20  # any other member (summary, versions)
 HOSTNAME_MAX_CHARS = 253  # a DNS name
 MAX_MODELS = 16  # distinct GPU models counted in one report
 MAX_FIRMWARE = 64  # firmware components kept per GPU (an MI300X lists about 30)
+MAX_CAUSES = 16  # causes read per result: inventory.gpu_count names every lost GPU; the first 16 tie it to them
 
 # active.* check → the figure it measures, and how to read it from `observed` (scaled to B/s, FLOP/s)
 _FIGURES = {
@@ -98,6 +99,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _references(value: Any) -> list[str]:
+    """A result's `caused_by` (report/causes.py references), what of it can be read: at most MAX_CAUSES of at most
+    300 characters; anything else is no cause (the result then stands as a finding of its own: shown, not hidden)."""
+    if not isinstance(value, list):
+        return []
+    return [ref for ref in value[:MAX_CAUSES] if isinstance(ref, str) and 0 < len(ref) <= 300]
+
+
 def _label(value: Any, limit: int = 64) -> Optional[str]:
     return value if isinstance(value, str) and value and len(value) <= limit else None
 
@@ -140,6 +149,8 @@ class _Facts:
                 self.models[model] += 1
         self._judged(result, gpu, bus_id)
         screening.from_report(self.facts, result, gpu, bus_id)
+        if result.get("status") == "unknown":
+            return  # a check that could not judge: its observed value is why, not the property (a lost GPU's errors)
         try:
             self._properties(result, gpu)
         except (RecursionError, ValueError, TypeError) as exc:  # json.dumps of an observed nested too deep
@@ -152,7 +163,8 @@ class _Facts:
                 check=result["check"], status=status, gpu=gpu, pci_bus_id=bus_id,
                 action=_label(result.get("action")) or ("drain" if status == "fail" else "watch"),
                 fault_code=_label(result.get("fault_code"), 200),
-                message=_text(result.get("message")), remediation=_text(result.get("remediation"))))
+                message=_text(result.get("message")), remediation=_text(result.get("remediation")),
+                caused_by=_references(result.get("caused_by"))))
         elif status == "warn":
             self.facts.add_warning(result["check"])
         elif status not in ("pass", "skip"):

@@ -16,6 +16,10 @@ them without being listed here:
   `inventory.gpus_visible` then cannot cross-check, follow from that failure.
 - Uncorrectable errors that two checks count: an AMD GPU's uncorrected ECC errors all in the XGMI_WAFL RAS block
   are the XGMI link's errors that `topology.link_errors` reports on the same GPU, and follow from it.
+- Links down and GPUs lost against a golden baseline (`--baseline`): a GPU's baseline.fabric drift that only lost
+  links follows from `topology.links_up` failing on that GPU; the node's peer-path drift follows from the GPUs
+  lost or with links down when every pair that drifted has one of them (a lost GPU and one with its links down made
+  20 pairs drift, listed under them as one line, not a block of their own).
 - A load test that could not run for a reason shared by the node (the same runtime error on several results: a
   runtime library that would not load, a driver that would not initialise): every later result with that error
   follows from the first one, which says it.
@@ -37,6 +41,9 @@ UNREACHABLE_CODE = "GPUDIAG-GPU-UNREACHABLE"
 GPUS_VISIBLE = "inventory.gpus_visible"
 GPU_COUNT = "inventory.gpu_count"
 LIBRARY = "driver.library"
+LINKS_UP = "topology.links_up"
+BASELINE_FABRIC = "baseline.fabric"
+PAIR = "<->"  # checks/baseline.py _peer_key: "0000:19:00.0<->0000:3b:00.0" (tests/report/test_causes.py holds it)
 ECC_UNCORRECTED = "ecc.uncorrected"
 LINK_ERRORS = "topology.link_errors"
 XGMI_BLOCK = "xgmi_wafl"
@@ -144,10 +151,46 @@ def _xgmi_errors(results: list[CheckResult]) -> dict[Hashable, tuple[int, int]]:
     return found
 
 
+def _links_down(results: list[CheckResult]) -> dict[Hashable, int]:
+    """GPU → the position of the topology.links_up failure on it."""
+    return {_gpu_key(r): p for p, r in reversed(list(enumerate(results)))
+            if r.check == LINKS_UP and r.status is Status.FAIL and _gpu_key(r) is not None}
+
+
+def _links_lost(result: CheckResult) -> bool:
+    """A GPU's baseline.fabric drift in which links only went missing: fewer up, no remote that the golden node did
+    not have (a remote of its own would be a finding: a link leading elsewhere)."""
+    observed, expected = _observed(result), result.expected if isinstance(result.expected, dict) else {}
+    if result.check != BASELINE_FABRIC or result.status is not Status.FAIL or result.device is None:
+        return False
+    now, golden = observed.get("link_remotes", []), expected.get("link_remotes", [])
+    if not isinstance(now, list) or not isinstance(golden, list):
+        return False
+    fewer = not isinstance(observed.get("links_up"), int) or observed["links_up"] < expected.get("links_up", 0)
+    return fewer and all(now.count(remote) <= golden.count(remote) for remote in now)
+
+
+def _pair_roots(result: CheckResult, roots: dict[Hashable, int]) -> list[int]:
+    """The node's baseline peer-path drift: the positions of the roots (GPUs lost or with links down) that account for
+    every pair that drifted, or [] when some pair has neither."""
+    observed = _observed(result)
+    if result.check != BASELINE_FABRIC or result.status is not Status.FAIL or result.device is not None or not observed:
+        return []
+    found = set()
+    for pair in observed:
+        ends = [("bus", bus) for bus in pair.split(PAIR)] if pair.count(PAIR) == 1 else []
+        explained = [roots[end] for end in ends if end in roots]
+        if not explained:
+            return []
+        found.update(explained)
+    return sorted(found)
+
+
 def follows_from(results: list[CheckResult]) -> list[list[int]]:
     """For each result (by position), the positions of the results it follows from; empty for a finding."""
     causes: list[list[int]] = [[] for _ in results]
     lost, left, xgmi = _lost_gpus(results), _libraries_failed(results), _xgmi_errors(results)
+    down = _links_down(results)
     first_with: dict[str, int] = {}
     for position, result in enumerate(results):
         key = _gpu_key(result)
@@ -162,6 +205,10 @@ def follows_from(results: list[CheckResult]) -> list[list[int]]:
             causes[position] = [left[_unenumerated_bus(result)]]
         elif link is not None and 0 < _xgmi_only(result) <= link[1]:
             causes[position] = [link[0]]
+        elif key in down and _links_lost(result):
+            causes[position] = [down[key]]
+        elif pair_roots := _pair_roots(result, {**down, **lost}):
+            causes[position] = pair_roots
         elif (error := _shared_error(result)) is not None:
             if error in first_with:
                 causes[position] = [first_with[error]]

@@ -78,7 +78,8 @@ def for_many(text: str) -> str:
 
 def compact(value: Any) -> str:
     """An observed or expected value as one line of text (JSON for structures)."""
-    return value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "))
+    return value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "),
+                                                           ensure_ascii=False)
 
 
 def gpu_ranges(indices: list[int]) -> str:

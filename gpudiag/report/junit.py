@@ -19,10 +19,31 @@ from gpudiag.model import CheckResult, NodeSnapshot, Status
 from gpudiag.report.summary import family_of
 
 
-def _case_name(result: CheckResult) -> str:
-    if result.device is None:
-        return result.check
-    return f"{result.check}[gpu{result.device.index} {result.device.pci_bus_id or ''}]".replace(" ]", "]")
+def _about(result: CheckResult) -> str:
+    """What a result is about, from its own fields: its GPU, else the NIC port or PCI device its observed value
+    names (a GPU no library enumerated, driver.device_bound's GPUs on the bus), else nothing (the node)."""
+    if result.device is not None:
+        return f"gpu{result.device.index} {result.device.pci_bus_id or ''}".rstrip()
+    observed = result.observed if isinstance(result.observed, dict) else {}
+    named = [f"{observed[k]}" for k in ("nic", "board") if isinstance(observed.get(k), str)]
+    if named and isinstance(observed.get("port"), int):
+        named.append(f"port {observed['port']}")
+    if not named and isinstance(observed.get("pci_bus_id"), str):
+        named.append(observed["pci_bus_id"])
+    return " ".join(named)
+
+
+def _case_names(results: list[CheckResult]) -> list[str]:
+    """A testcase name per result, unique within the report (a CI keys a test's history by classname and name: eight
+    GPUs' driver.device_bound were eight cases of one name, issue 36 item 7): the check and what it is about; a
+    result that is still alike (one per vendor library) is numbered in report order."""
+    names = [_xml(f"{r.check}[{_about(r)}]" if _about(r) else r.check) for r in results]
+    seen: dict[str, int] = {}
+    for position, name in enumerate(names):
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            names[position] = f"{name} ({seen[name]})"
+    return names
 
 
 # Characters XML 1.0 forbids (https://www.w3.org/TR/xml/#charsets): C0 controls other than tab, LF, CR; surrogates;
@@ -70,9 +91,8 @@ def render_junit(snapshot: NodeSnapshot, results: list[CheckResult]) -> str:
             time="0",
             **{k: str(v) for k, v in counts.items()},
         )
-        for result in members:
-            case = ET.SubElement(suite, "testcase", classname=f"gpudiag.{family}", name=_xml(_case_name(result)),
-                                 time="0")
+        for result, name in zip(members, _case_names(members)):
+            case = ET.SubElement(suite, "testcase", classname=f"gpudiag.{family}", name=name, time="0")
             message = _xml(result.message)
             if result.status is Status.FAIL:
                 ET.SubElement(case, "failure", message=message, type=result.fault_code or "fail").text = \

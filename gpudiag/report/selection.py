@@ -26,8 +26,13 @@ def unknown_name(option: str, name: str) -> str:
     return f"{option}: unknown check or family {shown!r}; families: {', '.join(FAMILIES)} (gpudiag check --help)"
 
 
+# `--only ''` (an unset variable in a script: `--only "$CHECKS"`) would otherwise mean every check.
+EMPTY_ONLY = "--only names no check or family; give check IDs or families (--only pcie,ecc) or leave --only out"
+
+
 def select_checks(only: Iterable[str] = (), skip: Iterable[str] = ()):
-    """resolve_selection(only, skip), refusing an unknown name with unknown_name()'s line (ValueError)."""
+    """resolve_selection(only, skip), refusing an unknown name with unknown_name()'s line, and a selection that
+    leaves no check to run (`--only pcie --skip pcie`), with ValueError."""
     from gpudiag.checks import CHECK_IDS, FAMILIES, resolve_selection
 
     only, skip = list(only), list(skip)
@@ -36,4 +41,9 @@ def select_checks(only: Iterable[str] = (), skip: Iterable[str] = ()):
         for name in names:
             if name not in known:
                 raise ValueError(unknown_name(option, name))
-    return resolve_selection(only, skip)
+    selected = resolve_selection(only, skip)
+    if not selected:
+        given = " ".join(f"{option} {','.join(names)}" for option, names in (("--only", only), ("--skip", skip))
+                         if names)
+        raise ValueError(f"{given}: no check is left to run" if len(given) <= 100 else "no check is left to run")
+    return selected

@@ -224,8 +224,10 @@ def human_duration(seconds: float) -> str:
 
 
 def _compact(value: Any, limit: int = 200) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "))
-    text = clean(text)  # a str is printed as it is (json.dumps output is ASCII with escapes already)
+    # Unicode as itself (`nvlink ×18`, not `nvlink \u00d718`); clean() then takes out what a terminal would act on.
+    text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "),
+                                                           ensure_ascii=False)
+    text = clean(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -79,11 +79,11 @@ def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: 
                   open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool,
                   gpus: Optional[list[str]] = None) -> int:
     """`gpudiag check`'s ending, for the typer CLI and gpudiag/cli/check/direct.py alike: the report on stdout, then
-    `tell_ending`. `gpus` (check -i/--gpu): only those GPUs' results and the node's (report/gpu_selection.py)."""
-    import sys
+    `tell_ending`. `gpus` (check -i/--gpu): only those GPUs' results and the node's (report/gpu_selection.py). The
+    report is written whole or not at all as far as the exit code goes (gpudiag/stdout.py: Unwritable, exit 4)."""
+    from gpudiag import stdout
 
     results, text = judge_and_render(snapshot, expectations, only, skip, open_checks, collected_by, fmt, verbose,
                                      color, gpus)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    stdout.write(text, "the report")
     return tell_ending(snapshot, results)

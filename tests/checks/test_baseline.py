@@ -110,7 +110,30 @@ def test_a_missing_gpu_and_a_value_no_longer_reported():
     assert [r.device.index for r in firmware] == [0]
     assert "vbios_version: golden 96.00.9F.00.01, now not reported" in firmware[0].message
     peers = [r for r in failures(results) if r.check == "baseline.fabric"]
-    assert len(peers) == 1 and "0000:19:00.0<->0000:db:00.0: golden nvlink ×18, now not reported" in peers[0].message
+    # every pair of the missing GPU said once, by the GPU (issue 36, item 6); each pair is in observed/expected
+    assert len(peers) == 1 and ("GPU peer paths drifted from the baseline on 7 of 28 pairs: 0000:db:00.0 with 7 "
+                                "GPU(s) (golden nvlink ×18, now not reported)") in peers[0].message
+    assert peers[0].observed["0000:19:00.0<->0000:db:00.0"] is None
+    assert peers[0].expected["0000:19:00.0<->0000:db:00.0"] == "nvlink ×18" and len(peers[0].expected) == 7
+
+
+def test_pairs_drifting_apart_are_named_alone_and_mixed_changes_counted():
+    golden = baseline_of(nvidia_h200_8x())
+    snap = nvidia_h200_8x()
+    snap.peers[0].link_count = 12  # 0000:19:00.0<->0000:3b:00.0
+    snap.peers[-1].path = "node"  # 0000:cb:00.0<->0000:db:00.0
+    (drift,) = [r for r in failures(judge(snap, golden)) if r.check == "baseline.fabric"]
+    assert drift.message.startswith("GPU peer paths drifted from the baseline on 2 of 28 pairs: "
+                                    "0000:19:00.0<->0000:3b:00.0: golden nvlink ×18, now nvlink ×12; "
+                                    "0000:cb:00.0<->0000:db:00.0: golden nvlink ×18, now node ×18")
+    snap = nvidia_h200_8x()
+    snap.peers = [p for p in snap.peers if 0 not in (p.gpu_a, p.gpu_b) or p.gpu_b != 1]  # one pair of GPU 0 lost
+    for peer in snap.peers:
+        if 0 in (peer.gpu_a, peer.gpu_b):
+            peer.link_count = 6
+    (drift,) = [r for r in failures(judge(snap, golden)) if r.check == "baseline.fabric"]
+    assert ("on 7 of 28 pairs: 0000:19:00.0 with 7 GPU(s) (golden nvlink ×18, now not reported (1 pair); golden "
+            "nvlink ×18, now nvlink ×6 (6 pairs))") in drift.message
 
 
 def test_a_value_the_golden_node_did_not_report_is_not_compared():
@@ -153,7 +176,7 @@ def test_an_unreachable_gpu_is_unknown_not_a_drift():
     snap.devices[1].vbios_version = None
     firmware = [r for r in judge(snap, golden) if r.check == "baseline.firmware"]
     assert [r.status for r in firmware] == [Status.PASS, Status.UNKNOWN]
-    assert (firmware[1].action, firmware[1].fault_code) == ("reset", "GPUDIAG-GPU-UNREACHABLE")
+    assert (firmware[1].action, firmware[1].fault_code) == ("reboot", "GPUDIAG-GPU-UNREACHABLE")  # lost: cold boot
 
 
 def test_without_a_baseline_every_baseline_check_skips_with_the_hint():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.checks import CHECK_IDS, run_checks
-from gpudiag.checks.common import PERMISSION_REMEDIATION
+from gpudiag.checks.common import OFF_THE_BUS, PERMISSION_REMEDIATION
 from gpudiag.checks.verdicts import is_internal_error
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError, Status
@@ -36,12 +36,37 @@ def test_every_check_answers_a_node_without_gpus_with_one_node_level_skip():
 def test_an_unreachable_gpu_is_unknown_with_its_vendors_commands(build, confirm, reset):
     snap = build()
     snap.devices[0].reachable = False
-    snap.devices[0].errors = [ProbeError("probe", ErrorKind.GPU_LOST, "GPU is lost")]
+    snap.devices[0].errors = [ProbeError("probe", ErrorKind.TIMEOUT, "no answer within 10 s")]
     result = for_gpu(run(snap, "thermal.temperature"), 0)
     assert_actionable(result, Status.UNKNOWN)
-    assert result.observed == {"reachable": False, "errors": ["probe: gpu_lost: GPU is lost"]}
+    assert result.observed == {"reachable": False, "errors": ["probe: timeout: no answer within 10 s"]}
     assert result.remediation.startswith(f"{confirm} If no process holds the GPU, reset it (`{reset}`)")
+    assert result.action == "reset"  # a hung GPU: the reset may free it
     assert for_gpu(run(snap, "thermal.temperature"), 1).status == Status.PASS
+
+    snap.devices[0].errors = [ProbeError("probe", ErrorKind.GPU_LOST, "GPU is lost")]
+    lost = for_gpu(run(snap, "thermal.temperature"), 0)
+    assert lost.remediation == f"{confirm} {OFF_THE_BUS}" and reset not in lost.remediation
+    assert lost.action == "reboot" and lost.fault_code == result.fault_code  # off the bus: power-cycle the node
+
+
+def test_a_lost_gpu_and_its_xid_79_give_one_action():
+    """The lost GPU's block said "reset it (nvidia-smi -r)" and its Xid 79 line "power-cycle it (cold boot)"
+    (issue 36, item 6): NVIDIA's Xid catalog gives Xid 79 RESTART_BM, and a reset cannot reach a GPU off the bus.
+    Every result about the loss now says OFF_THE_BUS, with action reboot."""
+    from tests.support.snapshots import xid_event
+
+    snap = nvidia_h200_node()
+    snap.devices[1].reachable = False
+    snap.devices[1].errors = [ProbeError("nvml.device", ErrorKind.GPU_LOST, "the GPU is lost")]
+    snap.kernel_log.events = [xid_event("0000:3b:00.0", 79, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off "
+                                                            "the bus.")]
+    about = [r for r in run_checks(snap) if r.status in (Status.FAIL, Status.UNKNOWN)
+             and (r.device is not None and r.device.index == 1 or r.check == "kernel_log.xid")]
+    assert {r.check for r in about} >= {"inventory.gpus_visible", "kernel_log.xid", "thermal.temperature"}
+    assert {r.action for r in about} == {"reboot"}
+    assert all(OFF_THE_BUS in r.remediation and "nvidia-smi -r" not in r.remediation for r in about), \
+        {r.check: r.remediation for r in about if OFF_THE_BUS not in r.remediation}
 
 
 # -- a missing value that a probe error explains ----------------------------------------------------------------

@@ -1,5 +1,6 @@
 import dataclasses
 
+from gpudiag.checks.common import OFF_THE_BUS
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, ProbeError, Status
 from tests.support.snapshots import (
@@ -33,7 +34,9 @@ def test_lost_gpu_fails_with_the_probe_reason():
     lost = for_gpu(results, 6)
     assert_actionable(lost, Status.FAIL)
     assert "AMDGPU_RESTART_ERR" in str(lost.observed)
-    assert "amd-smi reset --gpureset -g 6" in lost.remediation
+    # lost (amdgpu failed to come back from a reset): the node is power-cycled, as for an NVIDIA GPU off the bus
+    assert OFF_THE_BUS in lost.remediation and "amd-smi reset" not in lost.remediation
+    assert lost.action == "reboot"
     assert sum(r.status == Status.PASS for r in results) == 7
 
 

@@ -4,6 +4,7 @@ completion of option values."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -67,8 +68,26 @@ def test_profiles_lists_every_shipped_profile_with_what_it_expects(capsys):
         settings = load_profile(name)
         (line,) = [i for i, text in enumerate(out.splitlines()) if text.startswith(name + " ")]
         expects = out.splitlines()[line + 1]
-        assert f"gpu_count={settings['expected_gpu_count']}" in expects
-        assert f"gpu_model={settings['expected_gpu_model']}" in expects
+        assert f"expected_gpu_count={settings['expected_gpu_count']}" in expects
+        assert f"expected_gpu_model={settings['expected_gpu_model']}" in expects
+
+
+def test_profiles_shows_each_setting_as_p_takes_it(capsys):
+    """`expects gpu_count=8` could not be copied: `-p gpu_count=8` is "unknown setting" (issue 36, item 7). Each
+    KEY=VALUE shown, given to -p as it is, sets the profile's own value."""
+    from gpudiag.expect.profile import values_from_params
+
+    _, out, _ = run(capsys, "profiles")
+    for name in shipped_profiles():
+        (line,) = [i for i, text in enumerate(out.splitlines()) if text.startswith(name + " ")]
+        shown = out.splitlines()[line + 1].split("expects ", 1)[1].split(" (+", 1)[0]
+        pairs = re.findall(r"(expected_\w+=.*?)(?=, expected_|$)", shown)
+        assert len(pairs) >= 8
+        settings = load_profile(name)
+        for pair in pairs:
+            ((key, value),) = values_from_params([pair]).items()
+            assert value == settings[key], pair
+    assert "-p KEY=VALUE" in out
 
 
 def test_profiles_as_json_holds_every_setting(capsys):

@@ -153,9 +153,51 @@ def test_a_gpudiag_the_service_could_not_run_is_refused(tmp_path, capsys, path, 
     assert not (tmp_path / "r").exists()
 
 
-def test_enable_needs_the_live_node(tmp_path, gpudiag_exe, capsys):
-    code, _, err = run(capsys, "install-service", "--root", str(tmp_path), "--enable", "--gpudiag", str(gpudiag_exe))
-    assert code == 2 and "--enable" in err
+def test_enable_on_the_live_node_needs_the_reload(gpudiag_exe, capsys):
+    code, _, err = run(capsys, "install-service", "--no-reload", "--enable", "--gpudiag", str(gpudiag_exe))
+    assert code == 2 and "--enable" in err and "--no-reload" in err
+
+
+def _links(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): os.readlink(path) for path in root.rglob("*") if path.is_symlink()}
+
+
+@pytest.mark.skipif(not __import__("shutil").which("systemctl"), reason="systemctl is not installed")
+def test_enable_in_an_image_makes_the_links_systemctl_root_makes(tmp_path, gpudiag_exe, capsys):
+    """`install-service --root IMG --enable` was refused; an image builder then had to know the units' [Install]
+    targets. It now makes exactly the links `systemctl --root IMG enable` makes (issue 36, item 7): compared here
+    with the real systemctl on a second image, links, their targets (absolute, as the image names the unit), and
+    nothing else."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for image in (ours, theirs):
+        image.mkdir()
+    code, out, err = run(capsys, "install-service", "--root", str(ours), "--gpudiag", str(gpudiag_exe), "--enable")
+    assert (code, err) == (0, "")
+    assert run(capsys, "install-service", "--root", str(theirs), "--gpudiag", str(gpudiag_exe))[0] == 0
+    done = subprocess.run(["systemctl", "--root", str(theirs), "enable", *install.ENABLE], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert _links(ours) == _links(theirs) == {
+        "etc/systemd/system/multi-user.target.wants/gpudiag-exporter.service":
+            "/etc/systemd/system/gpudiag-exporter.service",
+        "etc/systemd/system/timers.target.wants/gpudiag-check.timer": "/etc/systemd/system/gpudiag-check.timer"}
+    assert "systemd-sysusers --root" in out and "systemctl enable --now" not in out
+    # again: nothing changes, and systemctl agrees that they are enabled
+    code, out, _ = run(capsys, "install-service", "--root", str(ours), "--gpudiag", str(gpudiag_exe), "--enable")
+    assert code == 0 and out.count("unchanged") == 7
+    states = subprocess.run(["systemctl", "--root", str(ours), "is-enabled", *install.ENABLE], capture_output=True,
+                            text=True, timeout=60).stdout.split()
+    assert states == ["enabled", "enabled"]
+
+
+def test_enable_in_an_image_refuses_what_it_would_replace(tmp_path, gpudiag_exe, capsys):
+    """A unit the image's builder masked or linked elsewhere stays as it is: one line, exit 2, as systemctl refuses."""
+    wants = tmp_path / "etc" / "systemd" / "system" / "timers.target.wants"
+    wants.mkdir(parents=True)
+    (wants / "gpudiag-check.timer").symlink_to("/dev/null")
+    code, _, err = run(capsys, "install-service", "--root", str(tmp_path), "--gpudiag", str(gpudiag_exe), "--enable")
+    assert code == 2 and len(err.splitlines()) == 1 and "already exists" in err
+    assert os.readlink(wants / "gpudiag-check.timer") == "/dev/null"
 
 
 def test_an_unwritable_root_is_one_line(tmp_path, gpudiag_exe, capsys):

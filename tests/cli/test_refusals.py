@@ -166,3 +166,39 @@ def test_a_gpu_index_of_5000_digits_is_one_clear_line(capsys):
 def test_an_option_value_of_5000_characters_is_shortened_in_the_one_line(tmp_path, capsys):
     err = refused(capsys, "check", "--root", str(tmp_path), "--level", "9" * 5000)
     assert "--level" in err and "…(5002 characters)" in err and len(err) < 300  # the digits and their quotes
+
+
+# -- a selection that selects nothing (issue 36, item 7) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("selection, said", [
+    (["--only", "pcie", "--skip", "pcie"], "gpudiag: error: --only pcie --skip pcie: no check is left to run"),
+    (["--only", "pcie.link_width", "--skip", "pcie"],
+     "gpudiag: error: --only pcie.link_width --skip pcie: no check is left to run"),
+    (["--only", ""], "gpudiag: error: --only names no check or family; give check IDs or families (--only pcie,ecc) "
+                     "or leave --only out"),
+    (["--only", ","], None),
+    (["--only", "pcie", "--only", " "], None),  # one empty --only among others is one too few, not an error
+])
+def test_a_selection_of_no_check_is_a_usage_error(capsys, selection, said):
+    """`--only pcie --skip pcie` printed "Verdict: UNKNOWN — no checks ran" and exited 0; `--only ''` (an unset
+    variable in a script) ran every check."""
+    if selection[-1] == " ":
+        assert cli.main(["check", "--replay", str(RECORDING), *selection]) != ExitCode.USAGE
+        capsys.readouterr()
+        return
+    err = refused(capsys, "check", "--replay", str(RECORDING), *selection)
+    assert err == (said or refused(capsys, "check", "--replay", str(RECORDING), "--only", ""))
+
+
+def test_the_fast_path_refuses_the_same_selections(tmp_path, capsys):
+    """Through gpudiag/cli/check/fastpath.py: `--only ''` goes to the full CLI, which refuses it; an empty selection
+    is refused by the direct check as by the service's answer (report/selection.py, for both)."""
+    from gpudiag.cli.check import fastpath
+
+    assert fastpath.parse(["check", "--only", ""]) is None and fastpath.parse(["check", "--only", ",,"]) is None
+    assert fastpath.parse(["check", "--only", "pcie"]) is not None
+    (tmp_path / "sys").mkdir()
+    code = fastpath.main(["check", "--root", str(tmp_path), "--direct", "--only", "ecc", "--skip", "ecc"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (ExitCode.USAGE, "", "gpudiag: error: --only ecc --skip ecc: no check is left to run\n")

@@ -17,6 +17,7 @@ import pytest
 
 from gpudiag.model.recording import save_snapshot
 from tests.support.acceptance_nodes import nvidia_h200_8x
+from tests.support.full_disk import can_mount_tmpfs, mount_full
 from tests.support.paths import REPO
 
 CONTRIB = REPO / "contrib"
@@ -365,15 +366,7 @@ def test_no_private_directory_is_unknown_not_a_drain(bench):
     assert not (tmp_path / "scontrol.calls").exists()
 
 
-def _can_mount_tmpfs() -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
-    done = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                          capture_output=True, timeout=30)
-    return done.returncode == 0
-
-
-@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs root and a private mount namespace (unshare -m)")
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs root and a private mount namespace (unshare -m)")
 def test_a_full_tmpdir_under_the_real_gpudiag_through_the_service_is_unknown(bench, tmp_path):
     """The issue's case end to end: the hook runs the real gpudiag, which takes the service's fast path over a fake
     healthy node, and TMPDIR is a full tmpfs (private to this run: unshare -m). gpudiag exited 1 (an uncaught
@@ -389,8 +382,7 @@ def test_a_full_tmpdir_under_the_real_gpudiag_through_the_service_is_unknown(ben
     real = _script(bench_dir / "real-gpudiag", f'PYTHONPATH="{REPO}" exec "{sys.executable}" -m gpudiag "$@"\n')
     full = bench_dir / "full"
     full.mkdir()
-    command = (f'mount -t tmpfs -o size=64k tmpfs "{full}" && dd if=/dev/zero of="{full}/fill" bs=4k 2>/dev/null;'
-               f' exec bash "{HEALTHCHECK}" "$@"')
+    command = f'{mount_full(full)} exec bash "{HEALTHCHECK}" "$@"'
     with installed(node), running_service(node_root):
         for mode in ("--report", "drain"):
             done = subprocess.run(["unshare", "-m", "sh", "-c", command, "sh", *([mode] if mode == "--report" else [])],

@@ -237,6 +237,52 @@ def test_an_empty_report_and_a_missing_one_are_silent_nodes(capsys, tmp_path):
     messages = {n["node"]: n["findings"][0]["message"] for n in verdict["nodes"] if n["findings"]}
     assert "is empty" in messages["gpu-node-007"] and messages["gpu-node-009"] == "no report from this node"
     assert verdict["drift"] == []  # silent nodes are compared with nobody
+    # From reports there is no exporter to check: the advice is about the run that should have written the report
+    # (issue 36, item 6).
+    advice = {n["node"]: n["findings"][0]["remediation"] for n in verdict["nodes"] if n["findings"]}
+    assert all("exporter" not in a and "Prometheus" not in a and "gpudiag check --json" in a for a in advice.values())
+    text = run(capsys, str(reports), "--nodes", str(tmp_path / "nodes"))[1]
+    assert "exporter" not in text and "No report from this node" in text
+
+
+@pytest.fixture(scope="module")
+def lost_gpu_reports(tmp_path_factory) -> Path:
+    """Two nodes' real `gpudiag check --json` reports of an 8x H200 whose GPU 4 fell off the bus (Xid 79 in the log),
+    judged against the h200-8x profile (tests/support/checklist_scenarios.py)."""
+    from tests.support.checklist_scenarios import gpu_lost_before_first_collection
+
+    directory = tmp_path_factory.mktemp("lost")
+    _, out = gpu_lost_before_first_collection("--json")
+    for host in ("gpu-node-001", "gpu-node-002"):
+        report = json.loads(out)
+        report["hostname"] = host
+        (directory / f"{host}.json").write_text(json.dumps(report))
+    return directory
+
+
+def test_a_lost_gpu_is_one_finding_with_what_follows_from_it_under_it(capsys, lost_gpu_reports):
+    """The fleet view repeated a lost GPU three times a node (the GPU, its Xid 79, its 29 undecided checks), each with
+    its full paragraph, with three different actions (issue 36, item 6); now once, with the report's action and what
+    follows from it (the report's caused_by) in one line."""
+    code, text, _ = run(capsys, str(lost_gpu_reports))
+    lines = text.splitlines()
+    node = [i for i, line in enumerate(lines) if line.startswith("  gpu-node-001")]
+    assert [lines[i] for i in node] == ["  gpu-node-001 GPU 4 (0000:9b:00.0): inventory.gpus_visible: GPU 4 "
+                                        "(0000:9b:00.0) is enumerated but no longer answers its driver -> reboot"]
+    assert lines[node[0] + 2] == ("      because of it: FAIL inventory.gpu_count (node); FAIL kernel_log.xid; UNKN 29 "
+                                  "checks (driver, inventory, pcie, ecc, memory, thermal, power, topology, firmware, "
+                                  "host, workload)")
+    assert text.count("Drain the node and power-cycle it") == 2  # the advice once a node
+    assert "DRIFT" not in text  # the lost GPU's errors are no partition mode its peers lack
+
+    verdict = json.loads(run(capsys, str(lost_gpu_reports), "--json")[1])
+    findings = verdict["nodes"][0]["findings"]
+    assert len(findings) == 32  # every one kept, each naming what it follows from
+    causes = {f["check"]: f["caused_by"] for f in findings if f["kind"] == "fail"}
+    assert causes == {"inventory.gpus_visible": [], "inventory.gpu_count": ["inventory.gpus_visible 0000:9b:00.0"],
+                      "kernel_log.xid": ["inventory.gpus_visible 0000:9b:00.0"]}
+    assert {f["action"] for f in findings} == {"reboot", "drain"}  # the count's own drain; the loss: reboot
+    assert verdict["drift"] == []
 
 
 def test_expected_names_match_short_names_and_extra_reports_are_told(capsys, tmp_path):

@@ -151,3 +151,86 @@ def test_a_cause_that_follows_from_another_is_never_named_as_a_cause():
     ecc = CheckResult("ecc.uncorrected", Status.FAIL, "ecc", gpu, observed={"by_block": {"xgmi_wafl": {
         "uncorrected": 3}}})
     assert causes.follows_from([visible, link, ecc]) == [[], [0], [0]]
+
+
+# -- against a golden baseline: links down and a lost GPU (issue 36, item 6) -----------------------------------------
+
+
+def _baseline_node(lose: tuple = (3,), links_down: tuple = (5,), moved: tuple = ()):
+    """An HGX H200 against its own golden baseline, with GPUs lost, GPUs whose every NVLink is down (their pairs then
+    go through the host), and pairs whose path changed for no such reason."""
+    from gpudiag.checks.baseline_of import baseline_of
+    from tests.support.acceptance_nodes import nvidia_h200_8x
+
+    golden = baseline_of(nvidia_h200_8x())
+    snapshot = nvidia_h200_8x()
+    for index in lose:
+        _lost(snapshot, index)
+    for index in links_down:
+        for link in snapshot.devices[index].links:
+            link.up, link.remote_pci_bus_id = False, None
+    snapshot.peers = [p for p in snapshot.peers if p.gpu_a not in lose and p.gpu_b not in lose]
+    for peer in snapshot.peers:
+        if peer.gpu_a in links_down or peer.gpu_b in links_down or (peer.gpu_a, peer.gpu_b) in moved:
+            peer.path, peer.link_count, peer.p2p_nvlink = "node", None, "not_supported"
+    results = run_checks(snapshot, Expectations(baseline=golden))
+    return snapshot, results
+
+
+def test_pair_drift_from_a_lost_gpu_and_one_with_its_links_down_follows_from_them():
+    """`--baseline` listed 20 lines of pair drift below the two faults it followed from: the node's peer-path drift
+    and GPU 5's own links drift are now consequences, one line each under their cause."""
+    snapshot, results = _baseline_node()
+    by = {(r.check, r.device.index if r.device else None, r.status.value): c
+          for r, c in zip(results, causes.caused_by(results))}
+    assert by[("baseline.fabric", None, "fail")] == ["inventory.gpus_visible 0000:5d:00.0",
+                                                      "topology.links_up 0000:bb:00.0"]
+    assert by[("baseline.fabric", 5, "fail")] == ["topology.links_up 0000:bb:00.0"]
+    text = render_text(snapshot, results)
+    blocks = [line for line in text.splitlines() if line.startswith(("FAIL", "UNKN"))]
+    assert blocks == ["FAIL  inventory.gpus_visible  GPU 3 0000:5d:00.0", "FAIL  topology.links_up  GPU 5 0000:bb:00.0"]
+    (pairs,) = [i for i, line in enumerate(text.splitlines()) if "FAIL  baseline.fabric (node)" in line]
+    said = " ".join(line.strip() for line in text.splitlines()[pairs:pairs + 3])
+    assert ("GPU peer paths drifted from the baseline on 13 of 28 pairs: 0000:5d:00.0 with 7 GPU(s) (golden nvlink "
+            "×18, now not reported); 0000:bb:00.0 with 6 GPU(s) (golden nvlink ×18, now node)") in said
+    attention = text[:text.index("Checks by family")].splitlines()
+    assert len(attention) <= 36, text  # the pairs in one line under each cause, not 20 lines of a block of their own
+
+
+def test_pair_drift_that_no_fault_explains_stays_a_finding():
+    """One pair whose path changed with neither of its GPUs lost or down (P2P disabled, a GPU moved): the drift is
+    a finding of its own, in full, whatever else fails."""
+    snapshot, results = _baseline_node(moved=((0, 1),))
+    (drift,) = [(r, c) for r, c in zip(results, causes.caused_by(results))
+                if r.check == "baseline.fabric" and r.device is None]
+    assert drift[0].status is Status.FAIL and drift[1] == []
+    assert "0000:19:00.0<->0000:3b:00.0: golden nvlink ×18, now node" in drift[0].message
+    assert any(line.startswith("FAIL  baseline.fabric  node") for line in render_text(snapshot, results).splitlines())
+
+
+def test_a_gpus_links_leading_elsewhere_do_not_follow_from_links_down():
+    """baseline.fabric on a GPU whose links are down follows from topology.links_up only where links went missing;
+    a link that now leads to another remote is its own finding."""
+    from gpudiag.checks.baseline_of import baseline_of
+    from tests.support.acceptance_nodes import nvidia_h200_8x
+
+    golden = baseline_of(nvidia_h200_8x())
+    snapshot = nvidia_h200_8x()
+    snapshot.devices[2].links[0].up = False
+    snapshot.devices[2].links[1].remote_pci_bus_id = "0000:99:00.0"
+    results = run_checks(snapshot, Expectations(baseline=golden))
+    found = {(r.check, r.status.value): c for r, c in zip(results, causes.caused_by(results))
+             if r.device is not None and r.device.index == 2}
+    assert ("topology.links_up", "fail") in found and found[("baseline.fabric", "fail")] == []
+
+    snapshot.devices[2].links[1].remote_pci_bus_id = golden.gpus[2].link_remotes[1]  # only the link down now
+    results = run_checks(snapshot, Expectations(baseline=golden))
+    found = {(r.check, r.status.value): c for r, c in zip(results, causes.caused_by(results))
+             if r.device is not None and r.device.index == 2}
+    assert found[("baseline.fabric", "fail")] == ["topology.links_up 0000:4c:00.0"]
+
+
+def test_the_renderer_reads_the_pairs_as_the_baseline_check_writes_them():
+    from gpudiag.checks import baseline
+
+    assert causes.PAIR == baseline.PAIR

@@ -66,3 +66,20 @@ def test_counts_and_fault_codes_in_the_junit(schema):
     assert root.get("failures") == str(sum(r.status == Status.FAIL for r in results))
     assert root.get("errors") == str(sum(r.status == Status.UNKNOWN for r in results))
     assert sum(int(s.get("skipped")) for s in suites.values()) == sum(r.status == Status.SKIP for r in results)
+
+
+def test_each_testcase_is_one_result_about_one_thing(tmp_path):
+    """A CI keys a test's history by (classname, name): eight GPUs' driver.device_bound were eight cases named
+    `driver.device_bound`, and each NIC port's network.* results one name per check (issue 36, item 7)."""
+    from tests.support.acceptance_nodes import nvidia_h200_8x
+    from tests.support.network_nodes import hgx_h100
+
+    _, with_nics = hgx_h100(tmp_path)
+    names = set()
+    for snap in (nvidia_h200_8x(), with_nics):
+        results = run_checks(snap)
+        cases = [(c.get("classname"), c.get("name")) for c in ET.fromstring(render_junit(snap, results)).iter("testcase")]
+        assert len(cases) == len(results) == len(set(cases))
+        names |= {name for _, name in cases}
+    assert "driver.device_bound[0000:19:00.0]" in names and "network.nics[mlx5_4 port 1]" in names
+    assert {"driver.library", "driver.library (2)"} <= names  # one per vendor library, numbered in report order

@@ -42,3 +42,25 @@ def test_a_family_not_asked_for_says_once_how_to_ask_for_it():
     lines = render_text(snapshot, run_checks(snapshot)).splitlines()
     (active,) = [line for line in lines if line.lstrip().startswith("active")]
     assert "load tests were not run (gpudiag check --level 2 runs them)" in active and "skipped" not in active
+
+
+def test_observed_values_show_their_unicode_and_nothing_a_terminal_acts_on():
+    """A baseline's peer path drift printed `"nvlink \u00d718"` for `nvlink ×18` (json.dumps' ASCII escapes, issue
+    36 item 7); a value's C1 control or bidirectional override is still taken out (report.text.clean)."""
+    import dataclasses
+
+    from gpudiag.checks.baseline_of import baseline_of
+    from gpudiag.expect import Expectations
+    from tests.support.acceptance_nodes import nvidia_h200_8x
+
+    golden = nvidia_h200_8x()
+    snapshot = nvidia_h200_8x()
+    snapshot.peers[0].link_count = 12
+    results = run_checks(snapshot, Expectations(baseline=baseline_of(golden)), only=["baseline.fabric"])
+    text = render_text(snapshot, results)
+    assert "nvlink ×18" in text and "\\u00d7" not in text
+
+    (drift,) = [r for r in results if r.status.value == "fail"]
+    hostile = dataclasses.replace(drift, observed={"path": "nvlink ×12 \x9b31m\u202eevil"})
+    text = render_text(snapshot, [hostile])
+    assert "nvlink ×12" in text and "\x9b" not in text and "\u202e" not in text

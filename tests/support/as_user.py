@@ -77,3 +77,18 @@ def shared_tmp() -> Path:
     path = Path(tempfile.mkdtemp(prefix="gpudiag-users-"))
     path.chmod(0o755)
     return path
+
+
+# A `gpudiag` group as a node has one (systemd-sysusers creates it with the user): its number, for a process that
+# sees it through with_group_file.
+GPUDIAG_GROUP = 64110
+
+
+def with_group_file(argv: list[str], directory: Path) -> list[str]:
+    """`argv` run in a private mount namespace whose /etc/group also holds a `gpudiag` group (GPUDIAG_GROUP): the
+    machine's own /etc/group is untouched, and nothing but that process sees the group (other tests running beside
+    it neither). Needs root and `unshare -m` (tests/support/full_disk.py can_mount_tmpfs says whether they work)."""
+    group_file = directory / "group"
+    group_file.write_text(Path("/etc/group").read_text().rstrip("\n") + f"\ngpudiag:x:{GPUDIAG_GROUP}:\n")
+    group_file.chmod(0o644)
+    return ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/group && exec "$@"', str(group_file), *argv]

@@ -31,7 +31,8 @@ def _series(instance: str) -> list[dict]:
     """(check, gpu, status) of each result the node's exporter would export."""
     scenario = FAULTY.get(instance, "nvidia-healthy")
     return [{"check": r["check"], "gpu": "" if r["device"] is None else str(r["device"]["index"]),
-             "pci_bus_id": (r["device"] or {}).get("pci_bus_id") or "", "status": r["status"]}
+             "pci_bus_id": (r["device"] or {}).get("pci_bus_id") or "", "status": r["status"],
+             "fault_code": r["fault_code"]}
             for r in _results(scenario)]
 
 
@@ -64,6 +65,9 @@ def answers(promql: str, headers: dict) -> tuple[int, dict]:
     if "gpudiag_check_status" in promql:  # status="unknown" == 1
         return success([sample(1, instance=i, check=s["check"], gpu=s["gpu"], status="unknown") for i in judged
                         for s in _series(i) if s["status"] == "unknown" and i in promql])
+    if "gpudiag_gpu_xid_errors_total" in promql:  # code="79" > 0: as the exporter counts the log's Xid 79
+        return success([sample(1, instance=i, gpu=s["gpu"], code="79") for i in judged for s in _series(i)
+                        if s["check"] == "kernel_log.xid" and s["fault_code"] == "GPUDIAG-XID-79" and i in promql])
     if "gpudiag_device_up" in promql:  # != 1: the GPU that does not answer
         lost = [(i, s) for i in judged for s in _series(i) if s["check"] == "inventory.gpus_visible"
                 and s["status"] == "fail"]

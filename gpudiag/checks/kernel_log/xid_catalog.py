@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from gpudiag.checks.common import OFF_THE_BUS
 from gpudiag.checks.verdicts import strongest
 from gpudiag.expect import Expectations
 from gpudiag.model import Status
@@ -85,9 +86,9 @@ _ENTRIES = (
     XidInfo(74, "NVLINK_ERROR", "NVLink error", Status.FAIL,
             "Check `nvidia-smi nvlink -s` / `-e` and topology.links_up; reset the GPU; if the link stays down or the "
             "errors recur, reseat the GPU on the baseboard and contact support.", "WORKFLOW_NVLINK_ERR"),
-    XidInfo(79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", Status.FAIL,
-            "Drain the node and power-cycle it (cold boot; a warm reboot may not bring the GPU back). Check pcie.aer, "
-            "the riser/cable and the GPU's power; a GPU that falls off again is an RMA candidate.", "RESTART_BM"),
+    # The same words as the lost GPU's own results (checks/common.py OFF_THE_BUS, with NVIDIA's sources).
+    XidInfo(79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", Status.FAIL, OFF_THE_BUS,
+            "RESTART_BM"),
     XidInfo(92, "EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", Status.FAIL,
             "Memory is producing correctable errors at a high rate: drain the GPU, check memory.* and run "
             "`dcgmi diag -r 3`; plan its replacement.", "IGNORE"),

@@ -49,12 +49,14 @@ def check(
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
     from gpudiag.checks import probe_parts_for
     from gpudiag.cli.check.through_service import obtain
-    from gpudiag.report.selection import select_checks
+    from gpudiag.report.selection import EMPTY_ONLY, select_checks
     from gpudiag.report.verdict import print_verdict
 
     habits.refuse_ignored_options(replay, as_json, fmt.value)
     habits.refuse_stress_without_load_tests(level)
     only_ids, skip_ids = split_ids(only), split_ids(skip)
+    if only is not None and not only_ids:
+        raise UsageProblem(EMPTY_ONLY)
     try:
         selected = select_checks(only_ids, skip_ids)
     except ValueError as exc:

@@ -87,6 +87,8 @@ def _request(opts: dict) -> "dict | None":
             return None  # typer's own message for what it refuses (min=0.1)
     wait = 10.0 if timeout is None else min(timeout, 10.0)
     split = [[part.strip() for v in opts[key] for part in v.split(",") if part.strip()] for key in ("only", "skip")]
+    if opts["only"] and not split[0]:
+        return None  # `--only ''`: a usage error, which the full CLI words
     color = opts.get("color")
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
@@ -189,22 +191,23 @@ def main(argv: "list | None" = None) -> "int | None":
     stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("exit")
     if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.NOTHING_PROBED):
         return None
+    from gpudiag import stdout as out
+
     try:
-        sys.stdout.write(stdout)
-        sys.stdout.flush()
-    except BrokenPipeError:
+        out.write(stdout, "the report")
+    except out.ReaderLeft:
         return ExitCode.OK
-    except OSError as exc:
+    except out.Unwritable as exc:
         return unwritable(exc)
     sys.stderr.write(stderr)
     return code
 
 
-def unwritable(exc: OSError) -> int:
-    """The report could not be written (a full disk under the hook's TMPDIR): exit 4, never the verdict's 0 or 1 —
-    a caller that took exit 1 for "a check failed" drained healthy nodes (issue 24, item 16)."""
+def unwritable(exc: Exception) -> int:
+    """The report could not be written whole (a full disk under the hook's TMPDIR): exit 4, never the verdict's 0 or
+    1 — a caller that took exit 1 for "a check failed" drained healthy nodes (issue 24, item 16)."""
     try:
-        sys.stderr.write(f"gpudiag: error: cannot write the report to standard output: {exc.strerror or exc}\n")
+        sys.stderr.write(f"gpudiag: error: {exc}\n")
         sys.stderr.flush()
     except OSError:
         pass
@@ -235,12 +238,15 @@ def leave(code: int) -> None:
     interleaved runs, tests/fixtures/h200/recorded/direct-check-exit-ab.txt). Nothing is skipped that matters: the
     output is flushed here, the collector has shut its NVML session down, the fast path writes no file and leaves
     no atexit work but logging's flush of stderr (done here), and the kernel closes the process's descriptors as
-    at any exit. A reader that left early (`gpudiag check | head -1`) is exit 0, as in gpudiag/cli/app.py."""
+    at any exit. A reader that left early (`gpudiag check | head -1`) is exit 0, as in gpudiag/cli/app.py; output
+    that could not be written whole is exit 4 (gpudiag/stdout.py)."""
+    from gpudiag import stdout
+
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:
+        stdout.finish()
+    except stdout.ReaderLeft:
         code = ExitCode.OK
-    except OSError as exc:
+    except stdout.Unwritable as exc:
         code = unwritable(exc)
     try:
         sys.stderr.flush()

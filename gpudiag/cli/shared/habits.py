@@ -28,9 +28,9 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 def show_version(value: bool) -> None:
     """`gpudiag --version` / `-V`: the version on stdout, exit 0 (eager: before any other option is looked at)."""
     if value:
-        from gpudiag import __version__
+        from gpudiag import __version__, stdout
 
-        print(f"gpudiag {__version__}")
+        stdout.write(f"gpudiag {__version__}\n", "the version")
         raise typer.Exit(ExitCode.OK)
 
 

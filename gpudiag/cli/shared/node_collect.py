@@ -39,12 +39,18 @@ def error_line(message: str) -> str:
 
 def exit_for_failure(exc: Exception, debug: bool) -> int:
     """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/cli/check/direct.py
-    alike: bad input is one line and exit 2, a reader that left early (a broken pipe) exit 0, anything else one line and
-    exit 4 instead of a traceback (GPUDIAG_DEBUG=1 raises it again)."""
+    alike: bad input is one line and exit 2, a reader that left early (a broken pipe) exit 0, output that could not be
+    written whole (gpudiag/stdout.py) one line and exit 4, anything else one line and exit 4 instead of a traceback
+    (GPUDIAG_DEBUG=1 raises it again)."""
+    from gpudiag.stdout import ReaderLeft, Unwritable
+
     if isinstance(exc, UsageProblem):
         print(f"gpudiag: error: {error_line(str(exc))}", file=sys.stderr)
         return ExitCode.USAGE
-    if isinstance(exc, BrokenPipeError):
+    if isinstance(exc, Unwritable):
+        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        return ExitCode.INTERNAL
+    if isinstance(exc, (BrokenPipeError, ReaderLeft)):
         return ExitCode.OK
     if debug:
         raise exc

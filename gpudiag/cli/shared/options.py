@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -77,10 +76,13 @@ def load_replay(path: Path):
         raise UsageProblem(str(exc)) from None
 
 
-def write_output(output: Optional[Path], text: str, what: str) -> None:
-    """`text` to stdout (no --output, or `-`), or atomically to a file only its owner can read (gpudiag.fileio)."""
-    if output is None:
-        sys.stdout.write(text)
+def write_output(output: Optional[Path], text: str, what: str, detail: str = "") -> None:
+    """`text` (the `what`: snapshot, baseline) to stdout (no --output, or `-`: whole, or Unwritable and exit 4,
+    gpudiag/stdout.py), or atomically to a file only its owner can read (gpudiag.fileio)."""
+    if output is None or str(output) == "-":
+        from gpudiag import stdout
+
+        stdout.write(text, f"the {what}")
         return
     from gpudiag.fileio import PRIVATE, write_output
 
@@ -88,4 +90,4 @@ def write_output(output: Optional[Path], text: str, what: str) -> None:
         write_output(output, text, PRIVATE)
     except OSError as exc:
         raise UsageProblem(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-    log.info("%s written to %s", what, output)
+    log.info("%s%s written to %s", what, detail, output)
