@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+
+# When this process's early initialisation began, had imported pynvml and had initialised NVML
+# (time.perf_counter()), for bench/check_vs_nvidia_smi.py's breakdown of a cold check; empty until it ends.
+WINDOW: list = []
 
 
 def start_nvml_init() -> None:
@@ -21,11 +26,14 @@ def start_nvml_init() -> None:
         return
 
     def init() -> None:
+        started = imported = time.perf_counter()
         try:
             import pynvml
 
+            imported = time.perf_counter()
             pynvml.nvmlInit()
         except Exception:  # noqa: BLE001 - the probe's own nvmlInit reports what is wrong
             pass
+        WINDOW[:] = [started, imported, time.perf_counter()]
 
     threading.Thread(target=init, name="nvml-early-init", daemon=True).start()
