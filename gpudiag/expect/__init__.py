@@ -19,10 +19,11 @@ import dataclasses
 import importlib
 import pkgutil
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, Optional, TypeVar
 
 from gpudiag.expect.baseline import NodeBaseline
+from gpudiag.model.records import dataclass
 
 GIB = 1024**3
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 from gpudiag.model.active import ActiveResults
 from gpudiag.model.common import SNAPSHOT_SCHEMA_VERSION, ProbeError, Vendor
 from gpudiag.model.device import DeviceSnapshot, PeerLink
 from gpudiag.model.network import NetworkInfo
+from gpudiag.model.records import dataclass
 
 
 @dataclass

@@ -29,7 +29,7 @@ import os
 import pkgutil
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -43,6 +43,7 @@ from gpudiag.model import (
     ProbeError,
     Vendor,
 )
+from gpudiag.model.records import dataclass
 from gpudiag.probe import deadline
 from gpudiag.probe.amdgpu import ras_threshold as amdgpu_ras_threshold
 from gpudiag.probe.base import Backend, DeviceLost
