@@ -26,6 +26,7 @@ from gpudiag.fileio import DocumentError, read_text
 from gpudiag.model import BootFault, BootHistory
 from gpudiag.probe.kernel_log.events import EventReader
 from gpudiag.probe.kernel_log.formats import json_records
+from gpudiag.probe.patterns import lazy_compile
 
 JOURNAL_FILES = ("journal.1.jsonl", "journal.jsonl")  # oldest first (gpudiag/service/journal.py)
 JOURNAL_MAX_BYTES = 4 * 2**20  # the service keeps two generations of 512 KiB by default
@@ -37,7 +38,7 @@ MAX_FAULTS = 5_000
 _KINDS = frozenset({"xid", "sxid", "fallen_off_bus", "nvlink_training_failed", "rm_init_failed", "gpu_reset_failed",
                     "ras_uncorrectable", "ras_fatal_error", "init_failed", "bad_pages_threshold",
                     "ras_records_exceed_threshold", "aca_uncorrectable", "slot_link_down", "slot_card_not_present"})
-_BOOT_LINE = re.compile(r"\s*(-?[0-9]{1,6})\s+([0-9a-f]{32})\s", re.ASCII)
+_BOOT_LINE = lazy_compile(r"\s*(-?[0-9]{1,6})\s+([0-9a-f]{32})\s", re.ASCII)
 _EARLIER_UNNAMED = "an earlier boot (gpudiag journal entries without a boot ID)"
 
 
