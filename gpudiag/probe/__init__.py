@@ -25,8 +25,6 @@ import datetime
 import importlib
 import importlib.util
 import logging
-import os
-import pkgutil
 import socket
 import time
 from dataclasses import field
@@ -44,7 +42,7 @@ from gpudiag.model import (
     Vendor,
 )
 from gpudiag.model.records import dataclass
-from gpudiag.probe import deadline
+from gpudiag.probe import deadline, index
 from gpudiag.probe.amdgpu import ras_threshold as amdgpu_ras_threshold
 from gpudiag.probe.base import Backend, DeviceLost
 from gpudiag.probe.standins import lost_device, outcome_error, place_unidentified, unreachable_device
@@ -63,15 +61,9 @@ KERNEL_LOG_MARGIN_SECONDS = 0.25
 
 
 
-def _family_parts(path: list[str], package: str) -> dict[str, str]:
-    """The probe parts families add: a sub-package <name>/ of the package with a module part.py, by name -> module
-    (module docstring). Only the file names are looked at: nothing is imported until the part is collected."""
-    return {info.name: f"{package}.{info.name}.part" for info in pkgutil.iter_modules(path)
-            if info.ispkg and any(sub.name == "part" for sub in
-                                  pkgutil.iter_modules([os.path.join(info.module_finder.path, info.name)]))}
-
-
-FAMILY_PARTS: dict[str, str] = _family_parts(__path__, __name__)
+# The probe parts families add: a sub-package <name>/ of the package with a module part.py, by name -> module (module
+# docstring), as tools/gen_registry_index.py found them (index.py). Nothing is imported until the part is collected.
+FAMILY_PARTS: dict[str, str] = dict(index.FAMILY_PARTS)
 # Optional parts of a collection, each costly enough to skip when nothing will judge it (`check --only pcie`).
 PROBE_PARTS = frozenset({"kernel_log", "peers", "link_errors"}) | frozenset(FAMILY_PARTS)
 
