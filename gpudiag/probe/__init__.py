@@ -25,7 +25,7 @@ import datetime
 import importlib
 import importlib.util
 import logging
-import socket
+import os
 import time
 from dataclasses import field
 from pathlib import Path
@@ -148,7 +148,7 @@ class Collector:
         started = time.monotonic()
         until = started + self.options.timeout_seconds
         snapshot = NodeSnapshot(
-            hostname=socket.gethostname(),
+            hostname=os.uname().nodename,  # socket.gethostname()'s answer, without socket
             collected_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             gpudiag_version=__version__,
         )

@@ -16,8 +16,6 @@ import datetime
 import json
 import os
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -49,6 +47,8 @@ def read_boot_history(root: Path, state_dir: Optional[Path], current_boot: Optio
     boots: set[tuple] = set()  # the faults kept, by (boot, kind, bus, code, detail)
     if state_dir is not None:
         _from_gpudiag_journal(history, Path(state_dir), boot_time, boots)
+    import shutil  # here, as subprocess below: a check's start-up does not pay for them (issue 36, item 9)
+
     program = journalctl or (shutil.which("journalctl") if Path(root) == Path("/") else None)
     if program is None:
         history.problems.append("journalctl: not on this node (or under --root): the systemd journal was not read")
@@ -123,6 +123,8 @@ def _before(moment: object, boot_time: Optional[float]) -> bool:
 
 def _run(argv: list[str], until: float, max_bytes: int) -> tuple[Optional[bytes], Optional[str]]:
     """stdout of a command, cut at `max_bytes`, killed at `until`: (output, why it is partial or missing)."""
+    import subprocess
+
     left = until - time.monotonic()
     if left <= 0.05:
         return None, "not read: no time left before the collection's deadline"

@@ -29,7 +29,6 @@ Every pattern is anchored (re.match) and bounded, digits ASCII only: matching is
 
 from __future__ import annotations
 
-import calendar
 import json
 import re
 from typing import Iterable, Iterator, NamedTuple, Optional
@@ -214,6 +213,8 @@ def iso_seconds(text: str) -> Optional[float]:
     year, month, day, hour, minute, second = (int(parts[i]) for i in range(1, 7))
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None
+    import calendar  # here: a check's imports do without it (issue 36, item 9)
+
     value = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[7] or 0}")
     zone = parts[8]
     if zone and zone != "Z":
@@ -237,6 +238,8 @@ def syslog_seconds(text: str) -> Optional[float]:
     day, hour, minute, second = int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5])
     if not (1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None
+    import calendar  # here: a check's imports do without it (issue 36, item 9)
+
     return calendar.timegm((2000, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[6] or 0}")
 
 
@@ -245,6 +248,8 @@ def _ctime_seconds(stamp: re.Match) -> Optional[float]:
     day, hour, minute, second = int(stamp[2]), int(stamp[3]), int(stamp[4]), int(stamp[5])
     if month is None or not (1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None
+    import calendar  # here: a check's imports do without it (issue 36, item 9)
+
     return float(calendar.timegm((int(stamp[6]), month, day, hour, minute, second, 0, 0, 0)))  # dmesg -T: local
 
 
