@@ -3,12 +3,18 @@
 Python's dataclass writes each method it adds as source text and compiles it when the class is defined
 (dataclasses._create_fn): __init__, __repr__, __eq__, and for a frozen class __hash__, __setattr__ and __delattr__.
 gpudiag defines about a hundred dataclasses, and a cold `gpudiag check` defines most of them: compiling their methods
-was 40 % of its imports (issue 36, item 9). Here only __init__ (and a frozen class's __setattr__ and __delattr__) are
-still compiled; __repr__, __eq__ and a frozen class's __hash__ are shared functions over the class's fields that
-behave as the generated ones do: the same text, the same comparison (a tuple of the compared fields, only between
-instances of the very same class, NotImplemented otherwise), the same hash, and a non-frozen class is unhashable. A
-method the class defines itself is kept, as dataclass keeps it. The other options (order, unsafe_hash, slots, an
-explicit repr= or eq=) go to dataclass unchanged.
+was 40 % of its imports (issue 36, item 9). Here only __init__ is still compiled; the others are shared functions
+over the class's fields that behave as the generated ones do: the same text, the same comparison (a tuple of the
+compared fields, only between instances of the very same class, NotImplemented otherwise), the same hash, a
+non-frozen class unhashable, and a frozen one refusing to set or delete an attribute (FrozenInstanceError) once
+__init__ has set its fields. A method the class defines itself is kept, as dataclass keeps it;
+`__dataclass_params__` says what the class is (repr, eq, frozen). The other options (order, unsafe_hash, slots, an
+explicit repr= or eq=) go to dataclass unchanged, and so does a frozen class that defines __setattr__ or __delattr__
+itself or derives from a frozen dataclass.
+
+A frozen class here must set every field in __init__ (each is an __init__ argument or has a default): its shared
+__setattr__ lets __init__ set each field once and refuses everything after, so a field __init__ left unset could
+be set once later. Defining such a class raises TypeError.
 """
 
 from __future__ import annotations
@@ -26,9 +32,17 @@ def dataclass(cls: Any = None, /, **options: Any) -> Any:
     def wrap(cls: type) -> type:
         if set(options) - _OWN_OPTIONS:
             return _standard(cls, **options)
-        explicit_hash = "__hash__" in cls.__dict__ and not (cls.__dict__["__hash__"] is None and "__eq__" in cls.__dict__)
-        cls = _standard(cls, repr=False, eq=False, **options)
-        _share_methods(cls, frozen=options.get("frozen", False), explicit_hash=explicit_hash)
+        own = cls.__dict__
+        explicit_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
+        frozen = bool(options.get("frozen"))
+        share_frozen = frozen and not ({"__setattr__", "__delattr__"} & set(cls.__dict__)) and not any(
+            getattr(getattr(base, "__dataclass_params__", None), "frozen", False) for base in cls.__mro__[1:])
+        cls = _standard(cls, **{**options, "repr": False, "eq": False, "frozen": frozen and not share_frozen})
+        _share_methods(cls, frozen=frozen, explicit_hash=explicit_hash)
+        if share_frozen:
+            _share_frozen(cls)
+        for name in ("repr", "eq", "frozen"):  # what the class is, as dataclass would have recorded it
+            setattr(cls.__dataclass_params__, name, True if name != "frozen" else frozen)
         return cls
 
     return wrap if cls is None else wrap(cls)
@@ -60,6 +74,34 @@ def _share_methods(cls: type, frozen: bool, explicit_hash: bool) -> None:
             _add(cls, "__hash__", __hash__, replace=True)
         else:
             cls.__hash__ = None  # type: ignore[assignment]
+
+
+def _share_frozen(cls: type) -> None:
+    """A frozen class's __setattr__ and __delattr__ (dataclasses._frozen_get_del_attr's rule: on an instance of the
+    class itself nothing may be set or deleted, on a subclass's no field), letting __init__ set each field once."""
+    fields = dataclasses.fields(cls)
+    unset = [f.name for f in fields if not f.init and f.default is dataclasses.MISSING
+             and f.default_factory is dataclasses.MISSING]
+    if unset:
+        raise TypeError(f"{cls.__qualname__}: a frozen gpudiag.model.records.dataclass must set every field in "
+                        f"__init__; {', '.join(unset)} has no default")
+    names = frozenset(f.name for f in fields)
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if name in names and name not in self.__dict__:
+            object.__setattr__(self, name, value)  # __init__ setting the field
+        elif type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        else:
+            super(cls, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    _add(cls, "__setattr__", __setattr__)
+    _add(cls, "__delattr__", __delattr__)
 
 
 def _add(cls: type, name: str, method: Callable, replace: bool = False) -> None:

@@ -32,6 +32,11 @@ def shapes(decorate):
         limit: float = 1.5
         note: str = field(default="", compare=False)
         unhashed: int = field(default=0, hash=False)
+        derived: str = field(default="", init=False)
+        items: tuple = field(default_factory=tuple)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "derived", self.key.upper())  # how a frozen class sets what it derives
 
     @decorate
     class Child(Plain):
@@ -92,6 +97,43 @@ def test_the_rest_is_the_standard_dataclass():
         plain()  # the generated __init__ still says what is missing
     assert plain("a").__eq__(object()) is NotImplemented
     assert repr(plain("a")).startswith("shapes.<locals>.Plain(")
+
+
+def failure(action) -> str:
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001 - the type and message are compared
+        return f"{type(exc).__name__}: {exc}"
+    return "allowed"
+
+
+def test_a_frozen_class_refuses_what_the_standard_one_refuses():
+    def attempts(classes):
+        frozen = classes[1]
+        item = frozen("k")
+
+        class Sub(frozen):  # a plain subclass: only the fields are frozen there
+            pass
+
+        sub = Sub("s")
+        return [item.derived, sub.derived, failure(lambda: setattr(item, "key", "x")),
+                failure(lambda: setattr(item, "derived", "x")), failure(lambda: setattr(item, "other", 1)),
+                failure(lambda: delattr(item, "key")), failure(lambda: delattr(item, "other")),
+                failure(lambda: setattr(sub, "key", "x")), failure(lambda: setattr(sub, "other", 1)),
+                failure(lambda: delattr(sub, "key")), failure(lambda: delattr(sub, "other")),
+                dataclasses.replace(item, key="z").derived, frozen.__dataclass_params__.frozen,
+                frozen.__dataclass_params__.eq, frozen.__dataclass_params__.repr, hash(item) == hash(frozen("k"))]
+
+    assert attempts(SHARED) == attempts(STANDARD)
+    assert SHARED[1].__setattr__.__code__.co_filename != "<string>"  # shared, not compiled for the class
+
+
+def test_a_frozen_class_must_set_every_field_in_init():
+    with pytest.raises(TypeError, match="must set every field in __init__; later has no default"):
+        @shared(frozen=True)
+        class Unset:
+            key: str
+            later: int = field(init=False)
 
 
 def test_the_model_round_trips_and_compares_as_before():
