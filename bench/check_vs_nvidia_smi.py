@@ -6,7 +6,8 @@ command for the lab GPU (issue 36, item 9: the first answer no slower than `nvid
    each, and the ratio of the medians.
 2. The breakdown: a few more cold runs of the same check, each reporting its own phases (interpreter start, the fast
    path, the imports, the probe and its parts, judging and writing, the exit; NVML's early initialisation beside the
-   imports; any program it started), and one run under `-X importtime` (self time by package, the top modules).
+   imports; any program it started, timed again on its own), and one more run with each module body timed (CPU by
+   package, the top modules).
 
 gpudiag runs as a user runs it: `python3 -m gpudiag check --direct` (gpudiag/__main__.py calls
 gpudiag.cli.check.fastpath:run, the console script's own entry point) from this tree under this interpreter, or
@@ -28,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -117,7 +117,8 @@ from gpudiag.cli.check import direct
 from gpudiag.probe.nvml import early
 with open(notes, "w") as out:
     json.dump({{"first_line": FIRST_LINE, "started": STARTED, "marks": direct.MARKS, "parts": direct.PROBE_PARTS,
-               "early_nvml": early.WINDOW, "spawned": SPAWNED, "ended": ENDED, "code": code}}, out)
+               "early_nvml": early.WINDOW, "spawned": SPAWNED, "ended": ENDED, "code": code,
+               "modules": globals().get("MODULE_CPU", {{}})}}, out)
 fastpath.leave(code)
 """
 FAKE_PRELUDE = ("import os\nfrom tests.support.fakes.fake_nvml import FakeNode, installed\n"
@@ -155,28 +156,44 @@ def one_breakdown(python: list[str], check_args: list[str], env: dict, prelude: 
             "spawned": [{"at_ms": (at - spawned) * 1e3, "argv": argv} for at, argv in got["spawned"]]}
 
 
+# Times each module's body (its own CPU time, on the thread that imports it, less the modules it imports in turn):
+# appended to the runner's set-up for one more run. -X importtime would count a module imported on another thread
+# (the kernel-log scan, NVML's early start) against whichever import the main thread was in.
+MODULE_TIMER = """
+import threading, importlib._bootstrap_external as _external
+MODULE_CPU, _stacks, _exec = {}, threading.local(), _external._LoaderBasics.exec_module
+def _timed_exec(loader, module):
+    stack = _stacks.__dict__.setdefault("stack", [])
+    started = time.thread_time()
+    stack.append(0.0)
+    try:
+        return _exec(loader, module)
+    finally:
+        took, inner = time.thread_time() - started, stack.pop()
+        MODULE_CPU[module.__name__] = MODULE_CPU.get(module.__name__, 0.0) + took - inner
+        if stack:
+            stack[-1] += took
+_external._LoaderBasics.exec_module = _timed_exec
+"""
+
+
 def import_profile(python: list[str], check_args: list[str], env: dict, prelude: str, top: int = 15) -> dict:
-    """One cold check under `-X importtime`: self time by package (gpudiag's sub-packages apart) and the top
-    modules, from gpudiag's start (with --fake, what the fake node imported before, pynvml and dataclasses among
-    them, is not counted)."""
+    """One more cold check, each module's body timed (MODULE_TIMER): CPU by package (gpudiag's sub-packages apart)
+    and the top modules, from gpudiag's start (with --fake, what the fake node imported before, pynvml and
+    dataclasses among them, is not counted)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as notes:
-        done = subprocess.run([*python, "-X", "importtime", "-c", CHILD.format(prelude=prelude), notes.name,
-                               *check_args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO,
-                              text=True)
-    modules: dict[str, int] = {}
-    for line in done.stderr.partition("bench: gpudiag starts\n")[2].splitlines():
-        found = re.match(r"import time:\s+(-?\d+) \|\s+\d+ \|\s*(\S+)", line)
-        if found:
-            modules[found[2]] = modules.get(found[2], 0) + int(found[1])
-    by_package: dict[str, int] = {}
-    for name, micros in modules.items():
+        subprocess.run([*python, "-c", CHILD.format(prelude=prelude + MODULE_TIMER), notes.name, *check_args],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+        modules = {name: seconds * 1e3 for name, seconds in json.loads(Path(notes.name).read_text())["modules"].items()}
+    by_package: dict[str, float] = {}
+    for name, ms in modules.items():
         parts = name.split(".")
         package = ".".join(parts[:2]) if parts[0] == "gpudiag" else parts[0] if parts[0] in (
             "pynvml", "psutil", "typer", "click", "rich") else "(standard library and others)"
-        by_package[package] = by_package.get(package, 0) + micros
-    return {"total_ms": sum(modules.values()) / 1e3, "modules": len(modules),
-            "by_package_ms": {k: v / 1e3 for k, v in sorted(by_package.items(), key=lambda kv: -kv[1])},
-            "top_modules_ms": {k: v / 1e3 for k, v in sorted(modules.items(), key=lambda kv: -kv[1])[:top]}}
+        by_package[package] = by_package.get(package, 0.0) + ms
+    return {"total_ms": sum(modules.values()), "modules": len(modules),
+            "by_package_ms": {k: v for k, v in sorted(by_package.items(), key=lambda kv: -kv[1])},
+            "top_modules_ms": {k: v for k, v in sorted(modules.items(), key=lambda kv: -kv[1])[:top]}}
 
 
 def breakdown(python: list[str], check_args: list[str], env: dict, prelude: str, runs: int) -> dict:
@@ -189,6 +206,23 @@ def breakdown(python: list[str], check_args: list[str], env: dict, prelude: str,
             "imports": import_profile(python, check_args, env, prelude), "samples": samples}
 
 
+def time_programs(spawned: list[dict], env: dict, runs: int = 5) -> dict[str, dict]:
+    """Each program the check started (journalctl for earlier boots' kernel records: probe/kernel_log/boot_history.py),
+    run again on its own as the check runs it: its median wall time and output size. The check waits for the kernel
+    log's part, and so for these, before it judges."""
+    found = {}
+    for argv in dict.fromkeys(tuple(s["argv"]) for s in spawned):
+        seconds, size = [], 0
+        for _ in range(runs):
+            started = time.perf_counter()
+            done = subprocess.run(list(argv), capture_output=True, env={**env, "SYSTEMD_PAGER": "", "LC_ALL": "C"},
+                                  timeout=60)
+            seconds.append(time.perf_counter() - started)
+            size = len(done.stdout)
+        found[" ".join(argv)] = {"median_ms": round(statistics.median(seconds) * 1e3, 1), "output_bytes": size}
+    return found
+
+
 def describe(found: dict) -> list[str]:
     lines = [f"one cold check in steps, medians of {found['runs']} runs (ms; total {found['total_median_ms']:.1f}):"]
     lines += [f"  {name:22} {value:7.1f}" for name, value in found["steps_median_ms"].items()]
@@ -199,9 +233,11 @@ def describe(found: dict) -> list[str]:
         f"{name} {value:.1f}" for name, value in early.items()) if early else "not started (no /dev/nvidiactl)"))
     lines.append("  programs started: " + ("; ".join(f"{' '.join(s['argv'])} at {s['at_ms']:.1f} ms"
                                                     for s in found["spawned"]) or "none"))
+    for argv, timing in found.get("programs", {}).items():
+        lines.append(f"    {argv}: {timing['median_ms']:.1f} ms on its own (median of 5), {timing['output_bytes']} bytes")
     imports = found["imports"]
-    lines.append(f"imports of one run under -X importtime: {imports['total_ms']:.1f} ms self time in "
-                 f"{imports['modules']} modules (importtime's own overhead included)")
+    lines.append(f"module bodies of one more run: {imports['total_ms']:.1f} ms of CPU in {imports['modules']} modules "
+                 f"(each its own, on the thread that imported it)")
     lines.append("  by package: " + ", ".join(f"{k} {v:.1f}" for k, v in imports["by_package_ms"].items() if v >= 0.5))
     lines.append("  top modules: " + ", ".join(f"{k} {v:.1f}" for k, v in imports["top_modules_ms"].items()))
     return lines
@@ -276,6 +312,7 @@ def main() -> int:
         say(f"ratio gpudiag check --direct / nvidia-smi -q = {ratio:.2f} (medians; p90s {p90_ratio:.2f}; {what}; "
             f"{'meets' if ratio <= 1.0 else 'MISSES'} the target: no slower than nvidia-smi -q)")
     found = breakdown(python, check_args, env, prelude, args.breakdown_runs)
+    found["programs"] = time_programs(found["spawned"], env)
     for line in describe(found):
         say(line)
     say(f"({time.monotonic() - started:.0f} s in all)")
