@@ -149,10 +149,11 @@ def one_breakdown(python: list[str], check_args: list[str], env: dict, prelude: 
     early = got["early_nvml"]
     return {"steps": steps, "total": (exited - spawned) * 1e3,
             "parts": {name: seconds * 1e3 for name, seconds in got["parts"].items()},
-            # the early NVML thread: pynvml's import, nvmlInit, and how long before (negative: after) the end of the
-            # imports it was done; absent where it did not run (no /dev/nvidiactl)
+            # the early NVML thread: pynvml's import, nvmlInit, opening each GPU, and how long before (negative:
+            # after) the end of the imports it was done; absent where it did not run (no /dev/nvidiactl)
             "early_nvml": {"pynvml import": (early[1] - early[0]) * 1e3, "nvmlInit": (early[2] - early[1]) * 1e3,
-                           "done before the imports ended": (marks["imported"] - early[2]) * 1e3} if early else {},
+                           "GPUs opened": (early[3] - early[2]) * 1e3,
+                           "done before the imports ended": (marks["imported"] - early[3]) * 1e3} if early else {},
             "spawned": [{"at_ms": (at - spawned) * 1e3, "argv": argv} for at, argv in got["spawned"]]}
 
 
@@ -196,14 +197,30 @@ def import_profile(python: list[str], check_args: list[str], env: dict, prelude:
             "top_modules_ms": {k: v for k, v in sorted(modules.items(), key=lambda kv: -kv[1])[:top]}}
 
 
+# The same check without NVML's early start (gpudiag/probe/nvml/early.py: nvmlInit and each GPU opened beside the
+# imports), for the A/B beside the breakdown's runs.
+NO_EARLY_START = "\nimport gpudiag.probe.nvml.early as _early\n_early.start_nvml_init = lambda: None\n"
+
+
 def breakdown(python: list[str], check_args: list[str], env: dict, prelude: str, runs: int) -> dict:
-    samples = [one_breakdown(python, check_args, env, prelude) for _ in range(runs + 1)][1:]  # one warm-up
+    """`runs` cold checks in steps, and interleaved with them as many without NVML's early start (its A/B)."""
+    samples, without = [], []
+    for number in range(runs + 1):  # one warm-up of each
+        shipped, bare = one_breakdown(python, check_args, env, prelude), one_breakdown(
+            python, check_args, env, prelude + NO_EARLY_START)
+        if number:
+            samples.append(shipped)
+            without.append(bare)
     median = {name: statistics.median(s["steps"][name] for s in samples) for name in STEPS}
     parts = {name: statistics.median(s["parts"].get(name, 0.0) for s in samples) for name in samples[0]["parts"]}
     early = {name: statistics.median(s["early_nvml"][name] for s in samples) for name in samples[0]["early_nvml"]}
+    a_b = {label: {"total": statistics.median(s["total"] for s in group),
+                   "probe": statistics.median(s["steps"]["probe"] for s in group),
+                   "nvml part": statistics.median(s["parts"].get("nvml", 0.0) for s in group)}
+           for label, group in (("with the early start", samples), ("without it", without))}
     return {"runs": runs, "steps_median_ms": median, "total_median_ms": statistics.median(s["total"] for s in samples),
             "probe_parts_median_ms": parts, "early_nvml_median_ms": early, "spawned": samples[-1]["spawned"],
-            "imports": import_profile(python, check_args, env, prelude), "samples": samples}
+            "early_start_a_b_ms": a_b, "imports": import_profile(python, check_args, env, prelude), "samples": samples}
 
 
 def time_programs(spawned: list[dict], env: dict, runs: int = 5) -> dict[str, dict]:
@@ -231,6 +248,9 @@ def describe(found: dict) -> list[str]:
     early = found["early_nvml_median_ms"]
     lines.append("  NVML's early start beside the imports: " + (", ".join(
         f"{name} {value:.1f}" for name, value in early.items()) if early else "not started (no /dev/nvidiactl)"))
+    lines.append("  the same check without NVML's early start, interleaved: " + "; ".join(
+        f"{label}: total {v['total']:.1f}, probe {v['probe']:.1f}, nvml part {v['nvml part']:.1f}"
+        for label, v in found["early_start_a_b_ms"].items()))
     lines.append("  programs started: " + ("; ".join(f"{' '.join(s['argv'])} at {s['at_ms']:.1f} ms"
                                                     for s in found["spawned"]) or "none"))
     for argv, timing in found.get("programs", {}).items():
