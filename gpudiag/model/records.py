@@ -3,7 +3,8 @@
 Python's dataclass writes each method it adds as source text and compiles it when the class is defined
 (dataclasses._create_fn): __init__, __repr__, __eq__, and for a frozen class __hash__, __setattr__ and __delattr__.
 gpudiag defines about a hundred dataclasses, and a cold `gpudiag check` defines most of them: compiling their methods
-was 40 % of its imports (issue 36, item 9). Here only __init__ is still compiled; the others are shared functions
+was 40 % of its imports (issue 36, item 9). Here only __init__ is still compiled, and only when the class is first
+instantiated (about a third of the classes a check defines never are); the others are shared functions
 over the class's fields that behave as the generated ones do: the same text, the same comparison (a tuple of the
 compared fields, only between instances of the very same class, NotImplemented otherwise), the same hash, a
 non-frozen class unhashable, and a frozen one refusing to set or delete an attribute (FrozenInstanceError) once
@@ -37,15 +38,42 @@ def dataclass(cls: Any = None, /, **options: Any) -> Any:
         frozen = bool(options.get("frozen"))
         share_frozen = frozen and not ({"__setattr__", "__delattr__"} & set(cls.__dict__)) and not any(
             getattr(getattr(base, "__dataclass_params__", None), "frozen", False) for base in cls.__mro__[1:])
-        cls = _standard(cls, **{**options, "repr": False, "eq": False, "frozen": frozen and not share_frozen})
+        standard = {**options, "repr": False, "eq": False, "frozen": frozen and not share_frozen}
+        lazy_init = standard.get("init", True) and "__init__" not in own and (share_frozen or not frozen)
+        cls = _standard(cls, **{**standard, "init": standard.get("init", True) and not lazy_init})
+        if lazy_init:
+            _init_on_first_use(cls, {**standard, "init": True})
         _share_methods(cls, frozen=frozen, explicit_hash=explicit_hash)
         if share_frozen:
             _share_frozen(cls)
-        for name in ("repr", "eq", "frozen"):  # what the class is, as dataclass would have recorded it
+        for name in ("init", "repr", "eq", "frozen"):  # what the class is, as dataclass would have recorded it
             setattr(cls.__dataclass_params__, name, True if name != "frozen" else frozen)
         return cls
 
     return wrap if cls is None else wrap(cls)
+
+
+def _init_on_first_use(cls: type, options: dict) -> None:
+    """A stand-in __init__ that has dataclass write the class's own on the first instance and puts it in its place:
+    a class no check instantiates (the baseline's, the NICs' on a node without any, amdgpu's on an NVIDIA node)
+    never has its __init__ compiled. dataclass writes it for a bare subclass, whose fields are the class's own
+    (__dataclass_fields__), and the __init__ it writes refers to their defaults and to __post_init__, never to the
+    subclass."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        params = cls.__dataclass_params__
+        frozen, params.frozen = params.frozen, options["frozen"]  # as when cls was made (a shared frozen class)
+        try:
+            bare = type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+            written = _standard(bare, **options).__dict__["__init__"]
+        finally:
+            params.frozen = frozen
+        if cls.__dict__.get("__init__") is __init__:
+            cls.__init__ = written  # type: ignore[misc]
+        written(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = __init__  # type: ignore[misc]
 
 
 def _share_methods(cls: type, frozen: bool, explicit_hash: bool) -> None:

@@ -128,6 +128,24 @@ def test_a_frozen_class_refuses_what_the_standard_one_refuses():
     assert SHARED[1].__setattr__.__code__.co_filename != "<string>"  # shared, not compiled for the class
 
 
+def test_init_is_the_standard_one_written_when_the_class_is_first_instantiated():
+    def calls(classes):
+        plain, frozen, child, *_ = classes
+        return [failure(lambda: plain()), failure(lambda: plain("a", 1, [], None, 0.0, "extra")),
+                failure(lambda: plain("a", nope=1)), failure(lambda: frozen()), failure(lambda: child(extra=True)),
+                repr(child("c", extra=True)), frozen("k", items=(1,)).derived]
+
+    @shared
+    class Unused:
+        name: str
+
+    assert Unused.__init__.__code__.co_filename != "<string>"  # not written yet: nothing made one
+    assert calls(SHARED) == calls(STANDARD)
+    plain = SHARED[0]
+    assert plain.__init__.__code__.co_filename == "<string>"  # written by dataclass at the first instance
+    assert plain.__init__.__qualname__ == STANDARD[0].__init__.__qualname__
+
+
 def test_a_frozen_class_must_set_every_field_in_init():
     with pytest.raises(TypeError, match="must set every field in __init__; later has no default"):
         @shared(frozen=True)
