@@ -223,12 +223,16 @@ def breakdown(python: list[str], check_args: list[str], env: dict, prelude: str,
             "early_start_a_b_ms": a_b, "imports": import_profile(python, check_args, env, prelude), "samples": samples}
 
 
-def time_programs(spawned: list[dict], env: dict, runs: int = 5) -> dict[str, dict]:
+def time_programs(spawned: list[dict], env: dict, runs: int = 3, budget_seconds: float = 30.0) -> dict[str, dict]:
     """Each program the check started (journalctl for earlier boots' kernel records: probe/kernel_log/boot_history.py),
-    run again on its own as the check runs it: its median wall time and output size. The check waits for the kernel
-    log's part, and so for these, before it judges."""
-    found = {}
+    run again on its own as the check runs it: its median wall time and output size (within `budget_seconds` in all:
+    a program left out says so). The check waits for the kernel log's part, and so for these, before it judges."""
+    found: dict[str, dict] = {}
+    until = time.monotonic() + budget_seconds
     for argv in dict.fromkeys(tuple(s["argv"]) for s in spawned):
+        if time.monotonic() > until:
+            found[" ".join(argv)] = {"median_ms": None, "output_bytes": None, "note": "not timed: budget spent"}
+            continue
         seconds, size = [], 0
         for _ in range(runs):
             started = time.perf_counter()
@@ -254,7 +258,8 @@ def describe(found: dict) -> list[str]:
     lines.append("  programs started: " + ("; ".join(f"{' '.join(s['argv'])} at {s['at_ms']:.1f} ms"
                                                     for s in found["spawned"]) or "none"))
     for argv, timing in found.get("programs", {}).items():
-        lines.append(f"    {argv}: {timing['median_ms']:.1f} ms on its own (median of 5), {timing['output_bytes']} bytes")
+        lines.append(f"    {argv}: " + (timing.get("note") or f"{timing['median_ms']:.1f} ms on its own (median of 3), "
+                                                           f"{timing['output_bytes']} bytes"))
     imports = found["imports"]
     lines.append(f"module bodies of one more run: {imports['total_ms']:.1f} ms of CPU in {imports['modules']} modules "
                  f"(each its own, on the thread that imported it)")
