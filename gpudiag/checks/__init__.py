@@ -11,16 +11,13 @@ the central views from them (docs/adding-a-check-family.md).
 
 from __future__ import annotations
 
-import logging
-from typing import Iterable, Optional
-
 import importlib
 import logging
-import pkgutil
 from typing import Iterable, Optional
 
 from gpudiag.checks.common import Check, unknown
 from gpudiag.checks.family import Family, FamilyError
+from gpudiag.checks.index import FAMILY_MODULES
 from gpudiag.checks import verdicts
 from gpudiag.checks.verdicts import INTERNAL_ERROR, assign, with_verdict
 from gpudiag.expect import DEFAULT_EXPECTATIONS, Expectations
@@ -32,13 +29,12 @@ log = logging.getLogger(__name__)
 def _declared_families() -> tuple[Family, ...]:
     """Every family the modules of this package declare (`FAMILY`, or `FAMILIES` for a module of two), in
     checklist order: from "is there a driver at all" down to "what runs on it", then the load tests (judged from
-    snapshot.active, `check --level 2`) and the baseline (`check --baseline FILE`). Every check module is on the
-    check path anyway, so importing them all to find the declarations costs nothing more."""
+    snapshot.active, `check --level 2`) and the baseline (`check --baseline FILE`). The declaring modules are
+    listed in index.py (tools/gen_registry_index.py writes it from a walk of the package): a check's start does not
+    walk the package, nor import the modules that declare nothing (a family imports its own helpers)."""
     found: list[Family] = []
-    # the package's modules and those of its sub-packages (a family with modules of its own keeps them in one,
-    # e.g. kernel_log/): walk_packages imports each sub-package to look inside it
-    for info in pkgutil.walk_packages(__path__, f"{__name__}."):
-        module = importlib.import_module(info.name)
+    for name in FAMILY_MODULES:
+        module = importlib.import_module(name)
         declared = getattr(module, "FAMILIES", None) or ((module.FAMILY,) if hasattr(module, "FAMILY") else ())
         found.extend(declared)
     for what, key in (("name", lambda f: f.name), ("order", lambda f: f.order)):

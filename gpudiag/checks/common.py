@@ -9,7 +9,6 @@ Those rules, because a health tool must not lie:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from gpudiag.checks.verdicts import LOST, UNREACHABLE, with_verdict
@@ -25,6 +24,7 @@ from gpudiag.model import (
     Status,
     Vendor,
 )
+from gpudiag.model.records import dataclass
 
 CheckFn = Callable[[NodeSnapshot, Expectations], list[CheckResult]]
 VENDOR_NAMES = {Vendor.NVIDIA: "NVIDIA", Vendor.AMD: "AMD"}

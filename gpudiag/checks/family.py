@@ -11,12 +11,13 @@ unexplained. How to add a family: docs/adding-a-check-family.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Mapping
 
 from gpudiag.checks.common import Check
 from gpudiag.checks.verdicts import ACTIONS
 from gpudiag.model import Status
+from gpudiag.model.records import dataclass
 
 Verdicts = Mapping[Status, tuple[str, str]]  # status -> (action, fault code)
 

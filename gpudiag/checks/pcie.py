@@ -16,7 +16,6 @@ A link below its maximum is excused only on evidence of power saving, and a read
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional
 
@@ -39,6 +38,7 @@ from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
 from gpudiag.checks.pcie_power import LoadedLink, PowerState, confirm_under_load, power_state, under_load, vendor_of
 from gpudiag.model import CheckResult, DeviceSnapshot, NodeSnapshot, PcieInfo, Status, Vendor
+from gpudiag.model.records import dataclass
 
 LINK_GENERATION = "pcie.link_generation"
 LINK_WIDTH = "pcie.link_width"

@@ -16,11 +16,11 @@ The evidence, per vendor:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from gpudiag.checks.common import PhysicalGpu, generation_width
 from gpudiag.model import NodeSnapshot, Vendor
+from gpudiag.model.records import dataclass
 
 
 @dataclass

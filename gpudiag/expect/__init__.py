@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import pkgutil
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, Optional, TypeVar
 
 from gpudiag.expect.baseline import NodeBaseline
+from gpudiag.expect.index import SETTINGS_MODULES
+from gpudiag.model.records import dataclass
 
 GIB = 1024**3
 
@@ -272,11 +273,10 @@ _S = TypeVar("_S")
 
 
 def _family_settings_types() -> tuple[type, ...]:
-    """The SETTINGS dataclass of every <family>_settings.py module of this package, in name order; a key that two
-    of them (or one of them and Expectations) both name raises, since a profile key must mean one thing."""
-    found = [importlib.import_module(f"{__name__}.{info.name}").SETTINGS
-             for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
-             if info.name.endswith("_settings")]
+    """The SETTINGS dataclass of every <family>_settings.py module of this package (index.py lists them: written by
+    tools/gen_registry_index.py), in name order; a key that two of them (or one of them and Expectations) both name
+    raises, since a profile key must mean one thing."""
+    found = [importlib.import_module(name).SETTINGS for name in SETTINGS_MODULES]
     owner = {f.name: "Expectations" for f in fields(Expectations)}
     for kind in found:
         for f in fields(kind):

@@ -13,12 +13,13 @@ snapshot by gpudiag.checks.baseline.baseline_of and compared there (the `baselin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Optional
 
 from gpudiag.fileio import BASELINE_MAX_BYTES, PRIVATE, DocumentError, read_json, write_atomically
 from gpudiag.model import SchemaError, Vendor, from_dict, normalize_pci_bus_id, to_dict
+from gpudiag.model.records import dataclass
 
 BASELINE_KIND = "gpudiag-baseline"
 BASELINE_SCHEMA_VERSION = 1

@@ -10,10 +10,11 @@ and Expectations carries it (`expect.of(NetworkSettings)`); `settings_of(expect)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Optional
 
 from gpudiag.expect import ExpectationError  # defined before this module is found
+from gpudiag.model.records import dataclass
 
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 # How a GPU must sit relative to its NIC: below the same PCIe switch (nvidia-smi topo -m: PIX or PXB), or at least

@@ -9,21 +9,10 @@ Conventions:
   replayed.
 
 One module per concern (common vocabulary, one GPU, the node, load-test results, check results, JSON); import
-from `gpudiag.model` itself.
+from `gpudiag.model` itself. The load tests' types (active.py) are imported when first asked for: a level-1
+`gpudiag check` has none to define (issue 36, item 9).
 """
 
-from gpudiag.model.active import (
-    ActiveDevice,
-    ActiveResults,
-    CopyBandwidth,
-    ComputeVerification,
-    HbmBandwidth,
-    MemtestResult,
-    PeerBandwidth,
-    SmMismatch,
-    StressResult,
-    TelemetrySample,
-)
 from gpudiag.model.common import (
     REPORT_SCHEMA_VERSION,
     SNAPSHOT_SCHEMA_VERSION,
@@ -75,6 +64,19 @@ from gpudiag.model.network import (
 )
 from gpudiag.model.results import CheckResult, DeviceRef
 from gpudiag.model.serialize import SchemaError, from_dict, to_dict
+
+# The load tests' types, from gpudiag/model/active.py on first use (module __getattr__, PEP 562).
+LOAD_TEST_TYPES = ("ActiveDevice", "ActiveResults", "CopyBandwidth", "ComputeVerification", "HbmBandwidth",
+                   "MemtestResult", "PeerBandwidth", "SmMismatch", "StressResult", "TelemetrySample")
+
+
+def __getattr__(name: str):
+    if name in LOAD_TEST_TYPES:
+        from gpudiag.model import active
+
+        return getattr(active, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ActiveDevice", "ActiveResults", "CopyBandwidth", "MemtestResult", "PeerBandwidth", "StressResult",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 from gpudiag.model.common import ProbeError
+from gpudiag.model.records import dataclass
 
 
 # A test that could not run or was cut short carries a ProbeError (kind TIMEOUT: the deadline or an interruption

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+
+from gpudiag.model.records import dataclass
 
 
 SNAPSHOT_SCHEMA_VERSION = 1

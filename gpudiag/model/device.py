@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 from gpudiag.model.common import ProbeError, Vendor
+from gpudiag.model.records import dataclass
 
 
 @dataclass

@@ -9,10 +9,11 @@ sysfs-class-infiniband); the byte figures derived from them carry `_bytes`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 from gpudiag.model.common import ProbeError
+from gpudiag.model.records import dataclass
 
 
 @dataclass

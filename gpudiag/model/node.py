@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import field
+from typing import TYPE_CHECKING, Optional
 
-from gpudiag.model.active import ActiveResults
 from gpudiag.model.common import SNAPSHOT_SCHEMA_VERSION, ProbeError, Vendor
 from gpudiag.model.device import DeviceSnapshot, PeerLink
 from gpudiag.model.network import NetworkInfo
-from gpudiag.model.screen import ScreeningInfo
+from gpudiag.model.records import dataclass
+
+if TYPE_CHECKING:  # imported when a snapshot is read back (serialize.py) or the load tests run: not by a level-1 check
+    from gpudiag.model.active import ActiveResults
+    from gpudiag.model.screen import ScreeningInfo  # read by probe/screening/ when the state directory holds screens
 
 
 @dataclass

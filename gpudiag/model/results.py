@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from gpudiag.model.common import Status, Vendor
 from gpudiag.model.device import DeviceSnapshot
+from gpudiag.model.records import dataclass
 
 
 @dataclass

@@ -31,7 +31,18 @@ class SchemaError(ValueError):
 def _schema(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     """A dataclass's type hints and init fields. Cached: get_type_hints evaluates every annotation string again on
     each call (0.3 ms), which made a recording with 180,000 kernel-log events take 48 s to load."""
-    return typing.get_type_hints(cls), frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+    return typing.get_type_hints(cls, localns=_load_test_types()), frozenset(
+        f.name for f in dataclasses.fields(cls) if f.init)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_test_types() -> dict[str, Any]:
+    """The load tests' and the screens' types by name, for the annotations that name them where their module is
+    imported only when needed (NodeSnapshot.active and .screening: gpudiag/model/node.py)."""
+    from gpudiag.model import active, screen
+
+    return {name: kind for module in (active, screen) for name, kind in vars(module).items()
+            if dataclasses.is_dataclass(kind)}
 
 
 def from_dict(cls: Any, data: Any, path: str = "$") -> Any:

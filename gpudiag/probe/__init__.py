@@ -21,15 +21,14 @@ docs/adding-a-check-family.md.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib
 import importlib.util
 import logging
 import os
-import pkgutil
-import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -43,7 +42,8 @@ from gpudiag.model import (
     ProbeError,
     Vendor,
 )
-from gpudiag.probe import deadline
+from gpudiag.model.records import dataclass
+from gpudiag.probe import deadline, index
 from gpudiag.probe.amdgpu import ras_threshold as amdgpu_ras_threshold
 from gpudiag.probe.base import Backend, DeviceLost
 from gpudiag.probe.standins import lost_device, outcome_error, place_unidentified, unreachable_device
@@ -62,15 +62,9 @@ KERNEL_LOG_MARGIN_SECONDS = 0.25
 
 
 
-def _family_parts(path: list[str], package: str) -> dict[str, str]:
-    """The probe parts families add: a sub-package <name>/ of the package with a module part.py, by name -> module
-    (module docstring). Only the file names are looked at: nothing is imported until the part is collected."""
-    return {info.name: f"{package}.{info.name}.part" for info in pkgutil.iter_modules(path)
-            if info.ispkg and any(sub.name == "part" for sub in
-                                  pkgutil.iter_modules([os.path.join(info.module_finder.path, info.name)]))}
-
-
-FAMILY_PARTS: dict[str, str] = _family_parts(__path__, __name__)
+# The probe parts families add: a sub-package <name>/ of the package with a module part.py, by name -> module (module
+# docstring), as tools/gen_registry_index.py found them (index.py). Nothing is imported until the part is collected.
+FAMILY_PARTS: dict[str, str] = dict(index.FAMILY_PARTS)
 # Optional parts of a collection, each costly enough to skip when nothing will judge it (`check --only pcie`).
 PROBE_PARTS = frozenset({"kernel_log", "peers", "link_errors"}) | frozenset(FAMILY_PARTS)
 
@@ -155,7 +149,7 @@ class Collector:
         started = time.monotonic()
         until = started + self.options.timeout_seconds
         snapshot = NodeSnapshot(
-            hostname=socket.gethostname(),
+            hostname=os.uname().nodename,  # socket.gethostname()'s answer, without socket
             collected_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             gpudiag_version=__version__,
         )
@@ -245,7 +239,9 @@ class Collector:
         """The log scan runs on its own thread beside the vendor probes. It stops itself a little before the
         collection's deadline (then its result says it is incomplete), so that it neither outlives the collection
         nor makes the probes wait: its patterns are linear and its lines capped (kernel_log/events.py), so it holds
-        the GIL only in short slices."""
+        the GIL only in short slices. Earlier boots (boot_history.py: the service's journal, `journalctl`) are read
+        on a thread of their own beside it, not after it: a cold check waits for the longer of the two, not their
+        sum (issue 36, item 9). Both are the one part "kernel_log", which fails if either does."""
         if "kernel_log" not in self.options.parts or (
             not self.options.read_kernel_log and self.options.kernel_log_file is None
         ):
@@ -253,16 +249,17 @@ class Collector:
         from gpudiag.probe.kernel_log import reader as kernel_log
 
         stop_at = until - min(KERNEL_LOG_MARGIN_SECONDS, self.options.timeout_seconds / 10)
-
-        def work(tracker: deadline.CallTracker):
-            info = kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file, until=stop_at)
-            if self.options.kernel_log_file is None:  # a saved log may be another node's: its history is not this one's
+        history = None
+        if self.options.kernel_log_file is None:  # a saved log may be another node's: its history is not this one's
+            def read_history(tracker: deadline.CallTracker) -> None:
                 tracker.enter("boot_history")
                 self._read_boot_history(boot_id, boot_time, stop_at)
                 tracker.leave()
-            return info
 
-        return deadline.start(work, "kernel_log")
+            history = deadline.start(read_history, "boot_history")
+        scan = deadline.start(lambda tracker: kernel_log.read_kernel_log(
+            self.options.root, self.options.kernel_log_file, until=stop_at), "kernel_log")
+        return scan if history is None else lambda wait_until: _both(scan(wait_until), history(wait_until))
 
     def _read_boot_history(self, boot_id: Optional[str], boot_time: Optional[float], until: float) -> None:
         from gpudiag.probe.kernel_log.boot_history import read_boot_history, was_cut_short
@@ -462,6 +459,16 @@ def _run_unless_hung(slot: _BackendSlot, name: str, fn: Callable, until: float) 
     else:
         slot.in_flight[name] = outcome
     return outcome
+
+
+def _both(scan: deadline.Outcome, history: deadline.Outcome) -> deadline.Outcome:
+    """The kernel-log part's one outcome from its two threads: the scan's value once both finished without error;
+    else the scan's failure, or the history's (its tracker names boot_history), as when one thread did both."""
+    elapsed = max(scan.elapsed_seconds, history.elapsed_seconds)
+    for outcome in (scan, history):
+        if not outcome.done or outcome.error is not None:
+            return dataclasses.replace(outcome, elapsed_seconds=elapsed) if outcome.done else outcome
+    return dataclasses.replace(scan, elapsed_seconds=elapsed)
 
 
 def _remaining(until: float) -> float:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Generic, Optional, TypeVar
+
+from gpudiag.model.records import dataclass
 
 T = TypeVar("T")
 

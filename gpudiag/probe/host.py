@@ -1,29 +1,31 @@
 """The host around the GPUs: kernel, driver modules, IOMMU, NUMA (sysfs/procfs under `root`) and CPU, memory and
-processes (psutil).
+processes (the live /proc, read as psutil reads it: procfs.py; psutil for the processes).
 
-`root` redirects only the file reads. psutil always describes the live machine it runs on (it reads the real
-/proc), so with `--root DIR` the CPU, memory, load and boot-time figures, and the process descriptions, are those
-of the machine running gpudiag, not of the tree under DIR.
+`root` redirects only the file reads. The CPU, memory, load and boot-time figures and the process descriptions
+always describe the live machine (the real /proc, as psutil would), so with `--root DIR` they are those of the
+machine running gpudiag, not of the tree under DIR.
 
 Probes return `(value, errors)`: the errors are `ProbeError`s for files that exist but could not be read and for
-psutil calls that failed; a missing file is simply None. Nothing here raises.
+live figures that could not be read; a missing file is simply None. Nothing here raises.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
-import socket
 import time
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
-
-import psutil
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 from gpudiag.model import ErrorKind, GpuProcess, HostInfo, ProbeError
 from gpudiag.model.vocabulary import MODULES_OF_INTEREST
+from gpudiag.probe import procfs
 from gpudiag.probe.files import FileReader
 from gpudiag.probe.pci import probe_pci_gpus  # noqa: F401 - the collector reaches both host probes here
+
+if TYPE_CHECKING:
+    import psutil
 
 T = TypeVar("T")
 
@@ -53,8 +55,8 @@ def probe_host(root: Path = Path("/")) -> tuple[HostInfo, list[ProbeError]]:
         boot_id=_boot_id(reader),
     )
     if host.hostname is None and Path(root) == Path("/"):
-        host.hostname = socket.gethostname()
-    _psutil_figures(host, reader.errors)
+        host.hostname = os.uname().nodename  # what socket.gethostname() returns: gethostname(2) is uname's nodename
+    _live_figures(host, reader.errors)
     return host, reader.errors
 
 
@@ -127,24 +129,22 @@ def _numa_nodes(reader: FileReader) -> Optional[int]:
     return sum(1 for name in entries if re.fullmatch(r"node\d+", name))
 
 
-def _psutil_call(errors: list[ProbeError], name: str, call: Callable[[], T]) -> Optional[T]:
+def _live(errors: list[ProbeError], source: str, call: Callable[[], T]) -> Optional[T]:
     try:
         return call()
-    except Exception as exc:  # noqa: BLE001 - psutil raises OSError, AccessDenied, RuntimeError…: all become data
-        kind = ErrorKind.NO_PERMISSION if isinstance(exc, (PermissionError, psutil.AccessDenied)) else ErrorKind.ERROR
-        errors.append(ProbeError(source=f"psutil.{name}", kind=kind, message=f"{type(exc).__name__}: {exc}"))
+    except Exception as exc:  # noqa: BLE001 - an unreadable or odd file becomes data, never a crash
+        kind = ErrorKind.NO_PERMISSION if isinstance(exc, PermissionError) else ErrorKind.ERROR
+        errors.append(ProbeError(source=source, kind=kind, message=f"{type(exc).__name__}: {exc}"))
         return None
 
 
-def _psutil_figures(host: HostInfo, errors: list[ProbeError]) -> None:
-    host.cpu_count = _psutil_call(errors, "cpu_count", psutil.cpu_count)
-    load = _psutil_call(errors, "getloadavg", psutil.getloadavg)
-    host.load_average = list(load) if load is not None else None
-    memory = _psutil_call(errors, "virtual_memory", psutil.virtual_memory)
+def _live_figures(host: HostInfo, errors: list[ProbeError]) -> None:
+    host.cpu_count = _live(errors, "sysconf:SC_NPROCESSORS_ONLN", procfs.cpu_count)
+    host.load_average = _live(errors, "procfs:/proc/loadavg", procfs.load_average)
+    memory = _live(errors, "procfs:/proc/meminfo", procfs.memory)
     if memory is not None:
-        host.memory_total_bytes = memory.total
-        host.memory_available_bytes = memory.available
-    host.boot_time = _psutil_call(errors, "boot_time", psutil.boot_time)
+        host.memory_total_bytes, host.memory_available_bytes = memory
+    host.boot_time = _live(errors, "procfs:/proc/stat", procfs.boot_time)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def _psutil_figures(host: HostInfo, errors: list[ProbeError]) -> None:
 
 
 def _busy_and_total(times) -> tuple[float, float]:
-    """psutil's own accounting (psutil/__init__.py, _cpu_busy_time): guest time is already inside user/nice on
+    """psutil's accounting (psutil/__init__.py, _cpu_busy_time): guest time is already inside user/nice on
     Linux, so it is taken out of the total; idle and iowait are not busy."""
     total = sum(times)
     total -= getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
@@ -170,10 +170,10 @@ def _percent(before, after) -> Optional[float]:
 
 class CpuSampler:
     """CPU utilisation over the collector's own run: `start()` when collection begins, `finish()` when it ends.
-    Two reads of the kernel's CPU time counters, no sleeping (unlike `psutil.cpu_percent(interval=…)`).
+    Two reads of the kernel's CPU time counters (/proc/stat), no sleeping (unlike `psutil.cpu_percent(interval=…)`).
 
     `finish()` returns `(host_percent, per_cpu_percents)`; either is None when it could not be measured (no
-    `start()`, a window shorter than one clock tick, CPUs hot-plugged in between, psutil failing)."""
+    `start()`, a window shorter than one clock tick, CPUs hot-plugged in between, /proc/stat unreadable)."""
 
     def __init__(self) -> None:
         self._before = None
@@ -197,7 +197,7 @@ class CpuSampler:
     @staticmethod
     def _read():
         try:
-            return psutil.cpu_times(), psutil.cpu_times(percpu=True)
+            return procfs.cpu_times()
         except Exception:  # noqa: BLE001 - a failed sample is "not measured", reported as None
             return None
 
@@ -214,6 +214,8 @@ def describe_processes(processes: list[GpuProcess]) -> None:
     another user's process) keeps the others. `cpu_percent` is the average over the process's lifetime, as `ps`
     shows it — a point-in-time figure would need a second sample and a sleep.
     """
+    import psutil  # here: a check with no process on its GPUs does without it
+
     for gpu_process in processes:
         try:
             process = psutil.Process(gpu_process.pid)
@@ -226,13 +228,15 @@ def describe_processes(processes: list[GpuProcess]) -> None:
 
 
 def _attribute(read: Callable[[], T]) -> Optional[T]:
+    import psutil
+
     try:
         return read()
     except (psutil.Error, OSError):  # NoSuchProcess, ZombieProcess (exited meanwhile), AccessDenied
         return None
 
 
-def _lifetime_cpu_percent(process: psutil.Process) -> Optional[float]:
+def _lifetime_cpu_percent(process: "psutil.Process") -> Optional[float]:
     times = process.cpu_times()
     alive = time.time() - process.create_time()
     if alive <= 0:

@@ -19,8 +19,9 @@ import io
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from typing import Iterator
+
+from gpudiag.model.records import dataclass
 
 
 @dataclass

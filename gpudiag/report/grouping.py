@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Hashable, Optional
 
 from gpudiag.model import CheckResult, Status
+from gpudiag.model.records import dataclass
 
 # Stand-ins for a GPU's own words in a text (NUL cannot survive report.text.clean, so no text from the node holds
 # one): its label "GPU 3 (0000:5d:00.0)", its bus ID, its index where a command takes it, "GPU 3" elsewhere.

@@ -4,7 +4,6 @@ instead of the whole list of check IDs (1,369 characters)."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
 MAX_SUGGESTIONS = 3
@@ -12,6 +11,8 @@ MAX_SUGGESTIONS = 3
 
 def unknown_name(option: str, name: str) -> str:
     """The one-line refusal of `name`, which is neither a check ID nor a family."""
+    import difflib  # here: only a misspelt name needs it
+
     from gpudiag.checks import CHECK_IDS, FAMILIES
 
     known = [*FAMILIES, *CHECK_IDS]

@@ -4,9 +4,9 @@ own so that the renderers, which the package imports lazily, need not import the
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from gpudiag.model import STATUS_SEVERITY, CheckResult, Status
+from gpudiag.model.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ import json
 import time
 from pathlib import Path
 
-import psutil
 import pynvml
 import pytest
 
@@ -19,7 +18,7 @@ from gpudiag.cli.app import main
 from gpudiag.expect import Expectations
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.model.recording import load_snapshot, save_snapshot
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe import CollectOptions, collect, procfs
 from tests.support.exporter import series, value
 from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, installed
 from tests.support.nvidia_node import sysfs_for
@@ -33,10 +32,10 @@ HOUR = 3600.0
 
 @pytest.fixture
 def booted(monkeypatch):
-    """The host booted `seconds` before now (psutil reads the live machine's boot time; the grace needs control)."""
+    """The host booted `seconds` before now (the live machine's boot time, probe/procfs.py; the grace needs control)."""
 
     def set_uptime(seconds: float) -> None:
-        monkeypatch.setattr(psutil, "boot_time", lambda: time.time() - seconds)
+        monkeypatch.setattr(procfs, "boot_time", lambda: time.time() - seconds)
 
     set_uptime(HOUR)
     return set_uptime
@@ -166,7 +165,7 @@ def test_fabric_not_set_up_with_the_boot_time_unknown_fails_rather_than_being_ex
     def no_boot_time() -> float:
         raise PermissionError("/proc/stat")
 
-    monkeypatch.setattr(psutil, "boot_time", no_boot_time)
+    monkeypatch.setattr(procfs, "boot_time", no_boot_time)
     node = FakeNode.hgx_h200(2)
     node.gpus[1].health.fabric_state = pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS
     results = judged(node, tmp_path, "topology.fabric")

@@ -224,3 +224,61 @@ def test_parts_nothing_judges_are_not_collected(tmp_path, node):
 def test_an_unknown_probe_part_is_refused():
     with pytest.raises(ValueError, match="unknown probe part"):
         CollectOptions(parts=frozenset({"everything"}))
+
+
+def test_earlier_boots_are_read_beside_the_kernel_log_scan_not_after_it(tmp_path, node, monkeypatch):
+    """A cold check waits for the longer of the two (journalctl can take a while on a real journal), not their sum:
+    the scan here waits until the history's read has begun, which only a read beside it can satisfy."""
+    import threading
+
+    from gpudiag.model import BootHistory
+    from gpudiag.probe.kernel_log import boot_history, reader
+
+    begun = threading.Event()
+    real_scan = reader.read_kernel_log
+    seen = []
+
+    def history(root, state_dir, current_boot, boot_time, until, journalctl=None):
+        begun.set()
+        return BootHistory(current_boot=current_boot)
+
+    def scan(*args, **kwargs):
+        seen.append(begun.wait(5.0))  # at most 5 s: one thread doing both would never see it begin
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(boot_history, "read_boot_history", history)
+    monkeypatch.setattr(reader, "read_kernel_log", scan)
+    sysfs_for(node, tmp_path)
+    with installed(node):
+        snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=10))
+    assert seen == [True]
+    assert snapshot.boot_history is not None and snapshot.kernel_log.error is None
+    (run,) = [r for r in snapshot.collectors if r.name == "kernel_log"]
+    assert run.success
+
+
+@pytest.mark.parametrize("failure", ["raises", "hangs"])
+def test_a_failing_history_read_fails_the_kernel_log_part_and_names_it(tmp_path, node, monkeypatch, failure):
+    import threading
+
+    from gpudiag.probe.kernel_log import boot_history
+
+    release = threading.Event()
+
+    def history(*args, **kwargs):
+        if failure == "raises":
+            raise OSError(5, "Input/output error")
+        release.wait(10.0)
+
+    monkeypatch.setattr(boot_history, "read_boot_history", history)
+    sysfs_for(node, tmp_path)
+    try:
+        with installed(node):
+            snapshot = collect(CollectOptions(root=tmp_path, timeout_seconds=1.0))
+    finally:
+        release.set()
+    error = snapshot.kernel_log.error
+    assert snapshot.boot_history is None and error is not None and error.source == "kernel_log"
+    assert ("OSError" in error.message) if failure == "raises" else ("hung in boot_history" in error.message)
+    (run,) = [r for r in snapshot.collectors if r.name == "kernel_log"]
+    assert not run.success

@@ -15,6 +15,7 @@ from gpudiag.model import ErrorKind
 from gpudiag.probe import CollectOptions, Collector
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.nvidia_node import sysfs_for
+from tests.support.tools import load_tool
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def test_parts_are_found_by_module_name(tmp_path):
                  "toy/__init__.py", "toy/part.py", "part.py", "partial.py", "rdma.py"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("")
-    found = probe._family_parts([str(tmp_path)], "gpudiag.probe")
+    found = load_tool("gen_registry_index").probe_parts([str(tmp_path)], "gpudiag.probe")
     assert found == {"network": "gpudiag.probe.network.part", "toy": "gpudiag.probe.toy.part"}
     assert set(probe.FAMILY_PARTS) <= probe.PROBE_PARTS
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from gpudiag.model import ErrorKind, GpuProcess, Vendor
-from gpudiag.probe import host
+from gpudiag.probe import host, procfs
 from gpudiag.probe.pci import probe_pci_gpus
 from gpudiag.probe.pcie_generation import generation_from_gts_text
 from tests.support.paths import FIXTURES
@@ -274,13 +274,13 @@ def test_iommu_disabled_versus_unknown(tree):
     assert host.probe_host(tree.root)[0].iommu_enabled is False  # class present but empty
 
 
-def test_an_empty_root_gives_none_for_files_and_live_psutil_figures(tmp_path):
+def test_an_empty_root_gives_none_for_files_and_the_live_figures_psutil_gives(tmp_path):
     info, errors = host.probe_host(tmp_path)
     assert errors == []
     assert None is info.hostname is info.kernel_release is info.kernel_cmdline is info.os_name
     assert None is info.nvidia_proc_version is info.iommu_enabled is info.numa_nodes
     assert (info.modules_loaded, info.iommu_cmdline) == ({}, {})
-    # psutil describes the machine running the tests, whatever the root
+    # the live /proc describes the machine running the tests, whatever the root: the figures psutil reads there
     assert info.cpu_count == psutil.cpu_count()
     assert info.memory_total_bytes == psutil.virtual_memory().total
     assert 0 < info.memory_available_bytes <= info.memory_total_bytes
@@ -303,21 +303,44 @@ def test_an_unreadable_cmdline_is_a_permission_error(tree, monkeypatch):
     assert [(e.kind, e.source) for e in errors] == [(ErrorKind.NO_PERMISSION, "procfs:/proc/cmdline")]
 
 
-def test_a_failing_psutil_call_is_recorded(tree, monkeypatch):
+def test_a_live_figure_that_cannot_be_read_is_recorded(tree, monkeypatch):
     def broken():
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(psutil, "virtual_memory", broken)
+    def denied():
+        raise PermissionError(13, "Permission denied", "/proc/stat")
+
+    monkeypatch.setattr(procfs, "memory", broken)
+    monkeypatch.setattr(procfs, "boot_time", denied)
     info, errors = host.probe_host(tree.root)
-    assert info.memory_total_bytes is None and info.memory_available_bytes is None
+    assert info.memory_total_bytes is None and info.memory_available_bytes is None and info.boot_time is None
     assert info.cpu_count == psutil.cpu_count()
-    assert [(e.source, e.kind) for e in errors] == [("psutil.virtual_memory", ErrorKind.ERROR)]
+    assert [(e.source, e.kind) for e in errors] == [("procfs:/proc/meminfo", ErrorKind.ERROR),
+                                                    ("procfs:/proc/stat", ErrorKind.NO_PERMISSION)]
+
+
+def test_the_live_figures_are_psutils(monkeypatch, tmp_path):
+    """procfs.py reads what psutil reads; where MemAvailable is missing it takes psutil's own estimate."""
+    host_times, per_cpu = procfs.cpu_times()
+    assert len(per_cpu) == len(psutil.cpu_times(percpu=True)) == procfs.cpu_count() == psutil.cpu_count()
+    assert set(psutil.cpu_times()._fields) <= set(procfs.CpuTimes._fields)
+    assert procfs.boot_time() == psutil.boot_time()
+    assert procfs.memory()[0] == psutil.virtual_memory().total
+    (tmp_path / "meminfo").write_text("MemTotal:       16384 kB\nMemFree:         1024 kB\n")
+    (tmp_path / "stat").write_text("cpu  10 0 5 100 1 0 0\ncpu0 10 0 5 100 1 0 0\nintr 1\nbtime 1700000000\n")
+    monkeypatch.setattr(procfs, "PROC", str(tmp_path))
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Vm", (), {"available": 4096})())
+    assert procfs.memory() == (16384 * 1024, 4096)  # an old kernel: psutil's estimate
+    assert procfs.boot_time() == 1700000000.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    host_times, per_cpu = procfs.cpu_times()  # a kernel of seven columns: the later ones are 0
+    assert host_times == per_cpu[0] == procfs.CpuTimes(10 / ticks, 0, 5 / ticks, 100 / ticks, 1 / ticks, 0, 0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # CPU sampler
 
-CpuTimes = type(psutil.cpu_times())
+CpuTimes = procfs.CpuTimes
 
 
 def times(**fields):
@@ -325,17 +348,9 @@ def times(**fields):
 
 
 def script_cpu_times(monkeypatch, samples):
-    """Each sample: (host times, [per-cpu times]); each `psutil.cpu_times` call pair consumes one."""
+    """Each sample: (host times, [per-cpu times]); each read of /proc/stat consumes one."""
     queue = list(samples)
-
-    def cpu_times(percpu=False):
-        host_times, per_cpu = queue[0]
-        if percpu:
-            queue.pop(0)
-            return per_cpu
-        return host_times
-
-    monkeypatch.setattr(psutil, "cpu_times", cpu_times)
+    monkeypatch.setattr(procfs, "cpu_times", lambda: queue.pop(0))
 
 
 def test_cpu_sampler_measures_the_window_from_counter_deltas(monkeypatch):

@@ -8,6 +8,15 @@ from typing import Any, Callable, Optional
 from gpudiag.checks.common import failed, reset_command, skipped, unknown
 from gpudiag.model import CheckResult, DeviceSnapshot, ErrorKind, NodeSnapshot, ProbeError, Vendor
 
+PCIE_H2D = "active.pcie_h2d_bandwidth"
+PCIE_D2H = "active.pcie_d2h_bandwidth"
+P2P = "active.p2p_bandwidth"
+HBM = "active.hbm_bandwidth"
+MEMTEST = "active.memtest"
+STRESS = "active.stress"
+COMPUTE = "active.compute"
+NOT_RUN = "load tests were not run (gpudiag check --level 2 runs them)"  # what each active.* check says at level 1
+
 
 def _device(snapshot: NodeSnapshot, index: int) -> DeviceSnapshot:
     return next(d for d in snapshot.devices if d.index == index)
@@ -81,7 +90,7 @@ def _for_each(snapshot: NodeSnapshot, check_id: str, test: str, field_name: str,
     """One result per GPU the load tests considered: skipped ones say why, unfinished ones are unknown."""
     active = snapshot.active
     if active is None:
-        return [skipped(check_id, None, "load tests were not run (gpudiag check --level 2 runs them)")]
+        return [skipped(check_id, None, NOT_RUN)]
     if test not in active.tests:
         return [skipped(check_id, None, f"the {test} load test was not requested")]
     if not active.devices:

@@ -15,14 +15,13 @@ import math
 from collections import Counter
 from typing import Callable
 
-from gpudiag.checks.active.common import _for_each, _not_judged
+from gpudiag.checks.active.common import COMPUTE, _for_each, _not_judged
 from gpudiag.checks.active.stress import _siblings
 from gpudiag.checks.common import failed, passed, skipped, unknown, warned
 from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, ComputeVerification, DeviceSnapshot, NodeSnapshot, StressResult, Vendor
 
-COMPUTE = "active.compute"
 EXPECTED = ("every block of every launch leaves the same bits; the reference launch the same cold and hot and on "
             "every GPU of the model; every streamed HBM word reads back as written")
 MISMATCH = ("drain", "GPUDIAG-ACTIVE-COMPUTE-MISMATCH")

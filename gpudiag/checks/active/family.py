@@ -1,175 +1,35 @@
 """active.*: what the load tests (gpudiag.active, `gpudiag check --level 2`) measured, judged against what the
-hardware should do: copy bandwidth against the PCIe link and the NVLink/XGMI fabric, the memory test's mismatches
-and ECC counters, and the clocks, temperature and throttling seen under the stress.
+hardware should do: copy bandwidth against the PCIe link and the NVLink/XGMI fabric (copies.py), the memory test's
+mismatches and ECC counters (memtest.py), and the clocks, temperature and throttling seen under the stress
+(stress.py) and its results bit for bit (compute.py). This module declares the family.
 
-Expected bandwidths come from the link itself (links.py) and can be pinned in the node profile.
+The judging modules are imported when the load tests ran: without them (every level-1 check) each active.* check is
+skipped without importing them, nor the load tests' types (issue 36, item 9: a cold `gpudiag check` is timed against
+`nvidia-smi -q`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import importlib
 
-from gpudiag.checks.active.common import _device, _for_each, _kernel_log_hint, _not_judged, _rise
-from gpudiag.checks.active.compute import COMPUTE, compute
-from gpudiag.checks.active.links import ActiveExpectations, Target, expected_host_copy, expected_peer_copy
-from gpudiag.checks.active.stress import HBM, STRESS, hbm_bandwidth, stress
-from gpudiag.checks.common import Check, failed, passed, skipped, verdict, warned
+from gpudiag.checks.active.common import COMPUTE, HBM, MEMTEST, NOT_RUN, P2P, PCIE_D2H, PCIE_H2D, STRESS
+from gpudiag.checks.common import Check, CheckFn, skipped
 from gpudiag.checks.family import Family
 from gpudiag.expect import Expectations
-from gpudiag.model import (
-    CheckResult,
-    CopyBandwidth,
-    DeviceSnapshot,
-    MemtestResult,
-    NodeSnapshot,
-    PeerBandwidth,
-    Status,
-)
-
-PCIE_H2D = "active.pcie_h2d_bandwidth"
-PCIE_D2H = "active.pcie_d2h_bandwidth"
-P2P = "active.p2p_bandwidth"
-MEMTEST = "active.memtest"
-
-# --- host <-> device ---------------------------------------------------------------------------------------------
+from gpudiag.model import CheckResult, NodeSnapshot, Status
 
 
-def _judge_host_copy(check_id: str, direction: str, snapshot: NodeSnapshot, expect: Expectations,
-                     pinned: Optional[float]) -> Callable[[DeviceSnapshot, CopyBandwidth], CheckResult]:
-    limits = ActiveExpectations.of(expect)
+def _judged_by(check_id: str, module: str, function: str) -> CheckFn:
+    """The check `function` of gpudiag/checks/active/<module>.py, imported only when the load tests ran."""
 
-    def judge(device: DeviceSnapshot, copy: CopyBandwidth) -> CheckResult:
-        what = f"{direction} copy test"
-        if copy.gb_per_second is None:
-            return _not_judged(check_id, device, what, copy.error)
-        target = expected_host_copy(snapshot, device, pinned, expect, limits)
-        observed = {"gb_per_second": copy.gb_per_second, "bytes_per_copy": copy.bytes_per_copy}
-        if target is None:
-            return passed(check_id, device, f"{device.label} {direction}: {copy.gb_per_second} GB/s (link "
-                                            f"generation/width unknown: not judged)", observed=observed)
-        ratio = copy.gb_per_second / target.gb_per_second
-        message = (f"{device.label} {direction}: {copy.gb_per_second} GB/s, {ratio:.0%} of the "
-                   f"{target.gb_per_second:g} GB/s a {target.basis}")
-        return verdict(check_id, _status(ratio, target), device, message, observed=observed,
-                       expected=target.as_expected(),
-                       remediation=(
-                           f"Pinned copies this slow mean the link carries less than it trained for, or the path "
-                           f"to host memory is throttled. Check pcie.link_generation/pcie.link_width and the AER and "
-                           f"replay counters (a riser or retimer that fails under load retrains or replays), confirm "
-                           f"the link under load with `lspci -vvv -s {device.pci_bus_id} | grep LnkSta` while the "
-                           f"test runs, check the BIOS (PCIe speed Auto/Gen{target.generation}, Max Payload Size ≥ "
-                           f"256, IOMMU passthrough for performance nodes), and reseat or swap the riser/cable."))
-    return judge
+    def run(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
+        if snapshot.active is None:
+            return [skipped(check_id, None, NOT_RUN)]
+        judge = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+        return judge(snapshot, expect)
 
-
-def _status(ratio: float, target: Target) -> Status:
-    return Status.FAIL if ratio < target.fail_ratio else Status.WARN if ratio < target.warn_ratio else Status.PASS
-
-
-def h2d_bandwidth(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    pinned = ActiveExpectations.of(expect).h2d_expected_gbps
-    return _for_each(snapshot, PCIE_H2D, "pcie", "h2d", _judge_host_copy(PCIE_H2D, "host->device", snapshot, expect,
-                                                                         pinned))
-
-
-def d2h_bandwidth(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    pinned = ActiveExpectations.of(expect).d2h_expected_gbps
-    return _for_each(snapshot, PCIE_D2H, "pcie", "d2h", _judge_host_copy(PCIE_D2H, "device->host", snapshot, expect,
-                                                                         pinned))
-
-
-# --- GPU <-> GPU ---------------------------------------------------------------------------------------------------
-
-
-def p2p_bandwidth(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    active = snapshot.active
-    if active is None or "p2p" not in active.tests:
-        return [skipped(P2P, None, "load tests were not run (gpudiag check --level 2 runs them)" if active is None
-                        else "the p2p load test was not requested")]
-    if not active.peers:
-        tested = [e for e in active.devices if not e.skipped]
-        why = "; ".join(e.message for e in active.errors) or f"{len(tested)} GPU(s) load-tested, two are needed"
-        return [skipped(P2P, None, f"no GPU pair was measured: {why}")]
-    return [_judge_pair(snapshot, peer, expect) for peer in active.peers]
-
-
-def _judge_pair(snapshot: NodeSnapshot, peer: PeerBandwidth, expect: Expectations) -> CheckResult:
-    src, dst = _device(snapshot, peer.src), _device(snapshot, peer.dst)
-    pair = f"GPU {src.index} -> GPU {dst.index}"
-    copy = peer.copy
-    if copy.gb_per_second is None:
-        return _not_judged(P2P, src, f"{pair} copy test", copy.error)
-    target = expected_peer_copy(snapshot, src, dst, expect, ActiveExpectations.of(expect))
-    observed = {"dst": dst.index, "gb_per_second": copy.gb_per_second, "p2p_enabled": peer.p2p_enabled,
-                "bidirectional_gb_per_second": peer.bidirectional_gb_per_second}
-    if target is None:
-        return passed(P2P, src, f"{pair}: {copy.gb_per_second} GB/s (no NVLink/XGMI or link data: not judged)",
-                      observed=observed)
-    fabric = target.basis
-    if target.fabric and peer.p2p_enabled is False:
-        return failed(P2P, src, f"{pair}: no peer access although they share {fabric}; copies went through host "
-                                f"memory at {copy.gb_per_second} GB/s", observed=observed,
-                      expected=target.as_expected(),
-                      remediation=("The runtime refused peer access over the fabric. On NVSwitch systems "
-                                   "nvidia-fabricmanager must be running and healthy (`systemctl status "
-                                   "nvidia-fabricmanager`, `nvidia-smi -q | grep -A2 Fabric`); check `nvidia-smi "
-                                   "topo -m` / `amd-smi topology` and the topology.* checks."))
-    ratio = copy.gb_per_second / target.gb_per_second
-    status = _status(ratio, target)
-    if not target.fabric and status == Status.FAIL:
-        status = Status.WARN  # PCIe peer traffic depends on the root complex and switches, not only on the GPUs
-    message = f"{pair}: {copy.gb_per_second} GB/s, {ratio:.0%} of the {target.gb_per_second:g} GB/s {fabric}"
-    return verdict(P2P, status, src, message, observed=observed, expected=target.as_expected(),
-                   remediation=(f"GPU-to-GPU copies are slower than {fabric} carries: check topology.links_up and "
-                                f"topology.link_errors for links down or erroring (replays, CRC), reseat the bridge "
-                                f"or check the NVSwitch tray / XGMI cabling, and compare with the other pairs of "
-                                f"this node: one slow pair points at a link, all slow at the fabric or firmware."))
-
-
-# --- memory test ---------------------------------------------------------------------------------------------------
-
-
-def _judge_memtest(device: DeviceSnapshot, memtest: MemtestResult) -> CheckResult:
-    check_id = MEMTEST
-    observed = {"bytes_tested": memtest.bytes_tested, "passes": memtest.passes_completed,
-                "seconds": memtest.seconds, "mismatched_words": memtest.mismatched_words,
-                "ecc_corrected": [memtest.ecc_corrected_before, memtest.ecc_corrected_after],
-                "ecc_uncorrected": [memtest.ecc_uncorrected_before, memtest.ecc_uncorrected_after]}
-    expected = "every word reads back as written; ECC counters unchanged"
-    rma = (f"Memory that returns other data than was written is a hardware fault: drain the GPU, run the vendor's "
-           f"memory diagnostic (`dcgmi diag -r 3` / `rvs -c mem.conf`), check row remapping / retired pages "
-           f"(memory.* checks, `nvidia-smi -q -d ROW_REMAPPER`, `amd-smi bad-pages`) and the kernel log; "
-           f"{_kernel_log_hint(device)}")
-    if memtest.mismatched_words:
-        return failed(check_id, device, (
-            f"{device.label}: {memtest.mismatched_words} words read back wrong in {memtest.bytes_tested / 1e9:.1f} GB "
-            f"(first at device address {memtest.first_error_address:#x}, flipped bits {memtest.flipped_bits_mask:#010x})"),
-            observed=observed, expected=expected, remediation=rma)
-    if memtest.passes_completed == 0:
-        return _not_judged(check_id, device, "memory test", memtest.error)
-    uncorrected = _rise(memtest.ecc_uncorrected_before, memtest.ecc_uncorrected_after)
-    corrected = _rise(memtest.ecc_corrected_before, memtest.ecc_corrected_after)
-    if uncorrected:
-        return failed(check_id, device, f"{device.label}: {uncorrected} uncorrectable ECC errors during the memory test",
-                      observed=observed, expected=expected, remediation=rma)
-    summary = (f"{memtest.bytes_tested / 1e9:.1f} GB of {(memtest.total_bytes or 0) / 1e9:.1f} GB in "
-               f"{memtest.passes_completed} passes, {memtest.seconds} s")
-    if corrected:
-        return warned(check_id, device, f"{device.label}: {corrected} corrected ECC errors during the memory test "
-                                        f"({summary})", observed=observed, expected=expected,
-                      remediation="ECC corrected what the test wrote; a GPU that keeps correcting errors under load is "
-                                  "wearing out. " + rma)
-    if memtest.error is not None:
-        return warned(check_id, device, f"{device.label}: no mismatch in {summary}, but the test ended early: "
-                                        f"{memtest.error.message}", observed=observed, expected=expected,
-                      remediation="Run it again with a longer --timeout to cover every pass.")
-    ecc = "ECC counters unchanged" if memtest.ecc_corrected_after is not None else "ECC not re-read"
-    return passed(check_id, device, f"{device.label}: no mismatch in {summary}; {ecc}", observed=observed,
-                  expected=expected)
-
-
-def memtest(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
-    return _for_each(snapshot, MEMTEST, "memtest", "memtest", _judge_memtest)
+    run.__name__ = run.__qualname__ = function
+    return run
 
 
 def active_checks(snapshot: NodeSnapshot, expectations: Expectations) -> list[CheckResult]:
@@ -178,15 +38,21 @@ def active_checks(snapshot: NodeSnapshot, expectations: Expectations) -> list[Ch
 
 
 CHECKS = (
-    Check(PCIE_H2D, h2d_bandwidth, "pinned host->device copies reach what the PCIe link's generation and width carry"),
-    Check(PCIE_D2H, d2h_bandwidth, "pinned device->host copies reach what the PCIe link's generation and width carry"),
-    Check(P2P, p2p_bandwidth, "GPU-to-GPU copies (peer access on) reach what NVLink/XGMI carries, for every pair"),
-    Check(HBM, hbm_bandwidth, "a device-to-device copy kernel reaches the part's HBM bandwidth and its siblings'"),
-    Check(MEMTEST, memtest, "most of the free GPU memory reads back every pattern written, ECC counters unchanged"),
-    Check(STRESS, stress, "at the power limit (tensor cores + HBM): power held, no hardware slowdown, no straggler, "
-                          "ECC unchanged"),
-    Check(COMPUTE, compute, "every result of the stress verified bit for bit: the same on every SM, every launch, "
-                            "cold and hot, and on identical GPUs; the streamed HBM data reads back as written"),
+    Check(PCIE_H2D, _judged_by(PCIE_H2D, "copies", "h2d_bandwidth"),
+          "pinned host->device copies reach what the PCIe link's generation and width carry"),
+    Check(PCIE_D2H, _judged_by(PCIE_D2H, "copies", "d2h_bandwidth"),
+          "pinned device->host copies reach what the PCIe link's generation and width carry"),
+    Check(P2P, _judged_by(P2P, "copies", "p2p_bandwidth"),
+          "GPU-to-GPU copies (peer access on) reach what NVLink/XGMI carries, for every pair"),
+    Check(HBM, _judged_by(HBM, "stress", "hbm_bandwidth"),
+          "a device-to-device copy kernel reaches the part's HBM bandwidth and its siblings'"),
+    Check(MEMTEST, _judged_by(MEMTEST, "memtest", "memtest"),
+          "most of the free GPU memory reads back every pattern written, ECC counters unchanged"),
+    Check(STRESS, _judged_by(STRESS, "stress", "stress"),
+          "at the power limit (tensor cores + HBM): power held, no hardware slowdown, no straggler, ECC unchanged"),
+    Check(COMPUTE, _judged_by(COMPUTE, "compute", "compute"),
+          "every result of the stress verified bit for bit: the same on every SM, every launch, cold and hot, and on "
+          "identical GPUs; the streamed HBM data reads back as written"),
 )
 
 

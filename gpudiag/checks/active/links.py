@@ -18,12 +18,13 @@ Every figure can be pinned per node in the profile (Expectations fields `active_
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Optional
 
 from gpudiag.checks.common import PhysicalGpu
 from gpudiag.checks.pcie import LinkFacts
 from gpudiag.model import DeviceSnapshot, NodeSnapshot
+from gpudiag.model.records import dataclass
 
 GT_PER_SECOND = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}

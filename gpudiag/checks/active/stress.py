@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from gpudiag.checks.active.common import _for_each, _kernel_log_hint, _not_judged, _rise
+from gpudiag.checks.active.common import HBM, STRESS, _for_each, _kernel_log_hint, _not_judged, _rise
 from gpudiag.checks.active.links import ActiveExpectations
 from gpudiag.checks.active.stress_figures import StressFigures, figures_of, median_of
 from gpudiag.checks.common import unknown, verdict
@@ -34,8 +34,6 @@ from gpudiag.model import (
     TemperatureSensor,
 )
 
-STRESS = "active.stress"
-HBM = "active.hbm_bandwidth"
 
 # Beyond the thermal reasons (thermal.py): the external power brake is a hardware slowdown as well.
 _STRESS_REASONS = {**THERMAL_REASONS, "hw_power_brake": Status.FAIL}

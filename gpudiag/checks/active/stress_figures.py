@@ -4,10 +4,11 @@ the peak temperature, the throttle reasons seen, and the node median of each fig
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 from gpudiag.model import StressResult, TelemetrySample
+from gpudiag.model.records import dataclass
 
 # The first part of a run is the ramp: clocks boost, power climbs for a few seconds while the GPU heats up and the
 # power controller settles (seen on the lab H200: ~2 s to the cap). The steady window starts at 20 % of the run, and

@@ -16,13 +16,13 @@ Unknown codes warn (kernel_log.xid). Operators override per code with Expectatio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from gpudiag.checks.common import OFF_THE_BUS
 from gpudiag.checks.verdicts import strongest
 from gpudiag.expect import Expectations
 from gpudiag.model import Status
+from gpudiag.model.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ EgressCtrl)) — with one, peer-to-peer traffic goes up through the root complex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from gpudiag.checks.common import (Check, PhysicalGpu, failed, passed, physical_gpus, skipped, unknown, vendors_present,
@@ -34,6 +33,7 @@ from gpudiag.checks.network.common import (AFFINITY, GPUDIRECT, UNLOCATED_ADVICE
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, NodeSnapshot, Status, Vendor
 from gpudiag.model.network import NetworkInfo, PciBridge, RdmaDevice
+from gpudiag.model.records import dataclass
 
 RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _WORDS = {"PIX": "below the same PCIe switch", "PXB": "below the same PCIe switch tree",

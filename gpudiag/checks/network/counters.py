@@ -16,7 +16,6 @@ down", ib_core's "Port: N Link DOWN") within the profile's window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from gpudiag.checks.common import Check, passed, skipped, unknown, verdict
@@ -26,6 +25,7 @@ from gpudiag.checks.network.common import (ERRORS, FLAPS, confirm, each_fabric_p
 from gpudiag.expect.network_settings import NetworkSettings, settings_of
 from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
 from gpudiag.model.network import RdmaDevice, RdmaPort
+from gpudiag.model.records import dataclass
 
 _SEVERITY = {Status.PASS: 0, Status.WARN: 1, Status.UNKNOWN: 2, Status.FAIL: 3}
 

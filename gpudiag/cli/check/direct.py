@@ -12,13 +12,25 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from gpudiag.exitcodes import ExitCode
+
+# Where the last direct check of this process spent its time, for bench/check_vs_nvidia_smi.py's breakdown of a cold
+# check (issue 36, item 9): (step, time.perf_counter() at its end) in order, and the probe's parts (their names and
+# seconds, as the snapshot records them). Filling them costs a few microseconds.
+MARKS: list = []
+PROBE_PARTS: dict = {}
+
+
+def mark(step: str) -> None:
+    MARKS.append((step, time.perf_counter()))
 
 
 def check(request: dict, root: str, timeout: "float | None") -> int:
     """`gpudiag check` with the fields of a fast-path request (gpudiag/cli/check/fastpath.py), probed in this process;
     the same messages and exit codes as gpudiag/cli/app.py's `main`."""
+    mark("entered")
     debug = bool(os.environ.get("GPUDIAG_DEBUG"))
     if root == "/":
         from gpudiag.probe.nvml.early import start_nvml_init
@@ -44,6 +56,7 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
     from gpudiag.report.selection import select_checks
     from gpudiag.report.verdict import print_verdict
 
+    mark("imported")
     only, skip = request["only"], request["skip"]
     try:
         selected = select_checks(only, skip)
@@ -52,5 +65,9 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
     expected = expectations(request["profile"], request["params"], None)
     node_root = Path(root)
     snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
-    return print_verdict(snapshot, expected, only, skip, [], "direct", request["format"], request["verbose"],
+    mark("probed")
+    PROBE_PARTS.update((run.name, run.duration_seconds) for run in snapshot.collectors)
+    code = print_verdict(snapshot, expected, only, skip, [], "direct", request["format"], request["verbose"],
                          request["color"])
+    mark("judged and written")
+    return code

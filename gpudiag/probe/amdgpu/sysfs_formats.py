@@ -7,9 +7,9 @@ drivers/gpu/drm/amd/pm/amdgpu_pm.c and the swsmu print_clk_levels (pp_dpm_pcie);
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Optional
 
+from gpudiag.model.records import dataclass
 from gpudiag.probe.pcie_generation import generation_from_gts_text
 
 # What an err_count file reads while a RAS interrupt is being handled (amdgpu_ras_sysfs_read). It is not a count.

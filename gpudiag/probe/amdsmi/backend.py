@@ -20,11 +20,12 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import ModuleType
 from typing import Any, Optional
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, ErrorKind, PeerLink, ProbeError, Vendor, normalize_pci_bus_id
+from gpudiag.model.records import dataclass
 from gpudiag.probe.amdsmi.calls import AmdsmiCaller, describe, get, integer, text
 from gpudiag.probe.amdsmi.device import fill_device
 from gpudiag.probe.amdsmi.peers import probe_pair

@@ -23,9 +23,10 @@ from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
 from gpudiag.probe.amdgpu.aca import ACA_KINDS, aca_kind
 from gpudiag.probe.amdgpu.aca import describe as describe_status
 from gpudiag.probe.kernel_log.text import BUS_ID, MalformedRecord, bounded_int
+from gpudiag.probe.patterns import lazy_compile
 
 _DRM_FUNCTION = r"[a-z0-9_.]{1,96}"  # %ps of a function: compiler clones add ".constprop.0", ".isra.0", ".part.0"
-_PREFIX = re.compile(
+_PREFIX = lazy_compile(
     rf"(?:amdgpu ({BUS_ID}): (?:amdgpu: )?|\[drm:{_DRM_FUNCTION} \[amdgpu\]\] \*ERROR\* |amdgpu: )"
     # after the device: drm_err's "[drm] *ERROR* ", DRM_DEV_ERROR's "[drm:<function> [amdgpu]] *ERROR* " (without
     # " [amdgpu]" when amdgpu is built into the kernel)
@@ -37,11 +38,11 @@ _PREFIX = re.compile(
 )
 # amdgpu_device.c printed this with DRM_INFO (a bare "[drm] " line, no device) before it moved to dev_info: the
 # whole message is matched, so no other DRM driver's line and no user text can pass for it.
-_BARE_VRAM_LOST = re.compile(r"\[drm\] VRAM is lost due to GPU reset!\s*$", re.ASCII)
+_BARE_VRAM_LOST = lazy_compile(r"\[drm\] VRAM is lost due to GPU reset!\s*$", re.ASCII)
 
 
 def _p(pattern: str) -> re.Pattern:
-    return re.compile(pattern, re.ASCII)
+    return lazy_compile(pattern, re.ASCII)
 
 
 # (kind, pattern matched at the start of the body, what its first group counts). First match decides; order
@@ -136,12 +137,12 @@ _PATTERNS: list[tuple[str, re.Pattern, Optional[str]]] = [
 _ANY_BODY = _p(r"ring |GPU reset|Mode[12] reset|ASIC reset|[Uu]ncorrectable hardware|[0-9]|poison is|Poison is|aca entry"
                r"|ACA\[|Saved bad|RAS |\[[a-z0-9]{0,16}hub|WARN: GPU|Fatal error|MODE1 |GPU (?:smu |psp )?mode1 "
                r"|VRAM is lost|The cp might|qcm fence|MES|IP block:|Ring |Error Address")
-_PAGE_FAULT_PROCESS = re.compile(r"for process ([^ ]{0,64}) pid ([0-9]{1,10})\b", re.ASCII)
+_PAGE_FAULT_PROCESS = lazy_compile(r"for process ([^ ]{0,64}) pid ([0-9]{1,10})\b", re.ASCII)
 _RAS_COUNT_KINDS = {"uncorrectable": "ras_uncorrectable", "deferred": "ras_deferred"}
 
 # amdgpu_ring_test_helper() names the ring: the video and JPEG engines' (vcn_dec_0, vcn_unified_0, jpeg_dec_0,
 # uvd, vce) do not run compute or graphics work, so a failed test there is not a dead GPU.
-_MULTIMEDIA_RING = re.compile(r"(?:vcn|jpeg|uvd|vce)", re.ASCII)
+_MULTIMEDIA_RING = lazy_compile(r"(?:vcn|jpeg|uvd|vce)", re.ASCII)
 
 # Every `KernelEvent.kind` this module produces, for the checks that judge them; gpudiag/model/vocabulary.py holds the
 # same tuple for those that must not import the probe (tests/test_layering.py keeps the two equal).

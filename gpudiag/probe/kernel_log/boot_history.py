@@ -16,8 +16,6 @@ import datetime
 import json
 import os
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -26,6 +24,7 @@ from gpudiag.fileio import DocumentError, read_text
 from gpudiag.model import BootFault, BootHistory
 from gpudiag.probe.kernel_log.events import EventReader
 from gpudiag.probe.kernel_log.formats import json_records
+from gpudiag.probe.patterns import lazy_compile
 from gpudiag.probe.root_facts import record as root_facts
 
 JOURNAL_FILES = ("journal.1.jsonl", "journal.jsonl")  # oldest first (gpudiag/service/journal.py)
@@ -38,7 +37,7 @@ MAX_FAULTS = 5_000
 _KINDS = frozenset({"xid", "sxid", "fallen_off_bus", "nvlink_training_failed", "rm_init_failed", "gpu_reset_failed",
                     "ras_uncorrectable", "ras_fatal_error", "init_failed", "bad_pages_threshold",
                     "ras_records_exceed_threshold", "aca_uncorrectable", "slot_link_down", "slot_card_not_present"})
-_BOOT_LINE = re.compile(r"\s*(-?[0-9]{1,6})\s+([0-9a-f]{32})\s", re.ASCII)
+_BOOT_LINE = lazy_compile(r"\s*(-?[0-9]{1,6})\s+([0-9a-f]{32})\s", re.ASCII)
 _EARLIER_UNNAMED = "an earlier boot (gpudiag journal entries without a boot ID)"
 
 
@@ -49,6 +48,8 @@ def read_boot_history(root: Path, state_dir: Optional[Path], current_boot: Optio
     boots: set[tuple] = set()  # the faults kept, by (boot, kind, bus, code, detail)
     if state_dir is not None:
         _from_gpudiag_journal(history, Path(state_dir), boot_time, boots)
+    import shutil  # here, as subprocess below: a check's start-up does not pay for them (issue 36, item 9)
+
     program = journalctl or (shutil.which("journalctl") if Path(root) == Path("/") else None)
     if program is None:
         history.problems.append("journalctl: not on this node (or under --root): the systemd journal was not read")
@@ -125,6 +126,8 @@ def _before(moment: object, boot_time: Optional[float]) -> bool:
 
 def _run(argv: list[str], until: float, max_bytes: int) -> tuple[Optional[bytes], Optional[str]]:
     """stdout of a command, cut at `max_bytes`, killed at `until`: (output, why it is partial or missing)."""
+    import subprocess
+
     left = until - time.monotonic()
     if left <= 0.05:
         return None, "not read: no time left before the collection's deadline"

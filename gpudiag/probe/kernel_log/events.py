@@ -30,6 +30,7 @@ from gpudiag.probe.kernel_log.ghes import GhesRecords
 from gpudiag.probe.kernel_log.nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
 from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
+from gpudiag.probe.patterns import lazy_compile
 
 __all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
            "NIC_EVENT_KINDS", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
@@ -40,7 +41,7 @@ __all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "
 # (node-scraper: "PCIe Link Down", "PCIe card no longer present"). "Link Down/Up ignored (recovered by DPC)" is not
 # a loss, hence the whole message is matched. The bus ID is the port's; the checks find the GPU below it.
 
-_PCIE_SLOT = re.compile(rf"pcieport ({BUS_ID}): pciehp: Slot\([^)]{{1,32}}\): (Link Down|Card not present)$", FLAGS)
+_PCIE_SLOT = lazy_compile(rf"pcieport ({BUS_ID}): pciehp: Slot\([^)]{{1,32}}\): (Link Down|Card not present)$", FLAGS)
 _PCIE_SLOT_KINDS = {"link down": "slot_link_down", "card not present": "slot_card_not_present"}
 PCIE_SLOT_EVENT_KINDS = tuple(_PCIE_SLOT_KINDS.values())
 

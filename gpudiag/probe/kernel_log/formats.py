@@ -29,12 +29,12 @@ Every pattern is anchored (re.match) and bounded, digits ASCII only: matching is
 
 from __future__ import annotations
 
-import calendar
 import json
 import re
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from gpudiag.probe.kernel_log.text import MAX_RECORD_CHARS, bounded_int
+from gpudiag.probe.patterns import lazy_compile
 
 _A = re.ASCII
 
@@ -53,9 +53,9 @@ class LogLine(NamedTuple):
 # -- whole-line frames -------------------------------------------------------------------------------------------
 
 # Numbers unbounded here (anchored, so still linear) so that a record with an absurd one is counted as malformed.
-_KMSG_RECORD = re.compile(r"([0-9]+),([0-9]+),([0-9]+),[^;]{0,64};", _A)
-_KMSG_PROPERTY = re.compile(r" [A-Z0-9_]{1,64}=", _A)  # e.g. " SUBSYSTEM=pci", " DEVICE=+pci:0000:3b:00.0"
-_KMSG_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})", _A)
+_KMSG_RECORD = lazy_compile(r"([0-9]+),([0-9]+),([0-9]+),[^;]{0,64};", _A)
+_KMSG_PROPERTY = lazy_compile(r" [A-Z0-9_]{1,64}=", _A)  # e.g. " SUBSYSTEM=pci", " DEVICE=+pci:0000:3b:00.0"
+_KMSG_ESCAPE = lazy_compile(r"\\x([0-9a-fA-F]{2})", _A)
 _ISO = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
 # Syslog and journal stamps: `Nov 30 11:08:44` (RFC 3164, journalctl -o short; `.123456` with short-precise), ISO 8601
 # with a point (rsyslog's RSYSLOG_FileFormat, short-iso, short-iso-precise) — dmesg --time-format iso writes a comma,
@@ -65,35 +65,36 @@ _SYSLOG_STAMP = (r"[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9
                  r"|[A-Z][a-z]{2} [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})? [A-Z]{1,5}")
 # talosctl dmesg (siderolabs/talos cmd/talosctl/cmd/talos/dmesg.go): "%s: %7s: [%s]: %s", facility, level, RFC 3339
 # with nanoseconds, message; `-n NODE` puts "NODE: " in front.
-_TALOS = re.compile(rf"(?:([^ ]{{1,255}}): )?([a-z0-9]{{1,8}}): {{0,8}}([a-z]{{1,8}}): \[({_ISO})\]: ", _A)
+_TALOS = lazy_compile(rf"(?:([^ ]{{1,255}}): )?([a-z0-9]{{1,8}}): {{0,8}}([a-z]{{1,8}}): \[({_ISO})\]: ", _A)
 # RFC 5424: PRI VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID SP STRUCTURED-DATA [SP MSG]
-_RFC5424 = re.compile(rf"<([0-9]{{1,3}})>1 ({_ISO}|-) [^ ]{{1,255}} ([^ ]{{1,48}}) [^ ]{{1,128}} [^ ]{{1,32}} "
-                      r"(?:-|(?:\[[^\]]{0,512}\]){1,8}) ?(?:\ufeff)?", _A)
+_RFC5424 = lazy_compile(rf"<([0-9]{{1,3}})>1 ({_ISO}|-) [^ ]{{1,255}} ([^ ]{{1,48}}) [^ ]{{1,128}} [^ ]{{1,32}} "
+                        r"(?:-|(?:\[[^\]]{0,512}\]){1,8}) ?(?:\ufeff)?", _A)
 # RFC 3164 / rsyslog / journalctl short modes: [<pri>]TIME [HOST ]IDENT[PID]: — the host may be left out
 # (journalctl --no-hostname); it never ends in ":", so "Feb 17 19:00:16 kernel: " reads as no host, ident kernel.
-_SYSLOG = re.compile(rf"(?:<([0-9]{{1,3}})>)?({_SYSLOG_STAMP}) (?:[^ ]{{0,254}}[^ :] )?([^ :\[]{{1,64}})"
-                     r"(?:\[[0-9]{1,10}\])?: ", _A)
+_SYSLOG = lazy_compile(rf"(?:<([0-9]{{1,3}})>)?({_SYSLOG_STAMP}) (?:[^ ]{{0,254}}[^ :] )?([^ :\[]{{1,64}})"
+                       r"(?:\[[0-9]{1,10}\])?: ", _A)
 
 # -- level prefixes and stamps -----------------------------------------------------------------------------------
 
-_DMESG_LEVEL = re.compile(r"([a-z0-9]{1,8}) {0,8}:([a-z]{1,8}) {0,8}: ", _A)
-_DMESG_RAW_PRIO = re.compile(r"<([0-9]{1,4})>", _A)
-_MONOTONIC = re.compile(r"\[ {0,16}([0-9]{1,12}(?:\.[0-9]{1,9})?)\] ?", _A)  # "[123]" too: NVSentinel's test lines
-_CTIME = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ 0-9][0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})\] ?", _A)
-_ISO_STAMP = re.compile(rf"({_ISO}) ", _A)
-_RELTIME = re.compile(r"\[(?:[A-Z][a-z]{2} ?[ 0-9]?[0-9] [0-9]{2}:[0-9]{2}| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
-_DELTA = re.compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
-_CALLER = re.compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
-_HOST_KERNEL_TAG = re.compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
+_DMESG_LEVEL = lazy_compile(r"([a-z0-9]{1,8}) {0,8}:([a-z]{1,8}) {0,8}: ", _A)
+_DMESG_RAW_PRIO = lazy_compile(r"<([0-9]{1,4})>", _A)
+_MONOTONIC = lazy_compile(r"\[ {0,16}([0-9]{1,12}(?:\.[0-9]{1,9})?)\] ?", _A)  # "[123]" too: NVSentinel's test lines
+_CTIME = lazy_compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ 0-9][0-9]) "
+                      r"([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})\] ?", _A)
+_ISO_STAMP = lazy_compile(rf"({_ISO}) ", _A)
+_RELTIME = lazy_compile(r"\[(?:[A-Z][a-z]{2} ?[ 0-9]?[0-9] [0-9]{2}:[0-9]{2}| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
+_DELTA = lazy_compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
+_CALLER = lazy_compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
+_HOST_KERNEL_TAG = lazy_compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
 # "kernel: [16450076.435595] NVRM: ..." and "kernel: NVRM: Xid ...": journal or syslog lines whose date and host were
 # cut when they were pasted (open-gpu-kernel-modules#1150). Only at the very start: "evil kernel: " is text.
-_BARE_KERNEL_TAG = re.compile(r"kernel: ", _A)
+_BARE_KERNEL_TAG = lazy_compile(r"kernel: ", _A)
 
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                         "Dec"), start=1)}
-_ISO_PARTS = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]{1,9}))?"
-                        r"(Z|[+-][0-9]{2}:?[0-9]{2})?", _A)
-_SYSLOG_TIME = re.compile(r"([A-Z][a-z]{2}) ([ 0-9][0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?", _A)
+_ISO_PARTS = lazy_compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]{1,9}))?"
+                          r"(Z|[+-][0-9]{2}:?[0-9]{2})?", _A)
+_SYSLOG_TIME = lazy_compile(r"([A-Z][a-z]{2}) ([ 0-9][0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?", _A)
 _SYSLOG_FIRST = frozenset("<0123456789ADFJMNOSTW")  # a PRI, a year, a month or (short-full) a weekday
 _LEVEL_WORDS = frozenset({"emerg", "alert", "crit", "err", "warn", "warning", "notice", "info", "debug"})
 
@@ -212,6 +213,8 @@ def iso_seconds(text: str) -> Optional[float]:
     year, month, day, hour, minute, second = (int(parts[i]) for i in range(1, 7))
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None
+    import calendar  # here: a check's imports do without it (issue 36, item 9)
+
     value = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[7] or 0}")
     zone = parts[8]
     if zone and zone != "Z":
@@ -235,6 +238,8 @@ def syslog_seconds(text: str) -> Optional[float]:
     day, hour, minute, second = int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5])
     if not (1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None
+    import calendar  # here: a check's imports do without it (issue 36, item 9)
+
     return calendar.timegm((2000, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[6] or 0}")
 
 
@@ -243,13 +248,15 @@ def _ctime_seconds(stamp: re.Match) -> Optional[float]:
     day, hour, minute, second = int(stamp[2]), int(stamp[3]), int(stamp[4]), int(stamp[5])
     if month is None or not (1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None
+    import calendar  # here: a check's imports do without it (issue 36, item 9)
+
     return float(calendar.timegm((int(stamp[6]), month, day, hour, minute, second, 0, 0, 0)))  # dmesg -T: local
 
 
 # -- structured forms --------------------------------------------------------------------------------------------
 
 MAX_STRUCTURED_RECORD = 64 * 1024  # one journal entry (export block, json-pretty object): bigger is not one
-_JSON_FIELD = re.compile(r' {0,16}"(pri|fac|time|caller|msg)": {0,8}(.{0,8192}?),?$', _A)
+_JSON_FIELD = lazy_compile(r' {0,16}"(pri|fac|time|caller|msg)": {0,8}(.{0,8192}?),?$', _A)
 
 
 def structured_kind(first: str) -> Optional[str]:

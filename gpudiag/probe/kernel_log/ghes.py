@@ -27,13 +27,14 @@ from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
 from gpudiag.probe.kernel_log.text import BUS_ID
+from gpudiag.probe.patterns import lazy_compile
 
-_LINE = re.compile(r"\{([0-9]{1,10})\}\[Hardware Error\]: ", re.ASCII)
-_SOURCE = re.compile(r"Hardware error from APEI Generic Hardware Error Source: ([0-9]{1,10})", re.ASCII)
-_SEVERITY = re.compile(r"event severity: (fatal|recoverable|corrected|info)\b", re.ASCII)
-_SECTION = re.compile(r"Error [0-9]{1,4}, type: ", re.ASCII)
-_PORT_TYPE = re.compile(r"port_type: [0-9]{1,2}, ([a-z /-]{1,64})$", re.ASCII)
-_DEVICE = re.compile(rf"device_id: ({BUS_ID})$", re.ASCII | re.IGNORECASE)
+_LINE = lazy_compile(r"\{([0-9]{1,10})\}\[Hardware Error\]: ", re.ASCII)
+_SOURCE = lazy_compile(r"Hardware error from APEI Generic Hardware Error Source: ([0-9]{1,10})", re.ASCII)
+_SEVERITY = lazy_compile(r"event severity: (fatal|recoverable|corrected|info)\b", re.ASCII)
+_SECTION = lazy_compile(r"Error [0-9]{1,4}, type: ", re.ASCII)
+_PORT_TYPE = lazy_compile(r"port_type: [0-9]{1,2}, ([a-z /-]{1,64})$", re.ASCII)
+_DEVICE = lazy_compile(rf"device_id: ({BUS_ID})$", re.ASCII | re.IGNORECASE)
 _KINDS = {"fatal": "ghes_pcie_fatal", "recoverable": "ghes_pcie_uncorrected"}
 GHES_EVENT_KINDS = tuple(_KINDS.values())
 MAX_OPEN_RECORDS = 8

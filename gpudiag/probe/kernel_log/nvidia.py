@@ -37,36 +37,37 @@ from typing import Optional
 
 from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
 from gpudiag.probe.kernel_log.text import BUS_ID, DOMAIN, FLAGS, bounded_int
+from gpudiag.probe.patterns import lazy_compile
 
 NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus", "sxid", "nvlink_training_failed", "rm_init_failed")
 
-_XID = re.compile(
+_XID = lazy_compile(
     rf"NVRM: Xid \((?:PCI:)?({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})(?: GPU-I:[0-9]{{1,3}}(?: GPU-CI:[0-9]{{1,3}})?)?\): "
     r"([0-9]+)(?:, {0,4}|(?=[ (]|$))", FLAGS)  # "…): 46" alone at the end: NVSentinel's minimal line
-_XID_PROCESS = re.compile(r"(?:pid=('?<unknown>'?|[0-9]+), {0,4})?(?:name=([^,]{0,256}), {0,4})?", FLAGS)
-_NVLINK5_SEVERITY = re.compile(r"[A-Z0-9_/]{1,48} {1,4}(Fatal|Nonfatal|Non-fatal) ", re.ASCII)
-_RECOVERY_CHANGE = re.compile(r"GPU recovery action changed from 0x[0-9a-f]{1,8} \([^)]{0,40}\) to "
-                              r"0x([0-9a-f]{1,8}) \(([^)]{0,40})\)", FLAGS)
+_XID_PROCESS = lazy_compile(r"(?:pid=('?<unknown>'?|[0-9]+), {0,4})?(?:name=([^,]{0,256}), {0,4})?", FLAGS)
+_NVLINK5_SEVERITY = lazy_compile(r"[A-Z0-9_/]{1,48} {1,4}(Fatal|Nonfatal|Non-fatal) ", re.ASCII)
+_RECOVERY_CHANGE = lazy_compile(r"GPU recovery action changed from 0x[0-9a-f]{1,8} \([^)]{0,40}\) to "
+                                r"0x([0-9a-f]{1,8}) \(([^)]{0,40})\)", FLAGS)
 # NV2080_CTRL_GPU_RECOVERY_ACTION_* → what it asks of the operator. IMEX domain recovery is fabric work: drain.
 _RECOVERY_ACTIONS = {0: "none", 1: "reset", 2: "reboot", 3: "drain", 4: "reset", 5: "drain"}
 _RECOVERY_WORDS = (("none", "none"), ("reboot", "reboot"), ("reset", "reset"), ("flr", "reset"), ("drain", "drain"),
                    ("imex", "drain"))
-_NVIDIA_UUID = re.compile(rf"NVRM: GPU at PCI:({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}}): (GPU-[0-9a-f-]{{36}})", FLAGS)
+_NVIDIA_UUID = lazy_compile(rf"NVRM: GPU at PCI:({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}}): (GPU-[0-9a-f-]{{36}})", FLAGS)
 # Matched whole from the start: other NVRM lines carry text a user chooses (the client version in "NVRM: API
 # mismatch: the client has the version %s, …" comes from an ioctl any user can make), so "fallen off the bus"
 # anywhere in an NVRM line proves nothing.
-_FALLEN_OFF = re.compile(rf"NVRM: GPU ((?:{DOMAIN}:)?[0-9a-f]{{2}}:[0-9a-f]{{2}}\.[0-7]): GPU has fallen off the bus",
-                         FLAGS)
-_PROBE_GPU = re.compile(rf"NVRM: The NVIDIA GPU ({BUS_ID})(?: \(PCI ID: [0-9a-f]{{4}}:[0-9a-f]{{4}}\) installed in "
-                        r"this system has)?$", FLAGS)
-_PROBE_PCI_ID = re.compile(r"NVRM: (?:\(PCI ID: [0-9a-f]{4}:[0-9a-f]{4}\) )?installed in this system has$", FLAGS)
+_FALLEN_OFF = lazy_compile(rf"NVRM: GPU ((?:{DOMAIN}:)?[0-9a-f]{{2}}:[0-9a-f]{{2}}\.[0-7]): GPU has fallen off the bus",
+                           FLAGS)
+_PROBE_GPU = lazy_compile(rf"NVRM: The NVIDIA GPU ({BUS_ID})(?: \(PCI ID: [0-9a-f]{{4}}:[0-9a-f]{{4}}\) installed in "
+                          r"this system has)?$", FLAGS)
+_PROBE_PCI_ID = lazy_compile(r"NVRM: (?:\(PCI ID: [0-9a-f]{4}:[0-9a-f]{4}\) )?installed in this system has$", FLAGS)
 _PROBE_FALLEN = "NVRM: fallen off the bus and is not responding to commands."
-_POST_RX_DET = re.compile(r"NVRM: knvlinkDiscoverPostRxDetLinks_[A-Z0-9]{2,8}: Getting peer[01]'s "
-                          r"postRxDetLinkMask failed!", re.ASCII)
-_RM_INIT = re.compile(rf"NVRM: (?:GPU ({BUS_ID}): )?RmInitAdapter failed! \(0x[0-9a-f]{{1,8}}:0x[0-9a-f]{{1,8}}:"
-                      r"[0-9]{1,6}\)", FLAGS)
-_SXID = re.compile(rf"nvidia-nvswitch[0-9]{{1,3}}: SXid \(PCI:({BUS_ID})\): ([0-9]+), {{0,4}}"
-                   r"(?:(Fatal|Non-fatal|Correctable),|Severity ([0-9]{1,3}) Engine instance|(Data \{))?", FLAGS)
+_POST_RX_DET = lazy_compile(r"NVRM: knvlinkDiscoverPostRxDetLinks_[A-Z0-9]{2,8}: Getting peer[01]'s "
+                            r"postRxDetLinkMask failed!", re.ASCII)
+_RM_INIT = lazy_compile(rf"NVRM: (?:GPU ({BUS_ID}): )?RmInitAdapter failed! \(0x[0-9a-f]{{1,8}}:0x[0-9a-f]{{1,8}}:"
+                        r"[0-9]{1,6}\)", FLAGS)
+_SXID = lazy_compile(rf"nvidia-nvswitch[0-9]{{1,3}}: SXid \(PCI:({BUS_ID})\): ([0-9]+), {{0,4}}"
+                     r"(?:(Fatal|Non-fatal|Correctable),|Severity ([0-9]{1,3}) Engine instance|(Data \{))?", FLAGS)
 _SXID_DETAIL = {"fatal": "fatal", "non-fatal": "nonfatal", "correctable": "correctable"}
 
 

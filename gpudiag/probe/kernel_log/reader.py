@@ -22,6 +22,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
 from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
 from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
+from gpudiag.probe.patterns import lazy_compile
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +125,11 @@ def _has_marker(line: str) -> bool:
 
 _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")
 # A driver's record somewhere in a line no format explains: the line is unreadable, not clean.
-_SIGNATURE = re.compile(r"NVRM: (?:Xid \(|GPU )|nvidia-nvswitch[0-9]{1,3}: SXid|amdgpu [0-9a-f]{4,8}:[0-9a-f]{2}:"
-                        r"|pcieport [0-9a-f]{4,8}:", re.ASCII)
+_SIGNATURE = lazy_compile(r"NVRM: (?:Xid \(|GPU )|nvidia-nvswitch[0-9]{1,3}: SXid|amdgpu [0-9a-f]{4,8}:[0-9a-f]{2}:"
+                          r"|pcieport [0-9a-f]{4,8}:", re.ASCII)
 # A stamped driver record inside a line of a known format: a wrapper gpudiag does not read (a container log's
 # "<time> stdout F ", say). A driver's text quoted in another message ("segfault at 0 in NVRM: …") has no stamp.
-_WRAPPED = re.compile(r"\[ {0,16}[0-9]{1,12}\.[0-9]{1,9}\] (?:NVRM: |nvidia-nvswitch|amdgpu |pcieport )", re.ASCII)
+_WRAPPED = lazy_compile(r"\[ {0,16}[0-9]{1,12}\.[0-9]{1,9}\] (?:NVRM: |nvidia-nvswitch|amdgpu |pcieport )", re.ASCII)
 _BOOT_STEP_SECONDS = 10.0  # a since-boot stamp this much lower than the one before starts a new boot
 
 
@@ -287,7 +288,7 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
         return _unreadable(info, exc)
 
 
-_KMSG_DUMP = re.compile(rb"[0-9]{1,4},[0-9]{1,20},[0-9]{1,20},")
+_KMSG_DUMP = lazy_compile(rb"[0-9]{1,4},[0-9]{1,20},[0-9]{1,20},")
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"),
           (b"LPKSHHRH", "a binary systemd journal file"))
 

@@ -34,6 +34,7 @@ from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
 from gpudiag.probe.kernel_log.text import BUS_ID, bounded_int
+from gpudiag.probe.patterns import lazy_compile
 
 NIC_DRIVERS = ("mlx5_core", "bnxt_en", "bnxt_re", "ionic", "ionic_rdma")
 NIC_PREFIXES = tuple(f"{driver} " for driver in NIC_DRIVERS)
@@ -42,7 +43,7 @@ NIC_EVENT_KINDS = ("nic_port_state", "nic_link_down", "nic_link_up", "nic_module
                    "nic_pci_unavailable", "nic_command_timeout", "nic_command_failed", "nic_pcie_power_insufficient",
                    "nic_pcie_bandwidth_limited", "nic_firmware_reset")
 
-_PREFIX = re.compile(
+_PREFIX = lazy_compile(
     rf"({'|'.join(NIC_DRIVERS)}) "
     # the PCI function, or an auxiliary device ("mlx5_core.rdma.0", "bnxt_en.rdma.0") that an RDMA device hangs off
     rf"((?i:{BUS_ID})|[a-z0-9_]{{1,32}}\.[a-z0-9_]{{1,32}}\.[0-9]{{1,4}})"
@@ -52,7 +53,7 @@ _PREFIX = re.compile(
 
 
 def _p(pattern: str) -> re.Pattern:
-    return re.compile(pattern, re.ASCII)
+    return lazy_compile(pattern, re.ASCII)
 
 
 _PORT_STATE = _p(r"Port: ([0-9]{1,3}) Link (NOP|DOWN|INIT|ARMED|ACTIVE|ACTIVE_DEFER)\s*$")
@@ -68,8 +69,8 @@ _CMD_TIMEOUT = _p(r"(?:cmd\[[0-9]{1,3}\]: )?([A-Z0-9_]{1,48})\(0x[0-9a-f]{1,4}\)
 _CMD_FAILED = _p(r"([A-Z0-9_]{1,48})\(0x[0-9a-f]{1,4}\) op_mod\(0x[0-9a-f]{1,4}\) failed")
 _QPLIB = _p(r"QPLIB: cmdq\[0x[0-9a-f]{1,8}\]=0x([0-9a-f]{1,4}) status 0x([0-9a-f]{1,4})\s*$")
 _POWER = _p(r"Detected insufficient power on the PCIe slot \(([0-9]{1,4})W\)")
-_BANDWIDTH = re.compile(rf"[0-9]{{1,5}}\.[0-9]{{3}} Gb/s available PCIe bandwidth, limited by ([0-9.]{{1,5}} GT/s"
-                        rf"(?: PCIe)?) x([0-9]{{1,2}}) link at ({BUS_ID}) ", re.ASCII | re.IGNORECASE)
+_BANDWIDTH = lazy_compile(rf"[0-9]{{1,5}}\.[0-9]{{3}} Gb/s available PCIe bandwidth, limited by ([0-9.]{{1,5}} GT/s"
+                          rf"(?: PCIe)?) x([0-9]{{1,2}}) link at ({BUS_ID}) ", re.ASCII | re.IGNORECASE)
 _FW_RESET = _p(r"(?:Firmware (fatal|non-fatal) reset event(?: received|, )|(Fatal|Non-fatal) firmware reset event, )")
 
 

@@ -18,10 +18,11 @@ import ctypes
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Optional
 
 from gpudiag.model import normalize_pci_bus_id
+from gpudiag.model.records import dataclass
 from gpudiag.probe import deadline
 from gpudiag.probe.nvml import call as nvml_call
 

@@ -15,7 +15,6 @@ Enum values are spelled out from nvml.h (the same numbers pynvml exposes) so tha
 from __future__ import annotations
 
 import ctypes
-import uuid
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, DriverHealth, FabricInfo
@@ -123,6 +122,8 @@ def _fabric(nvml: Any, info: Any) -> FabricInfo:
         fabric.status_code = int(info.status)
         fabric.status = "success" if fabric.status_code == SUCCESS else code_name(nvml, fabric.status_code)
     fabric.clique_id = int(info.cliqueId)
+    import uuid  # here: only a GPU in an NVLink domain has one (uuid imports platform)
+
     fabric.cluster_uuid = str(uuid.UUID(bytes=bytes(info.clusterUuid)))
     mask = getattr(info, "healthMask", None)  # struct v2+
     if mask is not None:

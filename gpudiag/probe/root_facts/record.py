@@ -23,12 +23,13 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Optional
 
 from gpudiag.fileio import DocumentError, read_json
 from gpudiag.model import BootFault, PciBridge
+from gpudiag.model.records import dataclass
 from gpudiag.model.serialize import SchemaError, from_dict, to_dict
 
 FILE_NAME = "root-facts.json"

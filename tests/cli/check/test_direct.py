@@ -124,6 +124,11 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
             calls.append("init")
             raise RuntimeError("driver not loaded")  # swallowed: the probe's own nvmlInit reports it
 
+        @staticmethod
+        def nvmlDeviceGetCount():
+            calls.append("count")
+            return 0
+
     monkeypatch.setitem(sys.modules, "pynvml", FakePynvml)
     started = []
     monkeypatch.setattr(nvml_early.threading, "Thread", lambda target, name, daemon: started.append(target) or
@@ -134,6 +139,27 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
     monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: path == "/dev/nvidiactl")
     nvml_early.start_nvml_init()
     assert len(started) == 1 and calls == ["init"]
+
+
+def test_the_early_start_opens_every_gpu_and_the_probe_reads_them_all_itself(tmp_path, monkeypatch):
+    """The early thread's one read per GPU (its handle: a process's first costs the driver most) comes before the
+    probe's own; the probe still asks for every GPU's handle and reads everything it reports."""
+    from gpudiag.probe.nvml import early as nvml_early
+
+    node = FakeNode.hgx_h200(2)
+    fake_root(tmp_path, node)
+    monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: path == "/dev/nvidiactl")
+    with installed(node) as lib:
+        opened = []
+        monkeypatch.setattr(nvml_early.threading, "Thread", lambda target, name, daemon: opened.append(target) or
+                            type("T", (), {"start": staticmethod(target)})())
+        nvml_early.start_nvml_init()
+        early = dict(lib.device_calls)
+        assert early == {("nvmlDeviceGetHandleByIndex_v2", 0): 1, ("nvmlDeviceGetHandleByIndex_v2", 1): 1}
+        assert len(nvml_early.WINDOW) == 4 and nvml_early.WINDOW == sorted(nvml_early.WINDOW)
+        code, out, _ = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json"])
+    assert code == 0 and json.loads(out)["status"] == "pass"
+    assert all(lib.device_calls[call] == 2 for call in early)  # the probe opened each GPU again itself
 
 
 # The console script's own ending (fastpath.run → fastpath.leave): the answer flushed whole, then os._exit.
