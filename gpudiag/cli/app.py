@@ -24,6 +24,7 @@ from gpudiag.cli.node_collect import exit_for_failure, start_logging
 from gpudiag.cli.serve import serve
 from gpudiag.cli.snapshot import snapshot
 from gpudiag.cli.textfile import textfile
+from gpudiag.cli.top import top
 from gpudiag.exitcodes import ExitCode
 
 try:  # typer 0.2x ships its own copy of click; older typer uses click itself
@@ -53,8 +54,8 @@ def version() -> None:
 
 
 # --help lists the commands in this order (pinned by tests/test_cli_habits.py).
-COMMANDS = (("check", check), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve), ("textfile", textfile),
-            ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history),
+COMMANDS = (("check", check), ("top", top), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve),
+            ("textfile", textfile), ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history),
             ("profiles", profiles))
 for _name, _command in COMMANDS:
     app.command(_name)(_command)
