@@ -45,11 +45,14 @@ def test_the_header_comes_once_then_a_line_per_gpu_per_sample_in_fixed_columns(t
     assert [r["gpu"] for r in rows] == ["0", "1", "2", "3"] * 3
     data = lines[2:]
     assert all(len(line.split()) == len(NAMES) for line in data)
-    # fixed columns: every value ends (numbers) or starts (text) where its header name does
+    # fixed columns: every number ends where its header name ends, the bus ID starts where "bus" starts
     header = lines[0]
-    for name in ("pwr", "gtemp", "pclk", "fb", "pciw"):
-        end = header.index(f" {name} ") + len(name) + 1
-        assert {line[:end].split()[-1] for line in data if line[end] == " "} and all(line[end] == " " for line in data)
+    for name in ("gpu", "pwr", "plim", "gtemp", "mtemp", "pclk", "mclk", "sm", "mem", "fb", "sbecc", "dbecc",
+                 "remap", "pcig", "pciw"):
+        end = header.index(f" {name} ") + 1 + len(name)  # the blank after the name
+        assert all(line[end - 1] != " " and line[end] == " " for line in data), name
+    start = header.index(" bus ") + 1
+    assert all(line[start - 1] == " " and line[start:start + 12].startswith("0000:") for line in data)
     gpu2 = rows[2]
     assert gpu2 | {"time": "x"} == {
         "time": "x", "gpu": "2", "bus": "0000:4c:00.0", "pwr": "74", "plim": "700", "gtemp": "27", "mtemp": "32",
