@@ -107,7 +107,7 @@ def summary(snapshot: NodeSnapshot, results: ActiveResults) -> list[str]:
 
 def judge(snapshot: NodeSnapshot) -> tuple[list[dict], Optional[str]]:
     try:
-        from gpudiag.checks.active import active_checks
+        from gpudiag.checks.active.family import active_checks
         from gpudiag.expect import DEFAULT_EXPECTATIONS
 
         return [to_dict(r) for r in active_checks(snapshot, DEFAULT_EXPECTATIONS)], None

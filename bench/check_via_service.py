@@ -2,7 +2,7 @@
 `nvidia-smi -q`, and the exporter's scrape latency and CPU while 10 checks a second go through the service — in one
 run (issue: one NVML client per node).
 
-`gpudiag check` through the service is the fast path (gpudiag/cli/fastpath.py: the service judges and renders; the
+`gpudiag check` through the service is the fast path (gpudiag/cli/check/fastpath.py: the service judges and renders; the
 benchmark checks that it was taken); "service, full CLI" is the same check judged by the full CLI in the client, as
 before the fast path. Goals: through the service ≤ 0.5 × nvidia-smi -q; cold --direct ≤ 1.0 × nvidia-smi -q; scrape latency unchanged
 under the check load (the exporter's CPU is reported as it is: a client asking for a collection at most a second old
@@ -41,18 +41,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_vs_nvidia_smi import interleaved, precompile, timed  # noqa: E402 - the sibling benchmark's harness
 # Runs gpudiag with the tests' fake NVML installed (the fake node's GPUs), for --fake.
-FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.exporter_node import fake_node; "
-               "from tests.fakes import fake_nvml_events; from tests.fakes.fake_nvml import installed; "
+FAKE_RUNNER = ("import sys; from pathlib import Path; from tests.support.exporter_node import fake_node; "
+               "from tests.support.fakes import fake_nvml_events; from tests.support.fakes.fake_nvml import installed; "
                "fake = installed(fake_node(int(sys.argv[1]))); fake.__enter__(); "
                "from gpudiag.cli.app import main; sys.exit(main(sys.argv[2:]))")
 
 
 FULL_CLI = "from gpudiag.cli.app import run; run()"
-CHECK_REQUEST = {"op": "check", "format": "json"}  # what `gpudiag check --json` sends (gpudiag/cli/fastpath.py)
+CHECK_REQUEST = {"op": "check", "format": "json"}  # what `gpudiag check --json` sends (gpudiag/cli/check/fastpath.py)
 
 
 def fast_path_taken(python: str, cmd: list[str], env: dict) -> bool:
-    """`gpudiag check` answered by the service's fast path (gpudiag/cli/fastpath.py): nothing heavy imported."""
+    """`gpudiag check` answered by the service's fast path (gpudiag/cli/check/fastpath.py): nothing heavy imported."""
     program = cmd[1:] if cmd[0] == python else cmd  # `python -m gpudiag …`, or a console script run by python
     done = subprocess.run([python, "-X", "importtime", *program], capture_output=True, text=True, env=env, cwd=REPO)
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
@@ -141,7 +141,7 @@ def main() -> int:
         print(f"timing {args.gpudiag} (interpreter {python})")
     if args.fake:
         sys.path.insert(0, str(REPO))
-        from tests.exporter_node import fake_node, fake_root
+        from tests.support.exporter_node import fake_node, fake_root
 
         root = tmp / "root"
         fake_root(root, fake_node(args.fake))
@@ -162,7 +162,8 @@ def main() -> int:
             # the floor under any Python command on this machine (site, .pth files of the installed packages)
             "python -c pass": [python, "-c", "pass"],
         }
-        if not args.fake:  # the same cold check through typer (gpudiag/cli/app.py), as before gpudiag/cli/direct.py
+        # the same cold check through typer (gpudiag/cli/app.py), as before gpudiag/cli/check/direct.py
+        if not args.fake:
             commands["--direct, full CLI"] = [python, "-c", FULL_CLI, "check", "--json", "--direct"]
         fast = fast_path_taken(python, commands["check via service"], env)
         print(f"check via service took the fast path (no gpudiag.cli.app, typer or gpudiag.model imported): "

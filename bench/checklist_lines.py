@@ -1,6 +1,6 @@
-"""How many lines `gpudiag check` prints for every scenario of tests/checklist_scenarios.py (each single-fault node
-the tests' fakes build, both vendors, and issue 27's three noisy cases), by default and with --verbose, against the
-line budget of docs/checklist.md. No GPU needed: the fake NVML and amdsmi libraries of tests/fakes/.
+"""How many lines `gpudiag check` prints for every scenario of tests/support/checklist_scenarios.py (each single-fault
+node the tests' fakes build, both vendors, and issue 27's three noisy cases), by default and with --verbose, against the
+line budget of docs/checklist.md. No GPU needed: the fake NVML and amdsmi libraries of tests/support/fakes/.
 
 Usage: PYTHONPATH=. python3 bench/checklist_lines.py [SCENARIO...]   (from the repository root)
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from tests.checklist_scenarios import ALL, ISSUE_CASES, checklist
+from tests.support.checklist_scenarios import ALL, ISSUE_CASES, checklist
 
 BUDGET = 40  # lines, by default, for any of these nodes (docs/checklist.md "The line budget")
 

@@ -36,14 +36,16 @@ PHASES = ("start", "gpudiag imports", "pynvml import", "probe", "judge and rende
 
 
 def child_phases() -> dict:
-    """The direct check (gpudiag/cli/direct.py) in steps, timed; run in a fresh process."""
+    """The direct check (gpudiag/cli/check/direct.py) in steps, timed; run in a fresh process."""
     marks = [time.perf_counter()]
     import io
     from contextlib import redirect_stdout
 
     from gpudiag.checks import probe_parts_for, resolve_selection
-    from gpudiag.cli.node_collect import collect, expectations
-    from gpudiag.probe import host, kernel_log, nvml  # noqa: F401 - imported by the probe at its start otherwise
+    from gpudiag.cli.shared.node_collect import collect, expectations
+    from gpudiag.probe import host  # noqa: F401 - imported by the probe at its start otherwise
+    from gpudiag.probe.kernel_log import reader as kernel_log
+    from gpudiag.probe.nvml import backend as nvml  # noqa: F401
     from gpudiag.report.verdict import print_verdict
     marks.append(time.perf_counter())
     import pynvml  # noqa: F401 - what NvmlBackend.open imports

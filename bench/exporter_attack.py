@@ -1,10 +1,10 @@
 """`gpudiag serve` under attack: valid-scrape success rate and p99 latency while hostile clients hammer it, and the
 server's RSS peak and CPU (issue 10, items 5-8).
 
-The exporter runs as its own process over the fake NVIDIA node (tests/exporter_node.py), with basic auth on (one
+The exporter runs as its own process over the fake NVIDIA node (tests/support/exporter_node.py), with basic auth on (one
 user, a bcrypt hash of cost 10, as the unit's comment tells operators to make one), so that every attack meets the
 full request path. One scraper with the valid credentials scrapes /metrics on a fresh connection every 50 ms while
-`--clients` attackers run one attack (tests/http_attacks.py):
+`--clients` attackers run one attack (tests/support/http_attacks.py):
 
 - none: the baseline;
 - header flood: request heads of 97 headers × 65,000 B;
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bcrypt  # noqa: E402
 
-from tests.http_attacks import (  # noqa: E402
+from tests.support.http_attacks import (  # noqa: E402
     Target, basic_auth, bcrypt_flood, connection_flood, header_flood, scrape_once, slowloris, under_attack,
 )
 

@@ -3,7 +3,7 @@
 Targets (issue: gpudiag serve): for 8 GPUs, under 0.5% of one core at a 15 s interval (one collection and one
 scrape per 15 s); RSS under 60 MiB and flat over 10,000 scrapes. Also run at 64 devices to show how it scales.
 
-The exporter runs as its own process, exactly as `gpudiag serve` (tests/exporter_node.py installs the fake
+The exporter runs as its own process, exactly as `gpudiag serve` (tests/support/exporter_node.py installs the fake
 libnvidia-ml first), so its CPU and RSS are measured from outside, without the benchmark's client in them. The
 fake is Python standing in for the C library, so the CPU and memory figures include the fake's own work: they
 over-state what the real library costs. Everything runs on loopback; the request loop is bounded by --scrapes.
@@ -32,8 +32,8 @@ TARGET_RSS_MIB = 60
 
 def bench(devices: int, scrapes: int, idle_seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as root:
-        target = ExporterProcess([sys.executable, "-m", "tests.exporter_node", root, str(devices), "--", "--listen",
-                                  "127.0.0.1:0", "--interval", str(COLLECT_EVERY), "--timeout", "10"])
+        target = ExporterProcess([sys.executable, "-m", "tests.support.exporter_node", root, str(devices), "--",
+                                  "--listen", "127.0.0.1:0", "--interval", str(COLLECT_EVERY), "--timeout", "10"])
         try:
             while target.collections() < 3:  # warm: imports done, NVML open, caches filled
                 time.sleep(0.2)

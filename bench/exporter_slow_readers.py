@@ -1,7 +1,7 @@
 """`gpudiag serve` on a 64-GPU node against clients that send a request and never read (issue 24, item 18).
 
 On a 64-GPU node /metrics is about 3.6 MB, far more than a socket's buffers hold: a client that asks for it and
-never reads leaves the server's write standing still. 32 such clients (tests/http_attacks.py never_read: a 4 KiB
+never reads leaves the server's write standing still. 32 such clients (tests/support/http_attacks.py never_read: a 4 KiB
 receive buffer, reconnecting as soon as they are dropped) run against the exporter as its own process over the
 fake NVIDIA node (64 GPUs, no auth, the default 16 connections), while one scraper makes a valid scrape on a fresh
 connection every 50 ms. Printed: the body's size, valid scrapes that succeeded (200 and the whole body within 2 s),
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.http_attacks import Target, never_read, scrape_once, under_attack  # noqa: E402
+from tests.support.http_attacks import Target, never_read, scrape_once, under_attack  # noqa: E402
 
 
 def run(seconds: float, clients: int, gpus: int, receive_buffer: int = 4096) -> dict:

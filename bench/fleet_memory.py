@@ -11,7 +11,7 @@ process alone (wait4), its wall time from outside:
   ~330 bytes each). A Prometheus does not answer this way; a misconfigured or hostile one can, and the cap is what
   bounds what fleet holds.
 
-The figures are what docs/fleet.md states as the memory bound; tests/test_fleet_memory.py holds the bound at a
+The figures are what docs/fleet.md states as the memory bound; tests/e2e/test_fleet_memory.py holds the bound at a
 smaller size. Usage: python3 bench/fleet_memory.py [--nodes 2000] [--answer-mib 60] [--results 435000]
 [--cases report,answers-narrow,answers-wide] [--large-for PROMQL-PIECE] [--json OUT]
 """

@@ -3,7 +3,8 @@
 Issue 10 (items 2 and 3): before the fix a 200 KB line took 14 s and an 11 MB line over 300 s (a quadratic
 "fallen off the bus" pattern), and a 4,301-digit number made the whole log unreadable. Each input below ends with
 one real Xid 79, which must still be found; the time of a plain 32 MiB boot log (the largest default ring buffer)
-is the baseline. The tests bound the worst case loosely (tests/test_kernel_log_hostile.py); this prints the figures.
+is the baseline. The tests bound the worst case loosely (tests/probe/kernel_log/test_hostile.py); this prints the
+figures.
 
 Usage: python3 bench/kernel_log_scan.py [--mib 32] [--json OUT]
 """
@@ -20,7 +21,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpudiag.probe.kernel_log import read_kernel_log  # noqa: E402
+from gpudiag.probe.kernel_log.reader import read_kernel_log  # noqa: E402
 
 XID_79 = "[ 9.0] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
 

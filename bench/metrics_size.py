@@ -1,6 +1,6 @@
-"""How large `/metrics` is: `gpudiag serve` over the fake 8-GPU HGX H200 node of the tests (tests/exporter_node.py:
-the real pynvml over the fake libnvidia-ml), scraped as Prometheus scrapes it, plain and with
-`Accept-Encoding: gzip`. Prints the bytes of each body and the number of samples. The README's figure.
+"""How large `/metrics` is: `gpudiag serve` over the fake 8-GPU HGX H200 node of the tests
+(tests/support/exporter_node.py: the real pynvml over the fake libnvidia-ml), scraped as Prometheus scrapes it, plain
+and with `Accept-Encoding: gzip`. Prints the bytes of each body and the number of samples. The README's figure.
 
 Usage: PYTHONPATH=. python3 bench/metrics_size.py [--devices 8]   (from the repository root)
 """
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--devices", type=int, default=8)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as root:
-        target = ExporterProcess([sys.executable, "-m", "tests.exporter_node", root, str(args.devices), "--",
+        target = ExporterProcess([sys.executable, "-m", "tests.support.exporter_node", root, str(args.devices), "--",
                                   "--listen", "127.0.0.1:0", "--interval", "1", "--timeout", "10"])
         try:
             while target.collections() < 2:  # a complete collection, and its checks, in the body

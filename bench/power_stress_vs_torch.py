@@ -5,11 +5,11 @@
 2. torch: a BF16 matmul (8192², random data) on every GPU at once for as long, sampled by the same reader; then an
    on-device copy (`b.copy_(a)`, 2 GiB) timed by CUDA events, counted once.
 
-Both steady windows use gpudiag.checks.stress_figures (the ramp left out). Printed per GPU: steady mean power, its
-ratio to torch's (goal ≥ 0.95), tensor TFLOPS beside torch's (goal ≥ 0.9), SM clocks, peak temperature, throttle
-reasons, HBM GB/s beside torch's copy (goal ≥ 0.9), and what the verification of every result found and cost on the
-host (bench/verified_stress.py measures its GPU cost). With --copy-warps 0,2,4 the stress runs once per setting,
-the ratios then use the last one (tuning).
+Both steady windows use gpudiag.checks.active.stress_figures (the ramp left out). Printed per GPU: steady mean power,
+its ratio to torch's (goal ≥ 0.95), tensor TFLOPS beside torch's (goal ≥ 0.9), SM clocks, peak temperature, throttle
+reasons, HBM GB/s beside torch's copy (goal ≥ 0.9), and what the verification of every result found and cost on the host
+(bench/verified_stress.py measures its GPU cost). With --copy-warps 0,2,4 the stress runs once per setting, the ratios
+then use the last one (tuning).
 
 Usage: PYTHONPATH=. python3 bench/power_stress_vs_torch.py [--seconds 30] [--copy-warps 2] [--json OUT.json]
 Needs libcuda.so.1, nvidia-ml-py and torch (AMD: libamdhip64.so, libhiprtc.so, amdsmi and a ROCm torch).
@@ -30,7 +30,7 @@ from active_diag import collect_snapshot, live_reader  # noqa: E402  (bench/ is 
 
 from gpudiag.active import ActiveOptions, run_active  # noqa: E402
 from gpudiag.active.session import telemetry_of  # noqa: E402
-from gpudiag.checks.stress_figures import StressFigures, figures_of  # noqa: E402
+from gpudiag.checks.active.stress_figures import StressFigures, figures_of  # noqa: E402
 from gpudiag.model import StressResult, to_dict  # noqa: E402
 
 MATMUL_N = 8192

@@ -1,5 +1,5 @@
-"""`python -m gpudiag`: the console script's entry point (gpudiag/cli/fastpath.py)."""
+"""`python -m gpudiag`: the console script's entry point (gpudiag/cli/check/fastpath.py)."""
 
-from gpudiag.cli.fastpath import run
+from gpudiag.cli.check.fastpath import run
 
 run()

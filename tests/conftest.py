@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.internal_errors import InternalErrorWatch
+from tests.support.internal_errors import InternalErrorWatch
 
 
 def pytest_configure(config):

@@ -13,11 +13,11 @@ import pytest
 
 from gpudiag.checks import CHECK_IDS, REFERENCE, REGISTRY, SETTINGS
 from gpudiag.checks.verdicts import TABLE
-from gpudiag.exporter.catalog import all_metrics
 from gpudiag.expect import Expectations, family_keys
-from tests.tools_support import load_tool
+from gpudiag.exporter.catalog import all_metrics
+from tests.support.paths import REPO
+from tests.support.tools import load_tool
 
-REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 
 

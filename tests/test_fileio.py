@@ -23,8 +23,8 @@ from gpudiag.fileio import (
     read_text,
     write_atomically,
 )
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def mode_of(path: Path) -> int:
@@ -123,7 +123,7 @@ def test_modes_honour_the_umask(tmp_path, umask, mask, public):
 def test_snapshots_and_baselines_are_saved_private(tmp_path, umask):
     from gpudiag.expect.baseline import NodeBaseline, save_baseline
     from gpudiag.model.recording import save_snapshot
-    from tests.snapshots import amd_mi300x_node
+    from tests.support.snapshots import amd_mi300x_node
 
     umask(0o022)
     save_snapshot(amd_mi300x_node(), tmp_path / "node.json")

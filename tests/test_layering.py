@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gpudiag"
+from tests.support.paths import REPO
+
+PACKAGE = REPO / "gpudiag"
 VENDOR_MODULES = {"pynvml", "amdsmi"}
 
 from tests.layers import LAYERS
@@ -148,7 +150,8 @@ def test_only_the_probe_layer_touches_vendor_libraries(path):
 def test_the_model_holds_the_probe_vocabulary_that_profiles_name():
     # Loading a profile imports no probe code (no psutil): the names it is checked against live in model/.
     from gpudiag.model import vocabulary
-    from gpudiag.probe import host, kernel_log_amdgpu
+    from gpudiag.probe import host
+    from gpudiag.probe.kernel_log import amdgpu as kernel_log_amdgpu
 
     assert vocabulary.AMDGPU_EVENT_KINDS == kernel_log_amdgpu.AMDGPU_EVENT_KINDS
     assert host.MODULES_OF_INTEREST is vocabulary.MODULES_OF_INTEREST

@@ -3,11 +3,10 @@ fakes (tools/readme_examples.py), and the passing node exactly as recorded on th
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from tests.tools_support import load_tool
+from tests.support.paths import REPO
+from tests.support.tools import load_tool
 
-REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text().splitlines()
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
 README = (REPO / "README.md").read_text()
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")

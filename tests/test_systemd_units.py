@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.as_user import GPUDIAG, NODE_EXPORTER, needs_root, shared_tmp, as_user
+from tests.support.as_user import GPUDIAG, NODE_EXPORTER, needs_root, shared_tmp, as_user
+from tests.support.paths import FIXTURES, REPO
 
-SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SYSTEMD = REPO / "systemd"
 UNITS = ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket")
 INSTALLED = "/usr/local/bin/gpudiag"
 ANALYZE = shutil.which("systemd-analyze")
@@ -128,7 +128,7 @@ def test_node_exporter_reads_the_prom_file_whichever_unit_set_the_shared_directo
     unit's StateDirectoryMode, the program under its User= and UMask=), then node_exporter's user reads."""
     from gpudiag.exporter.textfile import write_textfile
     from gpudiag.service.journal import Journal
-    from tests.snapshots import nvidia_h200_node
+    from tests.support.snapshots import nvidia_h200_node
 
     exporter, check = settings("gpudiag-exporter.service"), settings("gpudiag-check.service")
     assert exporter["StateDirectory"] == check["StateDirectory"] == ["gpudiag"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Record what an AMD Instinct node (MI300X / MI325X / MI355X) answers, for the fakes in tests/fakes/amd_node.py:
+# Record what an AMD Instinct node (MI300X / MI325X / MI355X) answers, for the fakes in tests/support/fakes/amd_node.py:
 # the quirks gpudiag relies on (xgmi_error EINVAL, XGMI_WAFL counts, gpu_metrics version, xgmi_link_status, the
 # bad-page threshold as root and not, the in-tree driver version, CPX BDFs and KFD partition IDs, VF answers).
 # Run from the repository root, once as root and once as a normal user:

@@ -5,8 +5,8 @@ the code's own catalogs:
 - checks: the registry (gpudiag/checks/__init__.py REGISTRY: ID, family, one-line summary), what each reads and the
   headline remediation, the profile settings it judges with, and the action and fault code of each status, all from
   the families' declarations (gpudiag/checks/family.py); the README's table of checks, between its markers;
-- verdicts: the whole verdict policy in one table (gpudiag/checks/verdicts.py TABLE), which tests/test_pinned_tables.py
-  pins: a change to it shows in this page's diff;
+- verdicts: the whole verdict policy in one table (gpudiag/checks/verdicts.py TABLE), which
+  tests/checks/test_pinned_tables.py pins: a change to it shows in this page's diff;
 - metrics: the metric catalog (gpudiag/exporter/catalog.py: name, type, labels, help), the unit read off the name;
 - modules: every module of the package with the first sentence of its docstring (docs/reference/modules.md);
 - the architecture's layer table and layout (docs/architecture.md, between its BEGIN/END markers): the package
@@ -114,8 +114,8 @@ def verdicts_page() -> str:
            f"{' < '.join(f'`{a}`' for a in ACTIONS)}; a node's action is its results' strongest) and its stable "
            "`fault_code` (part of the JSON contract: never renamed). This is the whole table, check by check in "
            "checklist order, as the families declare it beside their checks (gpudiag/checks/family.py); "
-           "tests/test_pinned_tables.py pins it, so that a change to the policy is a change to this page, reviewed "
-           "in its diff.", "",
+           "tests/checks/test_pinned_tables.py pins it, so that a change to the policy is a change to this page, "
+           "reviewed in its diff.", "",
            "- `pass` and `skip` need nothing: `none`, no fault code.",
            f"- {DEFAULT_CELL}: a status the check's row does not list gets `watch` (warn, unknown) or `drain` (fail) "
            f"and a code derived from the check's ID, e.g. `{derived_code('ecc.uncorrected', Status.UNKNOWN)}`.",

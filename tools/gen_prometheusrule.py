@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write contrib/kubernetes/gpudiag-prometheusrule.yaml: monitoring/prometheus/gpudiag-alerts.yml's rule groups as
-a Prometheus Operator PrometheusRule. Run after editing the alerts; tests/test_kubernetes_monitoring.py fails while
-the two differ.
+"""Write contrib/kubernetes/gpudiag-prometheusrule.yaml: monitoring/prometheus/gpudiag-alerts.yml's rule groups as a
+Prometheus Operator PrometheusRule. Run after editing the alerts; tests/contrib/test_kubernetes_monitoring.py fails
+while the two differ.
 
     python3 tools/gen_prometheusrule.py
 """

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpudiag.probe.kernel_log import KMSG_READ_SIZE, drain_kmsg, read_kernel_log  # noqa: E402
+from gpudiag.probe.kernel_log.reader import KMSG_READ_SIZE, drain_kmsg, read_kernel_log  # noqa: E402
 
 
 def main() -> int:

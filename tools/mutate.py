@@ -20,7 +20,7 @@ deadline counts as a kill by timeout, listed apart. It prints the score per file
 for reading: some survivors are equivalent mutants (no behaviour can tell them apart).
 
     python3 tools/mutate.py --workers 2 --json mutants.json
-    python3 tools/mutate.py --files gpudiag/checks/thermal.py --tests tests/test_checks_thermal.py
+    python3 tools/mutate.py --files gpudiag/checks/thermal.py --tests tests/checks/test_thermal.py
 
 A run's report is kept in reports/mutation/ (`python3 tools/mutate.py > reports/mutation/full.txt`); the equivalent
 mutants, with their reasons, are documented in docs/mutation-equivalents.md.
@@ -52,7 +52,7 @@ del sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
-JUDGEMENT_LAYER = ("gpudiag/checks/*.py", "gpudiag/probe/kernel_log_events.py", "gpudiag/exporter/families.py")
+JUDGEMENT_LAYER = ("gpudiag/checks/**/*.py", "gpudiag/probe/kernel_log/events.py", "gpudiag/exporter/families.py")
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-o", "addopts="]
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 from gpudiag.probe.deadline import CallTracker
-from gpudiag.probe.nvml import NvmlBackend
+from gpudiag.probe.nvml.backend import NvmlBackend
 
 
 def probe_in_new_process(index: int, started: "multiprocessing.synchronize.Event", out) -> None:

@@ -1,5 +1,5 @@
 """Ask NVML every question gpudiag's probe asks, on a real node, and write down each answer (or error) and how
-long it took. The fake NVML in tests/fakes is modelled on these answers; the timings show where probe time goes.
+long it took. The fake NVML in tests/support/fakes is modelled on these answers; the timings show where probe time goes.
 
 Usage: python3 tools/nvml_survey.py OUT.json
 """

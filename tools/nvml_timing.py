@@ -45,9 +45,9 @@ for label, fields in {
     answered = [(v.fieldId, v.scopeId, v.value.ullVal) for v in values if v.nvmlReturn == 0]
     print(f"fields {label}: {took:.1f} ms, {len(answered)}/{len(values)} answered, first {answered[:6]}")
 
-from gpudiag.probe import nvml_call  # noqa: E402
+from gpudiag.probe.nvml import call as nvml_call  # noqa: E402
 from gpudiag.probe.deadline import CallTracker  # noqa: E402
-from gpudiag.probe.nvml import NvmlBackend  # noqa: E402
+from gpudiag.probe.nvml.backend import NvmlBackend  # noqa: E402
 
 spent: collections.Counter = collections.Counter()
 original = nvml_call.NvmlCall.attempt
@@ -77,7 +77,7 @@ for th in threads:
     th.join()
 print(f"probe_device all GPUs in threads {1000 * (time.perf_counter() - t):.1f}")
 t = time.perf_counter()
-from gpudiag.probe.kernel_log import read_kernel_log  # noqa: E402
+from gpudiag.probe.kernel_log.reader import read_kernel_log  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 info = read_kernel_log(Path("/"))

@@ -16,7 +16,7 @@ imported_cli = time.perf_counter()
 import gpudiag.checks  # noqa: E402,F401
 import gpudiag.probe  # noqa: E402,F401
 import gpudiag.probe.host  # noqa: E402,F401
-import gpudiag.probe.nvml  # noqa: E402,F401
+import gpudiag.probe.nvml.backend  # noqa: E402,F401
 import pynvml  # noqa: E402,F401
 
 imported_all = time.perf_counter()

@@ -45,8 +45,8 @@ def _checklist(argv: list[str]) -> list[str]:
 
 
 def nvidia_example() -> list[str]:
-    from tests.exporter_node import fake_root, xid_line
-    from tests.fakes.fake_nvml import FakeNode, installed
+    from tests.support.exporter_node import fake_root, xid_line
+    from tests.support.fakes.fake_nvml import FakeNode, installed
 
     node = FakeNode.hgx_h200(8)
     node.gpus[7].lose_after_calls = 4  # enumerated, then lost: the first call it fails is nvmlDeviceGetSerial
@@ -62,9 +62,9 @@ def nvidia_example() -> list[str]:
 
 
 def amd_example() -> list[str]:
-    from tests.fakes import amd_node
-    from tests.fakes.fake_amdsmi import installed
-    from tests.test_amd_end_to_end import node_root
+    from tests.probe.amdsmi.test_end_to_end import node_root
+    from tests.support.fakes import amd_node
+    from tests.support.fakes.fake_amdsmi import installed
 
     node = amd_node.mi300x_node()
     amd_node.pcie_trained_gen4_on_gen4_board(node, 3)
@@ -82,10 +82,10 @@ def top_example() -> list[str]:
 
     import pynvml
 
-    from gpudiag.cli.top_source import Sampler
+    from gpudiag.cli.top.source import Sampler
     from gpudiag.report.live_text import header_lines, sample_lines
-    from tests.exporter_node import fake_root, xid_line
-    from tests.fakes.fake_nvml import FakeNode, installed
+    from tests.support.exporter_node import fake_root, xid_line
+    from tests.support.fakes.fake_nvml import FakeNode, installed
 
     node = FakeNode.hgx_h200(8)
     for index, gpu in enumerate(node.gpus[:7]):  # a training job on every GPU

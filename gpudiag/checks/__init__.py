@@ -1,4 +1,5 @@
-"""The checks: pure functions from a NodeSnapshot (and Expectations) to CheckResults, one module per family.
+"""The checks: pure functions from a NodeSnapshot (and Expectations) to CheckResults, one module per family (a family
+with modules of its own keeps them in a sub-package: kernel_log/, network/, active/).
 
 Each family module declares its Family (family.py): its checks, verdict rows, reference text, settings and the
 optional probe parts it judges. This package finds the declarations and builds the registry in checklist order and
@@ -34,8 +35,10 @@ def _declared_families() -> tuple[Family, ...]:
     snapshot.active, `check --level 2`) and the baseline (`check --baseline FILE`). Every check module is on the
     check path anyway, so importing them all to find the declarations costs nothing more."""
     found: list[Family] = []
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    # the package's modules and those of its sub-packages (a family with modules of its own keeps them in one,
+    # e.g. kernel_log/): walk_packages imports each sub-package to look inside it
+    for info in pkgutil.walk_packages(__path__, f"{__name__}."):
+        module = importlib.import_module(info.name)
         declared = getattr(module, "FAMILIES", None) or ((module.FAMILY,) if hasattr(module, "FAMILY") else ())
         found.extend(declared)
     for what, key in (("name", lambda f: f.name), ("order", lambda f: f.order)):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpudiag.checks import fabric, network_affinity
+from gpudiag.checks import fabric
+from gpudiag.checks.network import affinity as network_affinity
 from gpudiag.checks.common import (
     Check,
     errors_about,
@@ -73,7 +74,7 @@ def links_up(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
         if not device.links and errors_about(device, _LINK_TOPICS):
             return not_available(check_id, device, f"{_fabric(device)} link state", _LINK_TOPICS)
         if not device.links and unsupported_reasons(device, ("xgmi_link_status",)):
-            # Not reported is not down: an older gpu_metrics table or a VF (amdsmi_ras.py).
+            # Not reported is not down: an older gpu_metrics table or a VF (gpudiag/probe/amdsmi/ras.py).
             return not_available(check_id, device, "XGMI link state", ("xgmi_link_status",))
         expected = _expected_active_links(device, devices, expect)
         active = [link.index for link in device.links if link.up]
@@ -256,7 +257,7 @@ _VERDICTS = {
     "topology.numa": {W: ("watch", "GPUDIAG-TOPOLOGY-NO-NUMA")},
     # topology.fabric and driver.recovery_action set their verdicts per finding (checks/fabric.py, recovery.py).
     "topology.fabric": {F: ("drain", "GPUDIAG-FABRIC-NOT-READY"), W: ("watch", "GPUDIAG-FABRIC-SETTING-UP")},
-    # A GPU whose NIC is not below its PCIe switch sends its RDMA through the root complex (checks/network_affinity.py).
+    # A GPU whose NIC is not below its PCIe switch sends its RDMA through the root complex (checks/network/affinity.py).
     "topology.gpu_nic_affinity": {F: ("drain", "GPUDIAG-TOPOLOGY-GPU-NIC-AFFINITY"),
                                   W: ("watch", "GPUDIAG-TOPOLOGY-GPU-NIC-AFFINITY"),
                                   U: ("watch", "GPUDIAG-NETWORK-UNREADABLE")},

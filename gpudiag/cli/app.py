@@ -1,7 +1,7 @@
 """The `gpudiag` command: the typer app, its commands in their --help order, and the entry point that turns every
 ending into an exit code (gpudiag/exitcodes.py's ExitCode, part of the contract: docs/architecture.md).
 
-The command modules (gpudiag/cli/check.py …) define plain functions and never import this module: it registers
+The command modules (gpudiag/cli/check/command.py …) define plain functions and never import this module: it registers
 them, in the order of COMMANDS, so that --help lists them in that order whatever is imported first."""
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from typing import Optional
 
 import typer
 
-from gpudiag.cli import habits
 from gpudiag.cli.baseline import baseline
-from gpudiag.cli.check import check
+from gpudiag.cli.check.command import check
 from gpudiag.cli.fleet import fleet
 from gpudiag.cli.history import history
 from gpudiag.cli.install import install_service
 from gpudiag.cli.profiles import profiles
-from gpudiag.cli.node_collect import exit_for_failure, start_logging
-from gpudiag.cli.serve import serve
+from gpudiag.cli.serve.command import serve
+from gpudiag.cli.shared import habits
+from gpudiag.cli.shared.node_collect import exit_for_failure, start_logging
 from gpudiag.cli.snapshot import snapshot
 from gpudiag.cli.textfile import textfile
-from gpudiag.cli.top import top
+from gpudiag.cli.top.command import top
 from gpudiag.exitcodes import ExitCode
 
 try:  # typer 0.2x ships its own copy of click; older typer uses click itself
@@ -53,7 +53,7 @@ def version() -> None:
     print(__version__)
 
 
-# --help lists the commands in this order (pinned by tests/test_cli_habits.py).
+# --help lists the commands in this order (pinned by tests/cli/test_habits.py).
 COMMANDS = (("check", check), ("top", top), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve),
             ("textfile", textfile), ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history),
             ("profiles", profiles))

@@ -13,8 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from gpudiag.cli.node_collect import UsageProblem
-from gpudiag.cli.options import OutputFormat
+from gpudiag.cli.shared.node_collect import UsageProblem
+from gpudiag.cli.shared.options import OutputFormat
 from gpudiag.exitcodes import ExitCode
 
 DEFAULT_THRESHOLD_PERCENT = 5.0

@@ -13,8 +13,8 @@ from typing import Optional
 
 import typer
 
-from gpudiag.cli.node_collect import UsageProblem
-from gpudiag.cli.options import SocketOption
+from gpudiag.cli.shared.node_collect import UsageProblem
+from gpudiag.cli.shared.options import SocketOption
 from gpudiag.exitcodes import ExitCode
 
 

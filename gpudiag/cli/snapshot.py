@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from gpudiag.cli import habits, node_collect
-from gpudiag.cli.options import KernelLogOption, RootOption, TimeoutOption, write_output
+from gpudiag.cli.shared import habits, node_collect
+from gpudiag.cli.shared.options import KernelLogOption, RootOption, TimeoutOption, write_output
 from gpudiag.exitcodes import ExitCode
 
 

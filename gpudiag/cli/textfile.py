@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import typer
 
-from gpudiag.cli import habits, node_collect
-from gpudiag.cli.node_collect import UsageProblem
-from gpudiag.cli.node_collect import expectations as read_expectations
-from gpudiag.cli.options import (BaselineOption, KernelLogOption, ParamOption, ProfileOption, RootOption,
-                                 StressSecondsOption, LevelTimeoutOption)
+from gpudiag.cli.shared import habits, node_collect
+from gpudiag.cli.shared.node_collect import UsageProblem
+from gpudiag.cli.shared.node_collect import expectations as read_expectations
+from gpudiag.cli.shared.options import (BaselineOption, KernelLogOption, ParamOption, ProfileOption, RootOption,
+                                        StressSecondsOption, LevelTimeoutOption)
 from gpudiag.exitcodes import ExitCode
 
 

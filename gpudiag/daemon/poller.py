@@ -112,7 +112,7 @@ class Poller:
         duration = time.monotonic() - started
         if not outcome.done:
             self._running, self._running_since = outcome, started
-            # (debug: gpudiag/exporter/changes.py tells the overrun once, not once a cycle)
+            # (debug: gpudiag/cli/serve/changes.py tells the overrun once, not once a cycle)
             log.debug("collection overran its %.1fs deadline; its thread is abandoned", self._deadline)
             return Cycle(OVERRUN, duration, error=f"no result within {self._deadline:.1f}s")
         if outcome.error is not None:

@@ -95,13 +95,13 @@ class Expectations:
     expected_ecc_enabled: Optional[bool] = True
 
     # --- kernel log ------------------------------------------------------------------------------------------
-    # Overrides of the XID catalog's verdict (gpudiag/checks/xid_catalog.py). Precedence: ignore > fail > warn >
-    # catalog. Empty by default: the catalog holds the defaults, with NVIDIA's resolution buckets beside them.
+    # Overrides of the XID catalog's verdict (gpudiag/checks/kernel_log/xid_catalog.py). Precedence: ignore > fail >
+    # warn > catalog. Empty by default: the catalog holds the defaults, with NVIDIA's resolution buckets beside them.
     xid_fail_codes: tuple[int, ...] = ()
     xid_warn_codes: tuple[int, ...] = ()
     xid_ignore_codes: tuple[int, ...] = ()
     # The same for amdgpu events, by the kinds the log scanner gives them (AMDGPU_EVENT_KINDS in
-    # gpudiag/probe/kernel_log_events.py: "ring_timeout", "gpu_reset_failed", "ras_uncorrectable", …).
+    # gpudiag/probe/kernel_log/events.py: "ring_timeout", "gpu_reset_failed", "ras_uncorrectable", …).
     amdgpu_fail_kinds: tuple[str, ...] = ()
     amdgpu_warn_kinds: tuple[str, ...] = ()
     amdgpu_ignore_kinds: tuple[str, ...] = ()
@@ -176,7 +176,7 @@ class Expectations:
     family_settings: tuple = field(default_factory=lambda: tuple(kind() for kind in FAMILY_SETTINGS))
 
     # --- active (load tests, `gpudiag check --level 2`) ------------------------------------------------------
-    # None: the default of checks/active_links.ActiveExpectations, where each is explained and sourced. The
+    # None: the default of checks/active/links.ActiveExpectations, where each is explained and sourced. The
     # *_expected_gbps fields pin the achievable copy rate instead of deriving it from the link (e.g. a platform
     # known to reach less); the ratios are shares of that figure below which a result warns or fails.
     active_h2d_expected_gbps: Optional[float] = None
@@ -191,7 +191,7 @@ class Expectations:
     active_p2p_warn_ratio: Optional[float] = None
     active_p2p_fail_ratio: Optional[float] = None
     active_stress_clock_fail_ratio: Optional[float] = None
-    # Power stress and HBM (checks/active_stress.py): shares of the enforced power limit the steady load must hold,
+    # Power stress and HBM (checks/active/stress.py): shares of the enforced power limit the steady load must hold,
     # the slow-GPU threshold against identical siblings, and the HBM copy figure against the part's nominal rate.
     active_stress_power_warn_ratio: Optional[float] = None  # default 0.90
     active_stress_power_fail_ratio: Optional[float] = None  # default 0.75

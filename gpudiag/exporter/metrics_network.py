@@ -12,7 +12,7 @@ while errors may go on). port_rcv_data / port_xmit_data count 4-octet words: the
 
 from __future__ import annotations
 
-from gpudiag.checks.network_common import counter_width_bits, model_of, pci_id, saturated
+from gpudiag.checks.network.common import counter_width_bits, model_of, pci_id, saturated
 from gpudiag.exporter import catalog
 from gpudiag.exporter.families import FamilySet
 from gpudiag.model import NodeSnapshot

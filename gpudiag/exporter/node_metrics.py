@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Iterable
 
 from gpudiag import __version__
-from gpudiag.checks.stress_figures import StressFigures, figures_of
+from gpudiag.checks.active.stress_figures import StressFigures, figures_of
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.device_metrics import add_aer, add_device
 from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
@@ -86,7 +86,7 @@ def add_active(fs: FamilySet, snapshot: NodeSnapshot) -> None:
 
 
 def _add_stress(fs: FamilySet, ids: tuple, figures: StressFigures) -> None:
-    """The figures active.stress judges (checks/stress_figures.py); one not measured has no series."""
+    """The figures active.stress judges (checks/active/stress_figures.py); one not measured has no series."""
     if figures.tflops is not None and figures.precision:
         fs.add(m.ACTIVE_STRESS_THROUGHPUT, ids + (figures.precision,), figures.tflops * 1e12)
     fs.add(m.ACTIVE_STRESS_POWER, ids, figures.mean_power_watts)

@@ -15,14 +15,14 @@ from typing import Callable, Optional
 from prometheus_client import generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
-from gpudiag.checks.kernel_log_common import SXID_DUMP_DETAILS
+from gpudiag.checks.kernel_log.common import SXID_DUMP_DETAILS
+from gpudiag.daemon.poller import COMPLETE, OUTCOMES, Collection, Cycle
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.events import BASELINE, LOG, NVML, SXID, XID, EventTally, KernelLogFollower, series_bus_id
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
-from gpudiag.daemon.poller import COMPLETE, OUTCOMES, Collection, Cycle
 from gpudiag.model import NodeSnapshot, Vendor
-from gpudiag.probe.nvml_events import OnXid, WatcherStatus, XidWatcher
+from gpudiag.probe.nvml.events import OnXid, WatcherStatus, XidWatcher
 
 WatcherFactory = Callable[[OnXid], XidWatcher]
 

@@ -132,7 +132,7 @@ class GpuDirectInputs:
 @dataclass
 class CounterReading:
     """The port counters of the collection before this one, so that the checks can judge rates since then (a
-    collector that reads again keeps its last reading: gpudiag/probe/rdma_history.py)."""
+    collector that reads again keeps its last reading: gpudiag/probe/network/history.py)."""
 
     seconds_before: float  # how long before this reading it was taken (monotonic clock)
     # "<device>/<port>" → {counter name: value}: counters/ and hw_counters/ by their file names (hw_counters under
@@ -151,7 +151,7 @@ def port_key(device: str, port: int) -> str:
 
 @dataclass
 class NetworkInfo:
-    """One read of the node's RDMA NICs (gpudiag/probe/rdma.py read_network)."""
+    """One read of the node's RDMA NICs (gpudiag/probe/network/rdma.py read_network)."""
 
     # The class directory was listed, or is absent (no RDMA devices: nothing to read); False: sysfs itself could not
     # be read under the root, or /sys/class/infiniband exists and could not be listed.

@@ -135,8 +135,8 @@ class KernelLogInfo:
     first_unreadable: Optional[str] = None
     formats: dict[str, int] = field(default_factory=dict)  # driver lines read, by the line format they came in
     boots: int = 0  # boots the log spans, where it says (0: one boot, or not known)
-    # The RDMA NIC drivers' records (gpudiag/probe/kernel_log_nic.py), kept apart from the GPU events above, which the
-    # GPU checks, the exporter's event counts and the service journal read.
+    # The RDMA NIC drivers' records (gpudiag/probe/network/kernel_log.py), kept apart from the GPU events above, which
+    # the GPU checks, the exporter's event counts and the service journal read.
     nic_events: list[KernelEvent] = field(default_factory=list)
 
 
@@ -190,7 +190,7 @@ class NodeSnapshot:
     active: Optional[ActiveResults] = None  # load tests, when they were run (gpudiag check --level 2)
     boot_history: Optional[BootHistory] = None  # earlier boots' driver events, where the node keeps them
     collectors: list[CollectorRun] = field(default_factory=list)
-    network: Optional[NetworkInfo] = None  # the RDMA NICs (probe/rdma.py); None: not collected
+    network: Optional[NetworkInfo] = None  # the RDMA NICs (probe/network/rdma.py); None: not collected
 
     def backend(self, name: str) -> Optional[BackendInfo]:
         return next((b for b in self.backends if b.name == name), None)

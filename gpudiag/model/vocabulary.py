@@ -4,7 +4,7 @@ against them), here so that loading a profile imports no probe code (and no psut
 # The kernel modules the host probe looks for (gpudiag/probe/host.py); `required_modules` names some of them.
 MODULES_OF_INTEREST = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "amdgpu")
 
-# Every `KernelEvent.kind` the amdgpu log scanner produces (gpudiag/probe/kernel_log_amdgpu.py, which builds the
+# Every `KernelEvent.kind` the amdgpu log scanner produces (gpudiag/probe/kernel_log/amdgpu.py, which builds the
 # same tuple from its patterns: tests/test_layering.py keeps the two equal), for the checks and profiles that name
 # them.
 AMDGPU_EVENT_KINDS = (

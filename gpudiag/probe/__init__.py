@@ -7,12 +7,13 @@ Order of work, each part bounded by what is left of `timeout_seconds`:
    with a bounded turn: one hung GPU leaves that GPU unreachable and named, the others are reported in full;
 4. GPU pairs (topology, P2P), then the processes on the GPUs described through psutil.
 
-A check family adds a probe part of its own as a module gpudiag/probe/<name>_part.py, found by its name (no step to
-wire here): `collect(snapshot, options, until)` reads the part on its own thread beside the vendor probes (step 2),
-from the host and PCI facts already in `snapshot`, and returns its value; `store(snapshot, value, error)` then puts
-the value in the snapshot, or, when the part failed or missed the deadline, says so there (value None, a
-ProbeError). Such a part is optional (one of PROBE_PARTS), collected when a selected check's family names it
-(gpudiag/checks/family.py `probe_parts`). How to add one: docs/adding-a-check-family.md.
+A check family adds a probe part of its own as a module part.py in its sub-package gpudiag/probe/<name>/ (beside the
+family's other probe modules), found by its name (no step to wire here): `collect(snapshot, options, until)` reads the
+part on its own thread beside the vendor probes (step 2), from the host and PCI facts already in `snapshot`, and returns
+its value; `store(snapshot, value, error)` then puts the value in the snapshot, or, when the part failed or missed the
+deadline, says so there (value None, a ProbeError). Such a part is optional (one of PROBE_PARTS), collected when a
+selected check's family names it (gpudiag/checks/family.py `probe_parts`). How to add one:
+docs/adding-a-check-family.md.
 
 `Collector` keeps the vendor libraries open between collections (the exporter); `collect()` is the one-shot form
 (`gpudiag check`).
@@ -24,6 +25,7 @@ import datetime
 import importlib
 import importlib.util
 import logging
+import os
 import pkgutil
 import socket
 import time
@@ -41,7 +43,8 @@ from gpudiag.model import (
     ProbeError,
     Vendor,
 )
-from gpudiag.probe import amdgpu_ras_threshold, deadline
+from gpudiag.probe import deadline
+from gpudiag.probe.amdgpu import ras_threshold as amdgpu_ras_threshold
 from gpudiag.probe.base import Backend, DeviceLost
 from gpudiag.probe.standins import lost_device, outcome_error, place_unidentified, unreachable_device
 
@@ -60,9 +63,11 @@ KERNEL_LOG_MARGIN_SECONDS = 0.25
 
 
 def _family_parts(path: list[str], package: str) -> dict[str, str]:
-    """The probe parts families add: <name>_part.py modules of the package, by name -> module (module docstring)."""
-    return {info.name.removesuffix("_part"): f"{package}.{info.name}"
-            for info in pkgutil.iter_modules(path) if info.name.endswith("_part")}
+    """The probe parts families add: a sub-package <name>/ of the package with a module part.py, by name -> module
+    (module docstring). Only the file names are looked at: nothing is imported until the part is collected."""
+    return {info.name: f"{package}.{info.name}.part" for info in pkgutil.iter_modules(path)
+            if info.ispkg and any(sub.name == "part" for sub in
+                                  pkgutil.iter_modules([os.path.join(info.module_finder.path, info.name)]))}
 
 
 FAMILY_PARTS: dict[str, str] = _family_parts(__path__, __name__)
@@ -78,7 +83,8 @@ class CollectOptions:
     timeout_seconds: float = 10.0
     read_kernel_log: bool = True
     parts: frozenset = PROBE_PARTS  # which of PROBE_PARTS to collect
-    # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/boot_history.py); None: not read.
+    # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/kernel_log/boot_history.py); None:
+    # not read.
     state_dir: Optional[Path] = None
     journalctl: Optional[str] = None  # the program to read the systemd journal with; None: journalctl on PATH
     # What a probe part carries from one collection to the next of the Collector these options belong to (part name
@@ -92,15 +98,15 @@ class CollectOptions:
 
 
 def _nvidia_backends(options: CollectOptions) -> list[Backend]:
-    from gpudiag.probe.nvml import NvmlBackend
+    from gpudiag.probe.nvml.backend import NvmlBackend
 
     return [NvmlBackend(link_errors="link_errors" in options.parts)]
 
 
 def _amd_backends(options: CollectOptions) -> list[Backend]:
     """amdsmi first; the amdgpu sysfs reader stands in when amdsmi cannot be used."""
-    from gpudiag.probe.amdgpu_sysfs import AmdgpuSysfsBackend
-    from gpudiag.probe.amdsmi_backend import AmdsmiBackend
+    from gpudiag.probe.amdgpu.sysfs import AmdgpuSysfsBackend
+    from gpudiag.probe.amdsmi.backend import AmdsmiBackend
 
     return [AmdsmiBackend(), AmdgpuSysfsBackend(options.root)]
 
@@ -198,7 +204,7 @@ class Collector:
         tests compare the events before and after the stress to find Xids / resets the load caused."""
         if not self.options.read_kernel_log and self.options.kernel_log_file is None:
             return None
-        from gpudiag.probe import kernel_log
+        from gpudiag.probe.kernel_log import reader as kernel_log
 
         info = kernel_log.read_kernel_log(self.options.root, self.options.kernel_log_file,
                                           until=time.monotonic() + timeout_seconds)
@@ -238,13 +244,13 @@ class Collector:
                           boot_time: Optional[float] = None) -> Optional[Callable[[float], deadline.Outcome]]:
         """The log scan runs on its own thread beside the vendor probes. It stops itself a little before the
         collection's deadline (then its result says it is incomplete), so that it neither outlives the collection
-        nor makes the probes wait: its patterns are linear and its lines capped (kernel_log_events.py), so it holds
+        nor makes the probes wait: its patterns are linear and its lines capped (kernel_log/events.py), so it holds
         the GIL only in short slices."""
         if "kernel_log" not in self.options.parts or (
             not self.options.read_kernel_log and self.options.kernel_log_file is None
         ):
             return None
-        from gpudiag.probe import kernel_log
+        from gpudiag.probe.kernel_log import reader as kernel_log
 
         stop_at = until - min(KERNEL_LOG_MARGIN_SECONDS, self.options.timeout_seconds / 10)
 
@@ -259,7 +265,7 @@ class Collector:
         return deadline.start(work, "kernel_log")
 
     def _read_boot_history(self, boot_id: Optional[str], boot_time: Optional[float], until: float) -> None:
-        from gpudiag.probe.boot_history import read_boot_history, was_cut_short
+        from gpudiag.probe.kernel_log.boot_history import read_boot_history, was_cut_short
 
         cached = self._boot_history
         if cached is not None and cached.current_boot == boot_id and not was_cut_short(cached):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from gpudiag.model import ErrorKind, PciGpu, PcieDpmLevel, ProbeError, Vendor, normalize_pci_bus_id
-from gpudiag.probe.amdgpu_sysfs_formats import parse_pp_dpm_pcie
+from gpudiag.probe.amdgpu.sysfs_formats import parse_pp_dpm_pcie
 from gpudiag.probe.files import FileReader
 from gpudiag.probe.pcie_generation import generation_from_gts_text
 

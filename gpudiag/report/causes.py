@@ -32,7 +32,7 @@ from typing import Hashable, Optional
 from gpudiag.model import CheckResult, Status
 
 # checks.verdicts.UNREACHABLE's code, written out: the checklist's renderer (which the fleet command imports too)
-# does not import every check module for it (tests/test_report_causes.py holds the two equal).
+# does not import every check module for it (tests/report/test_causes.py holds the two equal).
 UNREACHABLE_CODE = "GPUDIAG-GPU-UNREACHABLE"
 GPUS_VISIBLE = "inventory.gpus_visible"
 GPU_COUNT = "inventory.gpu_count"
@@ -40,8 +40,8 @@ LIBRARY = "driver.library"
 ECC_UNCORRECTED = "ecc.uncorrected"
 LINK_ERRORS = "topology.link_errors"
 XGMI_BLOCK = "xgmi_wafl"
-# Kernel-log verdicts that record the very loss inventory.gpus_visible reports (checks/kernel_log_nvidia.py
-# FALLEN_OFF_BUS and Xid 79; checks/kernel_log_common.py: the slot above the GPU lost its link or card).
+# Kernel-log verdicts that record the very loss inventory.gpus_visible reports (checks/kernel_log/nvidia.py
+# FALLEN_OFF_BUS and Xid 79; checks/kernel_log/common.py: the slot above the GPU lost its link or card).
 LOSS_RECORDS = frozenset({"GPUDIAG-XID-79", "GPUDIAG-PCIE-SLOT-LOST"})
 _UNJUDGED = (Status.UNKNOWN, Status.FAIL, Status.WARN)
 
@@ -89,7 +89,7 @@ def _count_explained(result: CheckResult, lost: int) -> bool:
 
 
 def _shared_error(result: CheckResult) -> Optional[str]:
-    """The runtime error a load test could not run for (checks/active_common._not_judged's observed value)."""
+    """The runtime error a load test could not run for (checks/active/common._not_judged's observed value)."""
     observed = result.observed
     if result.status is not Status.UNKNOWN or not result.check.startswith("active."):
         return None

@@ -78,7 +78,7 @@ def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], onl
 def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
                   open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool,
                   gpus: Optional[list[str]] = None) -> int:
-    """`gpudiag check`'s ending, for the typer CLI and gpudiag/cli/direct.py alike: the report on stdout, then
+    """`gpudiag check`'s ending, for the typer CLI and gpudiag/cli/check/direct.py alike: the report on stdout, then
     `tell_ending`. `gpus` (check -i/--gpu): only those GPUs' results and the node's (report/gpu_selection.py)."""
     import sys
 

@@ -1,5 +1,6 @@
 """The `check` request: the service judges and renders a level-1 `gpudiag check` on a client's behalf, so that the
-client (gpudiag/cli/fastpath.py) imports neither typer nor the model nor the checks (docs/service.md "The fast path").
+client (gpudiag/cli/check/fastpath.py) imports neither typer nor the model nor the checks (docs/service.md "The fast
+path").
 
 What a client may send is only what needs nothing from its filesystem: the selection, the output format, --verbose,
 colour, and a *shipped* profile's name with `-p KEY=VALUE` overrides. A profile named by a path is refused: the

@@ -7,8 +7,8 @@ and `duration_seconds` up to the collection that no longer did). Open episodes a
 start, so a check failing before a restart is still "failing since" its first sighting after it.
 Kernel-log events (Xid, amdgpu RAS, resets, …) are single entries, each once: they are told apart by kind, code,
 bus, timestamp and text, so re-reading the ring buffer after a restart does not journal them again. Each carries the
-`level` the checks give it on its own (gpudiag/checks/kernel_log.py event_severity). Warn-level events — an Xid 31
-is any CUDA user's to cause, at 2-3 a second on the lab H200 — are counted, not stored one by one: per GPU, kind
+`level` the checks give it on its own (gpudiag/checks/kernel_log/family.py event_severity). Warn-level events — an Xid
+31 is any CUDA user's to cause, at 2-3 a second on the lab H200 — are counted, not stored one by one: per GPU, kind
 and code, the first in an hour is an entry of its own, the rest of that hour one `repeat` entry whose count, last
 time and last message are updated in place. Fail-level events and the entries of open episodes are carried across
 rotation (`carry`), so no flood of routine entries can push an Xid 48 or a "failing since" out (issue 24, item 10).
@@ -23,9 +23,9 @@ import datetime
 import threading
 from typing import Optional
 
-from gpudiag.checks.kernel_log import event_severity
-from gpudiag.expect import Expectations
+from gpudiag.checks.kernel_log.family import event_severity
 from gpudiag.daemon.poller import Collection
+from gpudiag.expect import Expectations
 from gpudiag.model import KernelEvent, NodeSnapshot, Status
 from gpudiag.service.journal import Journal, by_time, iso, parse_time
 
@@ -202,7 +202,7 @@ class JournalKeeper:
     def _events(self, snapshot: NodeSnapshot, now: str, moment: float) -> tuple[list[dict], bool]:
         index_of = {d.pci_bus_id: d.index for d in snapshot.devices if d.pci_bus_id}
         # boot_id: which boot the event was logged in, so that a fault that comes back after reboots is seen
-        # (gpudiag/probe/boot_history.py reads these back); detail: what the line said of its severity.
+        # (gpudiag/probe/kernel_log/boot_history.py reads these back); detail: what the line said of its severity.
         in_log = [{"kind": event.kind, "event": "event", "code": event.code, "pci_bus_id": event.pci_bus_id,
                    "gpu": index_of.get(event.pci_bus_id), "log_timestamp": event.timestamp_seconds,
                    "message": event.message[:MESSAGE_CHARS], "level": self._level(event),

@@ -17,12 +17,12 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.fakes.fake_nvml import installed
-from tests.service_support import running_service
-from tests.top_node import node_root, nvidia_node
+from tests.support.fakes.fake_nvml import installed
+from tests.support.paths import REPO
+from tests.support.service import running_service
+from tests.support.top_node import node_root, nvidia_node
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 TMUX = shutil.which("tmux")
 
 
@@ -78,7 +78,7 @@ def terminal() -> Iterator[Callable[[str], Terminal]]:
 
 
 def top_command(root: Path, *node: str, args: str = "") -> str:
-    return (f"cd {shlex.quote(str(REPO))} && PYTHONPATH=. {shlex.quote(sys.executable)} -m tests.top_node "
+    return (f"cd {shlex.quote(str(REPO))} && PYTHONPATH=. {shlex.quote(sys.executable)} -m tests.support.top_node "
             f"{shlex.quote(str(root))} {' '.join(node)} -- top {args}")
 
 
@@ -115,8 +115,8 @@ def test_ctrl_c_is_exit_130_with_the_terminal_restored(terminal, tmp_path):
 
 
 def test_through_the_service_an_amd_node_s_view_comes_from_the_service(terminal, tmp_path):
-    from tests.fakes.fake_amdsmi import installed as amd_installed
-    from tests.top_node import amd_node_of
+    from tests.support.fakes.fake_amdsmi import installed as amd_installed
+    from tests.support.top_node import amd_node_of
 
     node = amd_node_of(2, fault=1)
     node_root(tmp_path, "amd", node)
@@ -135,7 +135,7 @@ def test_through_the_service_a_pipe_gets_values_this_process_could_not_read(tmp_
     node = nvidia_node(4, fault=1)
     node_root(tmp_path, "nvidia", node)
     with installed(node), running_service(tmp_path):
-        done = subprocess.run([sys.executable, "-m", "tests.top_node", str(tmp_path), "nvidia", "4", "--no-library",
+        done = subprocess.run([sys.executable, "-m", "tests.support.top_node", str(tmp_path), "nvidia", "4", "--no-library",
                                "--", "top", "-c", "2", "-i", "1,2"], capture_output=True, text=True, timeout=60,
                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0 and done.stderr == ""
@@ -150,7 +150,7 @@ def test_a_reader_that_leaves_is_exit_0_without_noise(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)  # as `gpudiag top | true`: every write meets a closed pipe
     try:
-        process = subprocess.Popen([sys.executable, "-m", "tests.top_node", str(tmp_path), "nvidia", "2", "--",
+        process = subprocess.Popen([sys.executable, "-m", "tests.support.top_node", str(tmp_path), "nvidia", "2", "--",
                                     "top", "--direct"], stdout=write_end, stderr=subprocess.PIPE, text=True,
                                    cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     finally:

@@ -9,15 +9,15 @@ import logging
 
 import pytest
 
-from gpudiag.cli import top_source
-from gpudiag.cli.top_source import SERVICE, Sampler
+from gpudiag.cli.top import source as top_source
+from gpudiag.cli.top.source import SERVICE, Sampler
 from gpudiag.model import CheckResult, Status
 from gpudiag.report.live import live_view
 from gpudiag.report.live_text import verdict_text
 from gpudiag.service import socket_path
-from tests.fakes.fake_nvml import installed
-from tests.service_support import raw, running_service, stand_in
-from tests.top_node import node_root, nvidia_node
+from tests.support.fakes.fake_nvml import installed
+from tests.support.service import raw, running_service, stand_in
+from tests.support.top_node import node_root, nvidia_node
 
 
 def test_top_answers_the_latest_collection_s_rows_and_verdicts(tmp_path):

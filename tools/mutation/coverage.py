@@ -38,8 +38,8 @@ def candidate_tests(targets: list[str], root: Path) -> list[str]:
         graph[name] |= {".".join(parts[:k]) for k in range(1, len(parts)) if ".".join(parts[:k]) in files}
         if files[name].name == "__init__.py" and "pkgutil" in _imports(files[name]):
             # a package that finds its modules by name (the check families, probe parts, metric modules:
-            # docs/adding-a-check-family.md) imports them without naming them
-            graph[name] |= {other for other in files if other.rpartition(".")[0] == name}
+            # docs/adding-a-check-family.md) imports them without naming them, its sub-packages' too
+            graph[name] |= {other for other in files if other.startswith(name + ".")}
     reach = {module_name(root / t, root) for t in targets}
     changed = True
     while changed:  # the modules that reach a target: grown to a fixed point
@@ -47,7 +47,7 @@ def candidate_tests(targets: list[str], root: Path) -> list[str]:
         reach |= grown
         changed = bool(grown)
     return sorted(str(p.relative_to(root)) for n, p in files.items()
-                  if p.name.startswith("test_") and p.parent.name == "tests" and n in reach)
+                  if p.name.startswith("test_") and n.startswith("tests.") and n in reach)
 
 
 @dataclass

@@ -1,0 +1,127 @@
+"""Probing the node and reading what it should be, for every command that judges one: the typer CLI (gpudiag/cli/app.py)
+and `gpudiag check` without typer (gpudiag/cli/check/direct.py), so that the two collect and judge alike. No typer
+here."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+from gpudiag.exitcodes import ExitCode
+
+PASSIVE_DEFAULT_TIMEOUT = 10.0
+
+
+class UsageProblem(Exception):
+    """Bad input from the user (a flag, a file): one line on stderr, exit 2."""
+
+
+def start_logging(debug: bool) -> None:
+    """Warnings (with GPUDIAG_DEBUG, debug lines too) on stderr, prefixed like every gpudiag message."""
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
+                        format="gpudiag: %(levelname)s: %(message)s")
+
+
+def exit_for_failure(exc: Exception, debug: bool) -> int:
+    """How a command ends on an exception it did not handle itself, for the typer CLI and gpudiag/cli/check/direct.py
+    alike: bad input is one line and exit 2, a reader that left early (a broken pipe) exit 0, anything else one line and
+    exit 4 instead of a traceback (GPUDIAG_DEBUG=1 raises it again)."""
+    if isinstance(exc, UsageProblem):
+        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    if isinstance(exc, BrokenPipeError):
+        return ExitCode.OK
+    if debug:
+        raise exc
+    print(f"gpudiag: internal error: {type(exc).__name__}: {exc} (set GPUDIAG_DEBUG=1 for the traceback)",
+          file=sys.stderr)
+    return ExitCode.INTERNAL
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While vendor libraries run, point file descriptor 1 at stderr: whatever they print (amdsmi prints to stdout
+    when libamd_smi.so is missing; C libraries may too) must not corrupt the JSON or JUnit on stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):  # Python-level prints, whatever sys.stdout writes to
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float], parts=None,
+                    state_dir: Optional[Path] = None):
+    """What to collect; `parts` (default: all) names the optional probe parts the selected checks judge; `state_dir`
+    is where the service keeps its journal (default /var/lib/gpudiag under the root), read for earlier boots."""
+    from gpudiag.probe import PROBE_PARTS, CollectOptions
+    from gpudiag.service import state_dir as journal_dir
+
+    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
+    if not (root / "sys").is_dir() and root != Path("/"):
+        raise UsageProblem(f"--root {root}: no sys/ directory under it")
+    if kernel_log is not None and kernel_log.is_dir():
+        raise UsageProblem(f"--kernel-log {kernel_log}: is a directory; give the saved log file")
+    if kernel_log is not None and not kernel_log.is_file():
+        raise UsageProblem(f"--kernel-log {kernel_log}: no such file")
+    return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout,
+                          parts=PROBE_PARTS if parts is None else parts, state_dir=journal_dir(root, state_dir))
+
+
+def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], level: int = 1, parts=None,
+             stress_seconds: Optional[float] = None):
+    """Probe the node; at level 2 also run the load tests on its idle GPUs (progress on stderr), all within one
+    deadline: --timeout, by default 10 s for the passive checks and 600 s with the load tests."""
+    import time
+
+    from gpudiag.probe import Collector
+
+    if timeout is None and level >= 2:  # gpudiag.active only where the load tests run (it costs a level-1 check)
+        from gpudiag.active.options import default_deadline
+
+        timeout = default_deadline(level, stress_seconds)
+    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
+    started = time.monotonic()
+    # The passive probe keeps its usual deadline; the load tests get the rest.
+    options = collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
+                               parts)
+    with stdout_to_stderr(), Collector(options) as collector:
+        snapshot = collector.collect()
+        if level >= 2:
+            from gpudiag.active import ActiveOptions, run_active
+
+            left = max(1.0, timeout - (time.monotonic() - started))
+            try:
+                options = ActiveOptions.for_level(level, stress_seconds, deadline_seconds=left, progress=sys.stderr,
+                                                  reader=collector.reprobe, kernel_events=collector.kernel_events)
+            except ValueError as exc:  # a GPUDIAG_VALIDATION_ONLY_* variable that does not parse
+                raise UsageProblem(str(exc)) from None
+            snapshot.active = run_active(snapshot, options)
+        return snapshot
+
+
+def expectations(profile: Optional[str], params: list[str], baseline_file: Optional[Path]):
+    """Defaults, then the profile, the -p overrides and the golden baseline; bad input is one line, exit 2."""
+    if profile is None and not params and baseline_file is None:
+        return None  # the defaults: no TOML parser or baseline reader to import on the common path
+    import dataclasses
+
+    from gpudiag.expect.baseline import BaselineError, load_baseline
+    from gpudiag.expect.profile import ProfileError, load_expectations
+
+    try:
+        expectations = load_expectations(profile, params)
+        if baseline_file is not None:
+            expectations = dataclasses.replace(expectations, baseline=load_baseline(baseline_file))
+    except (ProfileError, BaselineError) as exc:
+        raise UsageProblem(str(exc)) from None
+    return expectations

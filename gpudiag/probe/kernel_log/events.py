@@ -1,0 +1,104 @@
+"""Kernel log records → `KernelEvent`s: which driver a message belongs to, and the records that span lines. The
+line formats are read by formats.py, NVIDIA's messages by nvidia.py, amdgpu's by
+amdgpu.py; the PCIe hot-plug messages are here. Parsing only: what an event means lives in gpudiag/checks/.
+
+The log is hostile input (any local user can get text into it: a program's name in a segfault report, a write to
+/dev/kmsg, `logger`), so the rules are:
+- a driver event is recognised only when the message STARTS with the driver's own prefix (`NVRM: `,
+  `nvidia-nvswitchN: SXid `, `amdgpu <bus id>: `, `[drm:… [amdgpu]] `, `pcieport <bus id>: pciehp: `), never from
+  driver text inside another message;
+- a record the log says came from user space (a kmsg or syslog facility other than the kernel's, `dmesg -x`'s or
+  talosctl's facility word, a syslog/journal identifier or _TRANSPORT other than the kernel's) is never read:
+  kernel/printk/printk.c devkmsg_write() gives every write from user space LOG_USER (1) unless it names another
+  non-zero facility, so user space cannot forge facility 0. Plain dmesg text carries no origin: there only the prefix
+  rule holds;
+- every pattern is matched at a fixed place (re.match) or is of bounded length with no nested or overlapping
+  quantifiers, so matching is linear in the line; lines are cut to MAX_RECORD_CHARS before any pattern sees them;
+- digits are ASCII only (re.ASCII: `\\d` would take `٧٩` for 79) and every number is bounded in length, so int()
+  never meets a 4,300-digit string (Python's int-string limit raises ValueError beyond it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from gpudiag.model import KernelEvent, normalize_pci_bus_id
+from gpudiag.probe.kernel_log.amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
+from gpudiag.probe.kernel_log.formats import LogLine, split_line, wall_seconds
+from gpudiag.probe.kernel_log.ghes import GhesRecords
+from gpudiag.probe.kernel_log.nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
+from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
+from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
+
+__all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
+           "NIC_EVENT_KINDS", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
+
+# ---------------------------------------------------------------------------------------------------------------
+# PCIe hot-plug (drivers/pci/hotplug/pciehp_ctrl.c, ctrl_info → pci_info on the port: "pcieport <port>: pciehp: …"):
+# a slot whose link went down or whose card is gone. On AMD nodes this is how a GPU falling off the bus shows
+# (node-scraper: "PCIe Link Down", "PCIe card no longer present"). "Link Down/Up ignored (recovered by DPC)" is not
+# a loss, hence the whole message is matched. The bus ID is the port's; the checks find the GPU below it.
+
+_PCIE_SLOT = re.compile(rf"pcieport ({BUS_ID}): pciehp: Slot\([^)]{{1,32}}\): (Link Down|Card not present)$", FLAGS)
+_PCIE_SLOT_KINDS = {"link down": "slot_link_down", "card not present": "slot_card_not_present"}
+PCIE_SLOT_EVENT_KINDS = tuple(_PCIE_SLOT_KINDS.values())
+
+
+def _pcie_slot_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    match = _PCIE_SLOT.match(message.rstrip())
+    if not match:
+        return None
+    return KernelEvent(vendor=None, kind=_PCIE_SLOT_KINDS[match[2].lower()], message=message,
+                       pci_bus_id=normalize_pci_bus_id(match[1]), timestamp_seconds=seconds)
+
+
+def parse_event(message: str, seconds: Optional[float] = None) -> Optional[KernelEvent]:
+    """The GPU event a kernel message reports on its own, or None. `message` is the text after any line prefix; only
+    a message that starts with a GPU driver's own prefix is read (see the module docstring). Raises MalformedRecord
+    for a driver record with a number no driver prints."""
+    message = message[:MAX_RECORD_CHARS]
+    if message.startswith("NVRM: "):
+        return nvrm_event(message, seconds)
+    if message.startswith("nvidia-nvswitch"):
+        return sxid_event(message, seconds)
+    if message.startswith("pcieport "):
+        return _pcie_slot_event(message, seconds)
+    # RDMA NICs (probe/network/kernel_log.py): kept apart, in KernelLogInfo.nic_events
+    if message.startswith(NIC_PREFIXES):
+        return nic_event(message, seconds)
+    return amdgpu_event(message, seconds)
+
+
+class EventReader:
+    """The events of a stream of `LogLine`s, in order. A message that holds several lines of one record (kmsg's
+    \\x0a, rsyslog's #012, a journal MESSAGE) is read line by line, and NVRM records that span lines are put together
+    (nvidia.NvrmReader). Each event takes its line's wall clock and boot."""
+
+    def __init__(self) -> None:
+        self._nvrm = NvrmReader()
+        self._ghes = GhesRecords()  # APEI/GHES records span lines too (ghes.py)
+
+    def feed(self, line: LogLine) -> list[KernelEvent]:
+        message = line.message
+        if "\n" not in message and not message.startswith("NVRM: "):  # the common case: one line, not NVRM
+            event = parse_event(message, line.seconds) or self._ghes.feed(message, line.seconds)
+            if event is None:
+                return []
+            if line.wall_time is not None or line.boot is not None:
+                event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
+            return [event]
+        pieces = message.split("\n")
+        events = []
+        for number, piece in enumerate(pieces):
+            piece = piece.lstrip(" \t") if number else piece
+            piece = piece[:MAX_RECORD_CHARS]
+            if piece.startswith("NVRM: "):
+                event = self._nvrm.feed(piece, line.seconds)
+            else:
+                event = parse_event(piece, line.seconds) or self._ghes.feed(piece, line.seconds)
+            if event is not None:
+                if line.wall_time is not None or line.boot is not None:
+                    event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
+                events.append(event)
+        return events

@@ -1,0 +1,168 @@
+"""NVIDIA kernel messages → `KernelEvent`s: Xids (with what the line says of its severity), NVSwitch SXids, and the
+driver records that carry no Xid (issue 21). Parsing only: what a record means is gpudiag/checks/'s business.
+Hostile-input rules: formats.py and events.py (a record is read only from the start of its
+message, every pattern anchored and bounded).
+
+Sources (NVIDIA/open-gpu-kernel-modules, tag 595.45.04):
+- Xid: src/nvidia/src/kernel/gpu/rc/kernel_rc.c krcReportXid / _krcLogUuidOnce: `NVRM: Xid (PCI:%04x:%02x:%02x[
+  GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s`. The PCI tag has no function digit; an unknown process
+  prints pid='<unknown>', name=<unknown>; older drivers print pid=… without name=, some paths neither (Xid 79, 154),
+  and the oldest no `PCI:` (`NVRM: Xid (0000:03:00): 14, Channel 00000001`, in GPUd's tests; `NVRM: GPU 18:00.0: …`
+  without the domain likewise).
+- Xid 144-150 (NVLink5): `<UNIT> Fatal|Nonfatal XC0 i0 Link 00 (…)` (the lines GPUd's tests quote, e.g.
+  `149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 …)`).
+- Xid 154: src/nvidia/src/kernel/gpu/gpu.c _gpuRefreshRecoveryActionInLock: `GPU recovery action changed from 0x%x
+  (%s) to 0x%x (%s)`, the actions of ctrl2080gpu.h NV2080_CTRL_GPU_RECOVERY_ACTION_* (0 None, 1 GPU Reset Required,
+  2 Node Reboot Required, 3 Drain P2P, 4 Drain and Reset, 5 Recover IMEX Domain; older drivers named 1 "PF FLR" and
+  2 "OS Reboot").
+- SXid: src/common/nvswitch/kernel/inc/common_nvswitch.h NVSWITCH_PRINT_SXID: `nvidia-%s: SXid (PCI:%04x:%02x:%02x.%x):
+  %05d, ` then `Fatal, Link %02d …`, `Non-fatal, …` or `Correctable, …` (intr_nvswitch.h, error_nvswitch.h), or the
+  dump of an error entry that follows it: `Severity %d Engine instance %02d Sub-engine instance %02d` and `Data
+  {0x%08x, …}` (error_nvswitch.c, severity 1 = NVSWITCH_ERROR_SEVERITY_FATAL). Printed at KERN_ERR by
+  kernel-open/nvidia/linux_nvswitch.c nvswitch_os_print, with no NVRM prefix.
+- Fallen off the bus: kernel-open/nvidia/nv.c `NVRM: GPU %04x:%02x:%02x.%x: GPU has fallen off the bus.`, and at
+  probe time src/nvidia/arch/nvalloc/unix/src/osapi.c, one printk of three lines: `NVRM: The NVIDIA GPU %04x:%02x:
+  %02x.%x` / `NVRM: (PCI ID: %04x:%04x) installed in this system has` / `NVRM: fallen off the bus and is not responding
+  to commands.` (older drivers: the first two on one line). The bus ID is on the first line, the fault on the last.
+- NVLink training: src/nvidia/src/kernel/gpu/nvlink/arch/hopper/kernel_nvlink_gh100.c
+  `knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!` (no GPU named; GPUd reboots).
+- RmInitAdapter: src/nvidia/arch/nvalloc/unix/src/osinit.c `RmInitAdapter failed! (0x%x:0x%x:%d)` via NV_DEV_PRINTF
+  (`NVRM: GPU %04x:%02x:%02x.%x: ` in front; older drivers print no GPU).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
+from gpudiag.probe.kernel_log.text import BUS_ID, DOMAIN, FLAGS, bounded_int
+
+NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus", "sxid", "nvlink_training_failed", "rm_init_failed")
+
+_XID = re.compile(
+    rf"NVRM: Xid \((?:PCI:)?({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})(?: GPU-I:[0-9]{{1,3}}(?: GPU-CI:[0-9]{{1,3}})?)?\): "
+    r"([0-9]+)(?:, {0,4}|(?=[ (]|$))", FLAGS)  # "…): 46" alone at the end: NVSentinel's minimal line
+_XID_PROCESS = re.compile(r"(?:pid=('?<unknown>'?|[0-9]+), {0,4})?(?:name=([^,]{0,256}), {0,4})?", FLAGS)
+_NVLINK5_SEVERITY = re.compile(r"[A-Z0-9_/]{1,48} {1,4}(Fatal|Nonfatal|Non-fatal) ", re.ASCII)
+_RECOVERY_CHANGE = re.compile(r"GPU recovery action changed from 0x[0-9a-f]{1,8} \([^)]{0,40}\) to "
+                              r"0x([0-9a-f]{1,8}) \(([^)]{0,40})\)", FLAGS)
+# NV2080_CTRL_GPU_RECOVERY_ACTION_* → what it asks of the operator. IMEX domain recovery is fabric work: drain.
+_RECOVERY_ACTIONS = {0: "none", 1: "reset", 2: "reboot", 3: "drain", 4: "reset", 5: "drain"}
+_RECOVERY_WORDS = (("none", "none"), ("reboot", "reboot"), ("reset", "reset"), ("flr", "reset"), ("drain", "drain"),
+                   ("imex", "drain"))
+_NVIDIA_UUID = re.compile(rf"NVRM: GPU at PCI:({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}}): (GPU-[0-9a-f-]{{36}})", FLAGS)
+# Matched whole from the start: other NVRM lines carry text a user chooses (the client version in "NVRM: API
+# mismatch: the client has the version %s, …" comes from an ioctl any user can make), so "fallen off the bus"
+# anywhere in an NVRM line proves nothing.
+_FALLEN_OFF = re.compile(rf"NVRM: GPU ((?:{DOMAIN}:)?[0-9a-f]{{2}}:[0-9a-f]{{2}}\.[0-7]): GPU has fallen off the bus",
+                         FLAGS)
+_PROBE_GPU = re.compile(rf"NVRM: The NVIDIA GPU ({BUS_ID})(?: \(PCI ID: [0-9a-f]{{4}}:[0-9a-f]{{4}}\) installed in "
+                        r"this system has)?$", FLAGS)
+_PROBE_PCI_ID = re.compile(r"NVRM: (?:\(PCI ID: [0-9a-f]{4}:[0-9a-f]{4}\) )?installed in this system has$", FLAGS)
+_PROBE_FALLEN = "NVRM: fallen off the bus and is not responding to commands."
+_POST_RX_DET = re.compile(r"NVRM: knvlinkDiscoverPostRxDetLinks_[A-Z0-9]{2,8}: Getting peer[01]'s "
+                          r"postRxDetLinkMask failed!", re.ASCII)
+_RM_INIT = re.compile(rf"NVRM: (?:GPU ({BUS_ID}): )?RmInitAdapter failed! \(0x[0-9a-f]{{1,8}}:0x[0-9a-f]{{1,8}}:"
+                      r"[0-9]{1,6}\)", FLAGS)
+_SXID = re.compile(rf"nvidia-nvswitch[0-9]{{1,3}}: SXid \(PCI:({BUS_ID})\): ([0-9]+), {{0,4}}"
+                   r"(?:(Fatal|Non-fatal|Correctable),|Severity ([0-9]{1,3}) Engine instance|(Data \{))?", FLAGS)
+_SXID_DETAIL = {"fatal": "fatal", "non-fatal": "nonfatal", "correctable": "correctable"}
+
+
+def nvidia_gpu_uuid(message: str) -> Optional[tuple[str, str]]:
+    """`NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>` (logged once per GPU before its first Xid) → (bus ID, UUID)."""
+    match = _NVIDIA_UUID.match(message)
+    return (normalize_pci_bus_id(match[1]), match[2]) if match else None
+
+
+def _event(kind: str, message: str, bus_id: Optional[str], seconds: Optional[float], **fields) -> KernelEvent:
+    return KernelEvent(vendor=Vendor.NVIDIA, kind=kind, message=message,
+                       pci_bus_id=normalize_pci_bus_id(bus_id) if bus_id else None, timestamp_seconds=seconds, **fields)
+
+
+def _xid_detail(code: int, text: str) -> Optional[str]:
+    if 144 <= code <= 150:
+        word = _NVLINK5_SEVERITY.match(text)
+        return None if word is None else ("fatal" if word[1] == "Fatal" else "nonfatal")
+    if code == 154:
+        change = _RECOVERY_CHANGE.match(text)
+        if change is None:
+            return None
+        action = _RECOVERY_ACTIONS.get(int(change[1], 16))
+        name = change[2].lower()
+        return action or next((a for word, a in _RECOVERY_WORDS if word in name), None)
+    return None
+
+
+def nvrm_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    """The event one `NVRM: ` line reports on its own (the probe-time triple needs NvrmReader). The word after the
+    prefix picks the one pattern worth trying: most NVRM lines are chatter (bench/kernel_log_scan.py)."""
+    head = message[6:10]
+    if head == "Xid ":
+        xid = _XID.match(message)
+        if xid is None:
+            return None
+        process = _XID_PROCESS.match(message, xid.end())
+        pid, name = process[1], process[2]
+        code = bounded_int(xid[2], "Xid", 6)
+        return _event(
+            "xid", message, xid[1], seconds, code=code,
+            # A pid no kernel prints (pid_max is at most 2^22) is dropped, not the Xid it came with.
+            pid=int(pid) if pid and pid.isdigit() and len(pid) <= 10 else None,
+            process=name.strip() if name and name.strip() not in ("", "<unknown>") else None,
+            detail=_xid_detail(code, message[process.end():]))
+    if head == "GPU ":
+        fallen = _FALLEN_OFF.match(message)
+        if fallen:
+            return _event("fallen_off_bus", message, fallen[1], seconds)
+    elif head == "knvl":
+        return _event("nvlink_training_failed", message, None, seconds) if _POST_RX_DET.match(message) else None
+    elif head != "RmIn":
+        return None
+    init = _RM_INIT.match(message)
+    return _event("rm_init_failed", message, init[1], seconds) if init else None
+
+
+def sxid_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    """`nvidia-nvswitchN: SXid (PCI:<switch>): NNNNN, …` → an event on the switch's bus ID, its line's own word in
+    `detail` ("fatal", "nonfatal", "correctable"; "data-fatal"/"data-nonfatal"/"data" for the lines that dump the
+    error entry of the record before them; None when the line says neither)."""
+    match = _SXID.match(message)
+    if match is None:
+        return None
+    if match[3]:
+        detail: Optional[str] = _SXID_DETAIL[match[3].lower()]
+    elif match[4] is not None:
+        detail = "data-fatal" if bounded_int(match[4], "SXid severity", 3) == 1 else "data-nonfatal"
+    else:
+        detail = "data" if match[5] else None
+    return KernelEvent(vendor=Vendor.NVIDIA, kind="sxid", message=message, pci_bus_id=normalize_pci_bus_id(match[1]),
+                       code=bounded_int(match[2], "SXid", 6), timestamp_seconds=seconds, detail=detail)
+
+
+class NvrmReader:
+    """NVRM records that span lines: the probe-time "fallen off the bus" message names the GPU on its first line and
+    the fault on its third. The lines arrive one after the other (a kmsg record split at its \\x0a, dmesg's indented
+    continuation lines, journal lines); any other NVRM line in between ends the wait."""
+
+    def __init__(self) -> None:
+        self._pending: Optional[str] = None  # the bus ID of "NVRM: The NVIDIA GPU <bus>", until the record ends
+        self._lines = 0
+
+    def feed(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        if self._pending is not None:
+            self._lines += 1
+            if message == _PROBE_FALLEN:
+                bus_id, self._pending = self._pending, None
+                return _event("fallen_off_bus", message, bus_id, seconds, detail="probe")
+            if _PROBE_PCI_ID.match(message) and self._lines < 2:
+                return None
+            self._pending = None
+        probe = _PROBE_GPU.match(message) if message.startswith("NVRM: The NVIDIA GPU ") else None
+        if probe:
+            self._pending, self._lines = probe[1], 0
+            return None
+        if message == _PROBE_FALLEN:  # its first line was lost (cut from a saved log): a GPU fell off, which one is unknown
+            return _event("fallen_off_bus", message, None, seconds, detail="probe")
+        return nvrm_event(message, seconds)
