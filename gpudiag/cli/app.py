@@ -19,6 +19,7 @@ from gpudiag.cli.fleet import fleet
 from gpudiag.cli.history import history
 from gpudiag.cli.install import install_service
 from gpudiag.cli.profiles import profiles
+from gpudiag.cli.root_facts import root_facts
 from gpudiag.cli.serve.command import serve
 from gpudiag.cli.shared import habits
 from gpudiag.cli.shared.node_collect import exit_for_failure, start_logging
@@ -55,8 +56,8 @@ def version() -> None:
 
 # --help lists the commands in this order (pinned by tests/cli/test_habits.py).
 COMMANDS = (("check", check), ("top", top), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve),
-            ("textfile", textfile), ("version", version), ("install-service", install_service), ("fleet", fleet), ("history", history),
-            ("profiles", profiles))
+            ("textfile", textfile), ("version", version), ("install-service", install_service),
+            ("root-facts", root_facts), ("fleet", fleet), ("history", history), ("profiles", profiles))
 for _name, _command in COMMANDS:
     app.command(_name)(_command)
 

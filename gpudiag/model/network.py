@@ -113,6 +113,9 @@ class PciBridge:
     acs_state: str = "unreadable"
     acs: Optional[AcsControl] = None
     config_bytes_read: Optional[int] = None
+    # Where `acs` came from a record root wrote (probe/root_facts/record.py: this process could not read it), when
+    # root wrote it (ISO 8601 UTC); None: read by this process.
+    acs_recorded_at: Optional[str] = None
 
 
 @dataclass
@@ -164,6 +167,10 @@ class NetworkInfo:
     incomplete: Optional[str] = None  # why not everything was read (deadline, a cap), or None
     errors: list[ProbeError] = field(default_factory=list)  # node-level; per-device ones are on the device
     previous: Optional[CounterReading] = None  # the previous collection's counters; None: this is the first read
+    # Where some bridges' ACS control could not be read here: what became of root's record of it
+    # (probe/root_facts/record.py), e.g. "recorded by root 3 min ago (…)" or "no record at
+    # /var/lib/gpudiag/root-facts.json"; None: not needed.
+    acs_record: Optional[str] = None
 
     def device(self, name: str) -> Optional[RdmaDevice]:
         return next((d for d in self.devices if d.name == name), None)

@@ -94,6 +94,11 @@ def _modules(reader: FileReader) -> dict[str, Optional[str]]:
     return loaded
 
 
+def read_boot_id(root: Path = Path("/")) -> Optional[str]:
+    """This boot's ID under `root` (None where the kernel does not say or under a tree without one)."""
+    return _boot_id(FileReader(root))
+
+
 def _boot_id(reader: FileReader) -> Optional[str]:
     """/proc/sys/kernel/random/boot_id (a UUID the kernel draws at boot), as journald writes it: 32 hex digits."""
     text = (reader.line(reader.path("proc/sys/kernel/random/boot_id")) or "").replace("-", "").lower()

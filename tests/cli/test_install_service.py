@@ -15,7 +15,7 @@ import pytest
 
 from gpudiag.cli import app as cli, install
 from tests.support.paths import REPO
-from tests.test_systemd_units import ANALYZE, SYSTEMD, UNITS, needs_analyze, settings_of
+from tests.test_systemd_units import ANALYZE, EXPOSURE_LIMITS, SYSTEMD, UNITS, needs_analyze, settings_of
 
 
 
@@ -67,15 +67,17 @@ def test_install_writes_units_sysusers_and_names_the_real_gpudiag(installed_root
         (exec_start,) = settings_of(units / unit)["ExecStart"]
         assert shlex.split(exec_start)[0] == str(gpudiag_exe)
         assert install.PLACEHOLDER not in exec_start
+        (pre,) = settings_of(units / unit)["ExecStartPre"]  # root's record first, with its prefixes kept
+        assert shlex.split(pre)[0] == f"-+{gpudiag_exe}"
         assert oct((units / unit).stat().st_mode & 0o777) == "0o644"
     sysusers = installed_root / "etc/sysusers.d/gpudiag.conf"
     assert re.search(r"^u gpudiag - ", sysusers.read_text(), re.MULTILINE)
-    # everything but ExecStart= is the shipped unit, word for word
+    # everything but ExecStart= and ExecStartPre= is the shipped unit, word for word
     for unit in UNITS:
         source = (SYSTEMD / unit).read_text().splitlines()
         rendered = (units / unit).read_text().splitlines()[1:]  # after the "Written by" header
         assert [a for a, b in zip(source, rendered) if a != b] == [
-            line for line in source if line.startswith("ExecStart=")]
+            line for line in source if line.startswith(("ExecStart=", "ExecStartPre="))]
 
 
 @needs_analyze
@@ -87,7 +89,7 @@ def test_installed_units_pass_systemd_analyze_verify(installed_root):
 
 
 @needs_analyze
-@pytest.mark.parametrize("unit,limit", [("gpudiag-exporter.service", 2.0), ("gpudiag-check.service", 1.1)])
+@pytest.mark.parametrize("unit,limit", EXPOSURE_LIMITS)
 def test_installed_units_keep_their_security_exposure(installed_root, unit, limit):
     # the same limits test_systemd_units.py holds the source units to
     result = subprocess.run([ANALYZE, "security", "--offline=true", "--no-pager",

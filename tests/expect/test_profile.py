@@ -211,12 +211,48 @@ def test_each_shipped_profile_passes_its_healthy_node(name):
 
 
 @pytest.mark.parametrize("name, other, failing", [
-    ("h200-8x", "mi300x-8x", {"inventory.gpu_model", "power.limit", "topology.links_up", "host.kernel_modules"}),
+    # The MI300X node's THOR2 NICs are not the ConnectX-7 the HGX profile expects eight of.
+    ("h200-8x", "mi300x-8x", {"inventory.gpu_model", "power.limit", "topology.links_up", "host.kernel_modules",
+                              "network.nics"}),
     ("h100-8x", "h200-8x", {"inventory.gpu_model"}),
-    ("mi300x-8x", "mi355x-8x", {"inventory.gpu_model", "power.limit"}),
+    # MI355X nodes carry Pollara NICs, the MI300X node THOR2s.
+    ("mi300x-8x", "mi355x-8x", {"inventory.gpu_model", "power.limit", "network.nics"}),
     # 18 NVLinks satisfy "at least 7", and the H100 node's identity IOMMU domains are the passthrough it asks for.
-    ("mi355x-8x", "h100-8x", {"inventory.gpu_model", "power.limit", "host.kernel_modules"}),
+    ("mi355x-8x", "h100-8x", {"inventory.gpu_model", "power.limit", "host.kernel_modules", "network.nics"}),
 ])
 def test_a_shipped_profile_fails_the_other_skus_node(name, other, failing):
     results = run_checks(NODES[other](), load_expectations(name))
     assert {r.check for r in results if r.status == Status.FAIL} == failing
+
+
+# Which NICs each shipped profile expects (issue 33, item 2; docs/acceptance.md, "The fabric NICs").
+EXPECTED_NICS = {"h100-8x": 8, "h200-8x": 8, "mi300x-8x": 8, "mi325x-8x": None, "mi355x-8x": 8}
+
+
+@pytest.mark.parametrize("name", sorted(NODES))
+def test_each_profiles_node_passes_on_the_nics_it_expects(name):
+    """The healthy node carries its eight fabric NICs, each judged up at the profile's rate; each GPU of an HGX node
+    has its NIC below its own switch (the profile asks for it)."""
+    expect = load_expectations(name)
+    assert expect.setting("expected_nics") == EXPECTED_NICS[name]
+    results = run_checks(NODES[name](), expect, only=["network", "topology.gpu_nic_affinity"])
+    passed = [r for r in results if r.status == Status.PASS]
+    assert {r.check for r in passed} >= {"network.nics", "network.rate", "network.gpudirect"}
+    assert len([r for r in passed if r.check == "network.rate"]) == 8  # one per fabric port
+    if expect.setting("gpu_nic_affinity") == "switch":
+        assert len([r for r in passed if r.check == "topology.gpu_nic_affinity"]) == 8
+    assert not [r for r in results if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
+
+
+@pytest.mark.parametrize("name", sorted(NODES))
+def test_a_profiles_node_without_rdma_devices_fails_where_the_profile_expects_nics(name):
+    snap = NODES[name]()
+    snap.network.devices, snap.network.class_present = [], False  # ib_core not loaded: no /sys/class/infiniband
+    results = run_checks(snap, load_expectations(name), only=["network.nics"])
+    (result,) = results
+    if EXPECTED_NICS[name] is None:
+        assert result.status == Status.SKIP
+        return
+    assert result.status == Status.FAIL and "ib_core is not loaded" in result.message
+    for pci_id in load_expectations(name).setting("nic_pci_ids"):
+        assert f"lspci -nn -d {pci_id}" in result.remediation

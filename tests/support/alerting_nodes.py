@@ -169,11 +169,17 @@ SCENARIOS = [
 BY_NAME = {s.name: s for s in SCENARIOS}
 
 
-def build(scenario: Scenario, root: Path):
-    """The scenario's node (fault applied) and its sysfs/procfs tree and kernel log under `root`."""
+def node_of(scenario: Scenario):
+    """The scenario's node as the fake vendor library serves it (fault applied); no tree."""
     node = FakeNode.hgx_h200(2) if scenario.vendor == "nvidia" else mi300x_node(2)
     if scenario.fault is not None:
         scenario.fault(node)
+    return node
+
+
+def build(scenario: Scenario, root: Path):
+    """The scenario's node (fault applied) and its sysfs/procfs tree and kernel log under `root`."""
+    node = node_of(scenario)
     tree = fake_root(root, node) if scenario.vendor == "nvidia" else amd_tree(root, node)
     if scenario.host is not None:
         scenario.host(tree)

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 from unittest import mock
 
-from tests.support import alerting_nodes
-from tests.support.exporter_node import fake_root, xid_line
+from tests.support import alerting_nodes, fabric_nodes
+from tests.support.exporter_node import xid_line
 from tests.support.fakes.fake_nvml import FakeNode
 
 TIMEOUT = "3"  # the probe deadline: a hung GPU's checklist waits for it
@@ -40,12 +40,12 @@ def _check(root: str, *argv: str) -> tuple[int, str]:
 
 @contextlib.contextmanager
 def _nvidia(node: FakeNode, kmsg: tuple[str, ...] = ()) -> Iterator[tuple[str, object]]:
-    """`node` installed as the NVML library, with its host tree (nvidia_uvm loaded, as the profiles require)."""
+    """`node` installed as the NVML library, with its host tree (nvidia_uvm loaded, as the profiles require) and its
+    eight ConnectX-7 below the GPUs' switches (tests/support/fabric_nodes.py: the HGX profiles expect them)."""
     from tests.support.fakes.fake_nvml import installed
 
     with tempfile.TemporaryDirectory() as tmp:
-        tree = fake_root(Path(tmp), node, kmsg=kmsg)
-        tree.add_module("nvidia_uvm")
+        fabric_nodes.with_nics(Path(tmp), node).tree.sys.add_kmsg(kmsg)
         with installed(node) as lib:
             yield tmp, lib
 

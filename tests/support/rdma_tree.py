@@ -109,10 +109,13 @@ class Pair:
 class RdmaTree:
     """Writes RDMA NICs, GPUs and bridges into a SysfsTree."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, gpus: bool = True):
         self.sys = SysfsTree(root)
         self.root = Path(root)
         self.nic_dirs: dict[str, Path] = {}
+        # False: the GPUs are another writer's (a fake vendor node's own tree, tests/support/fabric_nodes.py): pairs
+        # add only their NICs and bridges.
+        self.gpus = gpus
 
     def add_gpu(self, bdf: str, *, bridges: tuple[str, ...], upstream: str, vendor: str = "0x10de",
                 device: str = "0x2335", class_code: str = "0x030200", driver: str = "nvidia", numa_node: int = 0) -> None:
@@ -147,8 +150,9 @@ class RdmaTree:
 
     def add_pair(self, pair: Pair, **gpu) -> None:
         """The GPU (an H200 unless `gpu` says otherwise: add_gpu's keywords) and its NIC."""
-        self.add_gpu(pair.gpu, bridges=(pair.root_port, pair.switch_up), upstream=pair.gpu_down,
-                     numa_node=pair.nic.numa_node, **gpu)
+        if self.gpus:
+            self.add_gpu(pair.gpu, bridges=(pair.root_port, pair.switch_up), upstream=pair.gpu_down,
+                         numa_node=pair.nic.numa_node, **gpu)
         self.add_nic(pair.nic, bridges=(pair.nic_root_port or pair.root_port, pair.nic_switch_up or pair.switch_up),
                      upstream=pair.nic_down)
 
@@ -232,20 +236,33 @@ GPUD_HCAS = ("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8
 FRONTEND_BDF, FRONTEND_ROOT = "0000:c1:00.0", "0000:c0:01.0"  # constructed
 
 
+def constructed_layout(gpu_bus_ids: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(switches, NICs) for GPUs at other bus IDs than the recorded board's, by the recorded pattern (nccl-tests issue
+    256: a GPU at bus b below a switch whose upstream port is at b-2 or b-3, its NIC on the switch's other port): here
+    the switch at b-3 (root port b-4, downstream ports b-2) and the NIC at b+1. Constructed."""
+    buses = [bus_of(gpu) for gpu in gpu_bus_ids]
+    return (tuple(f"0000:{b - 3:02x}:00.0" for b in buses), tuple(f"0000:{b + 1:02x}:00.0" for b in buses))
+
+
 def hgx_h100_ib(root: Path, *, peermem: bool = True, nic_elsewhere: Optional[int] = None,
-                privileged: bool = True) -> Node:
+                privileged: bool = True, gpus: bool = True, gpu_bus_ids: Optional[tuple[str, ...]] = None) -> Node:
     """8x H100-class GPUs, each with its ConnectX-7 NDR HCA below the same switch, plus the BlueField-3 front-end.
     `nic_elsewhere`: the index of a GPU whose HCA is moved below the next pair's switch. `privileged`: the bridges'
-    config files as root reads them (4 KiB) or as a user does (64 bytes)."""
-    tree = RdmaTree(root)
+    config files as root reads them (4 KiB) or as a user does (64 bytes). `gpus`: RdmaTree's. `gpu_bus_ids`: the GPUs
+    elsewhere than on the recorded board (tests/support/acceptance_nodes.py's), their switches and NICs placed by
+    constructed_layout."""
+    tree = RdmaTree(root, gpus)
     files = gpud_h100_files()
     pairs = []
-    for index, (gpu, switch, nic_bdf, name) in enumerate(zip(HGX_GPUS, HGX_SWITCHES, HGX_NICS, GPUD_HCAS)):
+    gpu_ids, switches, nics = HGX_GPUS, HGX_SWITCHES, HGX_NICS
+    if gpu_bus_ids is not None:
+        gpu_ids, (switches, nics) = gpu_bus_ids, constructed_layout(gpu_bus_ids)
+    for index, (gpu, switch, nic_bdf, name) in enumerate(zip(gpu_ids, switches, nics, GPUD_HCAS)):
         root_port, gpu_down, nic_down = _pcie_path(switch)
         nic = Nic(name=name, bdf=nic_bdf, files=files[name], numa_node=index // 4)
         pair = Pair(gpu, nic, root_port, switch, gpu_down, nic_down)
         if nic_elsewhere == index:
-            other = HGX_SWITCHES[(index + 1) % len(HGX_SWITCHES)]
+            other = switches[(index + 1) % len(switches)]
             pair.nic_root_port, _, _ = _pcie_path(other)
             pair.nic_switch_up = other
             pair.nic_down = f"0000:{bus_of(other) + 1:02x}:02.0"
@@ -283,8 +300,8 @@ def _roce_port(gpud: dict[str, str], ifname: str) -> dict[str, str]:
     return port
 
 
-def h200_roce(root: Path) -> Node:
-    tree = RdmaTree(root)
+def h200_roce(root: Path, gpus: bool = True) -> Node:
+    tree = RdmaTree(root, gpus)
     bond = gpud_h100_files()["mlx5_bond_0"]
     pairs = []
     for index, (gpu, switch, nic_bdf) in enumerate(zip(HGX_GPUS, HGX_SWITCHES, HGX_NICS)):

@@ -25,7 +25,7 @@ MI300X_GPUS = ("0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
                "0000:85:00.0", "0000:a6:00.0", "0000:c6:00.0", "0000:e5:00.0")  # tests/support/snapshots.py
 
 
-def _amd_pair(gpu: str, nic: Nic) -> Pair:
+def amd_pair(gpu: str, nic: Nic) -> Pair:
     """The constructed layout of an AMD node: one root complex per quadrant (0x00, 0x20, …), a switch below its root
     port, the GPU and the NIC on two of its downstream ports."""
     top = bus_of(gpu) & 0xE0
@@ -33,8 +33,10 @@ def _amd_pair(gpu: str, nic: Nic) -> Pair:
                 f"0000:{top + 2:02x}:01.0")
 
 
-def mi300x_thor2(root: Path) -> Node:
-    tree = RdmaTree(root)
+def mi300x_thor2(root: Path, gpus: bool = True) -> Node:
+    """`gpus`: RdmaTree's (False: the OAMs are written by tests/support/fakes/amdgpu_sysfs_tree.py,
+    tests/support/fabric_nodes.py)."""
+    tree = RdmaTree(root, gpus)
     pairs = []
     for index, gpu in enumerate(MI300X_GPUS):
         nic_bdf = f"0000:{bus_of(gpu) + 1:02x}:00.0"
@@ -52,7 +54,7 @@ def mi300x_thor2(root: Path) -> Node:
                   class_code="0x020000", driver="bnxt_en", numa_node=index // 4,
                   netdevs={ifname: {"operstate": "up", "carrier": "1", "carrier_changes": "2", "speed": "400000",
                                     "mtu": "9000"}})
-        pair = _amd_pair(gpu, nic)
+        pair = amd_pair(gpu, nic)
         tree.add_pair(pair, vendor="0x1002", device="0x74a1", class_code="0x120000", driver="amdgpu")
         pairs.append(pair)
     node = Node(tree, pairs).finish()
@@ -62,8 +64,8 @@ def mi300x_thor2(root: Path) -> Node:
     return node
 
 
-def mi355x_pollara(root: Path) -> Node:
-    tree = RdmaTree(root)
+def mi355x_pollara(root: Path, gpus: bool = True) -> Node:
+    tree = RdmaTree(root, gpus)
     pairs = []
     for index, gpu in enumerate(MI300X_GPUS):
         nic_bdf = f"0000:{bus_of(gpu) + 1:02x}:00.0"
@@ -77,7 +79,7 @@ def mi355x_pollara(root: Path) -> Node:
         nic = Nic(name=f"rocep{bus}s0", bdf=nic_bdf, files=files, vendor="0x1dd8", device="0x1002",
                   class_code="0x020000", driver="ionic", numa_node=index // 4,
                   netdevs={f"enp{bus}s0": {"operstate": "up", "carrier": "1", "speed": "400000", "mtu": "9000"}})
-        pair = _amd_pair(gpu, nic)
+        pair = amd_pair(gpu, nic)
         tree.add_pair(pair, vendor="0x1002", device="0x75a3", class_code="0x120000", driver="amdgpu")
         (tree.nic_dirs[nic.name] / "ports" / "1" / "counters").mkdir()  # "is empty" (omnistat PR 301)
         pairs.append(pair)

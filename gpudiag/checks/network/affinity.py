@@ -236,8 +236,12 @@ def _acs(gpu: PhysicalGpu, rel: Relation, bridges: dict[str, PciBridge]) -> Opti
     if redirect:
         observed["redirect"] = redirect
         listing = "; ".join(f"{b}: {', '.join(bits)}" for b, bits in sorted(redirect.items()))
+        recorded = sorted({states[b].acs_recorded_at for b in redirect if states[b].acs_recorded_at})
+        if recorded:
+            observed["acs_recorded_by_root_at"] = recorded[0]
+        how = f" (as root recorded it at {recorded[0]})" if recorded else ""
         return warned(GPUDIRECT, device, f"{gpu.label}: ACS redirect on the path to {label(rel.nic)} ({listing}): "
-                                         f"GPUDirect traffic goes up through the root complex",
+                                         f"GPUDirect traffic goes up through the root complex{how}",
                       observed=observed, expected=expected,
                       remediation=("Turn ACS off on the PCIe switches of a bare-metal node (the BIOS setting, e.g. "
                                    "'ACS Enable = Disable' on AMD platforms; or at boot `setpci -s <bridge> "
@@ -246,8 +250,12 @@ def _acs(gpu: PhysicalGpu, rel: Relation, bridges: dict[str, PciBridge]) -> Opti
                                    "-s <bridge> | grep ACSCtl` (ReqRedir- CmpltRedir-)."))
     if unread:
         return None
-    return passed(GPUDIRECT, device, f"{gpu.label}: no ACS redirect on the {len(path)} bridge(s) to {label(rel.nic)}",
-                  observed=observed, expected=expected)
+    recorded = sorted({s.acs_recorded_at for s in states.values() if s is not None and s.acs_recorded_at})
+    if recorded:  # read by root for this unprivileged process (gpudiag root-facts, probe/root_facts/)
+        observed["acs_recorded_by_root_at"] = recorded[0]
+    how = f" (as root recorded it at {recorded[0]})" if recorded else ""
+    return passed(GPUDIRECT, device, f"{gpu.label}: no ACS redirect on the {len(path)} bridge(s) to "
+                                     f"{label(rel.nic)}{how}", observed=observed, expected=expected)
 
 
 def gpudirect(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
@@ -273,13 +281,19 @@ def gpudirect(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
             results.append(result)
     if unread:
         states = sorted({b.acs_state for b in info.bridges if b.acs_state in ("unreadable", "error")})
+        record = f"; root's record: {info.acs_record}" if info.acs_record else ""
         results.append(unknown(GPUDIRECT, None, f"the ACS control of the bridges between {len(unread)} GPU(s) and "
-                                                f"their NICs could not be read ({', '.join(states) or 'not read'})",
-                               observed={"gpus": unread, "acs_states": states},
+                                                f"their NICs could not be read ({', '.join(states) or 'not read'})"
+                                                f"{record}",
+                               observed={"gpus": unread, "acs_states": states, "root_record": info.acs_record},
                                expected="the bridges' ACS control readable",
-                               remediation="Run gpudiag as root: the ACS capability lies in extended config space, "
-                                           "which the kernel gives only to CAP_SYS_ADMIN (pci-sysfs.c). Or read it "
-                                           "yourself: `sudo lspci -vvv | grep -e ACSCtl`."))
+                               remediation="The ACS capability lies in extended config space, which the kernel gives "
+                                           "only to CAP_SYS_ADMIN (pci-sysfs.c). The shipped units have root record "
+                                           "it before each run (`ExecStartPre=-+gpudiag root-facts`; "
+                                           "gpudiag-check.timer refreshes it every 5 min): enable the timer "
+                                           "(`systemctl enable --now gpudiag-check.timer`), or record it now with "
+                                           "`sudo gpudiag root-facts`, or run the check as root. Read it yourself "
+                                           "with `sudo lspci -vvv | grep -e ACSCtl`."))
     return results
 
 

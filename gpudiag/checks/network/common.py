@@ -135,11 +135,27 @@ def not_collected(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettin
         return [failed(check_id, None, f"no RDMA NIC on this node ({why}); the profile expects {expected}",
                        observed={"rdma_devices": 0, "class_present": info.class_present},
                        expected=f"at least {expected} RDMA NICs",
-                       remediation="Check that the NICs are seated and seen on the PCI bus (`lspci -d 15b3:`, "
-                                   "`lspci | grep -i -e infiniband -e ethernet`), that their drivers are loaded "
-                                   "(`lsmod | grep -e mlx5_ib -e bnxt_re -e ionic`; `modprobe mlx5_ib`), and the kernel "
-                                   "log for NIC errors. In a VM, the NICs must be passed through (SR-IOV VFs).")]
+                       remediation=_no_rdma_advice(settings))]
     return [skipped(check_id, None, f"no RDMA device on this node ({why}): nothing to judge")]
+
+
+# The RDMA driver of each fabric NIC vendor (ib_core loads with it): mlx5_ib (NVIDIA/Mellanox 15b3), bnxt_re
+# (Broadcom 14e4), ionic_rdma (AMD Pensando 1dd8; tests/support/rdma_tree_amd.py).
+_RDMA_DRIVERS = {"15b3": "mlx5_ib", "14e4": "bnxt_re", "1dd8": "ionic_rdma"}
+
+
+def _no_rdma_advice(settings: NetworkSettings) -> str:
+    """What to do on a node with no RDMA device where the profile expects NICs: are they on the PCI bus (the
+    profile's PCI IDs), and is their RDMA driver loaded."""
+    ids = list(settings.nic_pci_ids or ())
+    listing = ", ".join(f"`lspci -nn -d {i}`" for i in ids) or "`lspci | grep -i -e infiniband -e ethernet`"
+    drivers = sorted({_RDMA_DRIVERS[i.split(":")[0]] for i in ids if i.split(":")[0] in _RDMA_DRIVERS}) or \
+        sorted(set(_RDMA_DRIVERS.values()))
+    load = " or ".join(f"`modprobe {d}`" for d in drivers)
+    return (f"First see whether the NICs are on the PCI bus: {listing}. If none is listed, they are missing from the "
+            f"bus: reseat them and check their slots in the BIOS (in a VM they must be passed through, SR-IOV VFs). "
+            f"If they are listed, their RDMA driver is not loaded (ib_core loads with it): {load}, then look for "
+            f"firmware or link errors in `dmesg | grep -e mlx5 -e bnxt -e ionic`.")
 
 
 def each_fabric_port(check_id: str, snapshot: NodeSnapshot, settings: NetworkSettings,

@@ -26,6 +26,7 @@ from gpudiag.fileio import DocumentError, read_text
 from gpudiag.model import BootFault, BootHistory
 from gpudiag.probe.kernel_log.events import EventReader
 from gpudiag.probe.kernel_log.formats import json_records
+from gpudiag.probe.root_facts import record as root_facts
 
 JOURNAL_FILES = ("journal.1.jsonl", "journal.jsonl")  # oldest first (gpudiag/service/journal.py)
 JOURNAL_MAX_BYTES = 4 * 2**20  # the service keeps two generations of 512 KiB by default
@@ -51,6 +52,8 @@ def read_boot_history(root: Path, state_dir: Optional[Path], current_boot: Optio
     program = journalctl or (shutil.which("journalctl") if Path(root) == Path("/") else None)
     if program is None:
         history.problems.append("journalctl: not on this node (or under --root): the systemd journal was not read")
+    elif not root_facts.may_read_system_journal():
+        _from_root_record(history, program, state_dir, current_boot, until, boots)
     else:
         _from_systemd_journal(history, program, until, boots)
     history.boots = len({fault.boot for fault in history.faults})
@@ -180,6 +183,24 @@ def earlier_boots(listing: str) -> list[str]:
             if match:
                 found.append((int(match[1]), match[2]))
     return [boot for index, boot in sorted(found, reverse=True) if index < 0]
+
+
+def _from_root_record(history: BootHistory, program: str, state_dir: Optional[Path], current_boot: Optional[str],
+                      until: float, boots: set) -> None:
+    """An unprivileged reader (the service's user): journalctl would show it none of the system journal and say
+    nothing of it (journalctl(1)), so the earlier boots come from what root recorded in this boot
+    (probe/root_facts/)."""
+    facts, why = root_facts.load(state_dir, current_boot)
+    if facts is None or facts.journal is None:
+        _from_systemd_journal(history, program, until, boots)  # in case the site granted access some other way
+        history.problems.append(f"journalctl: this user may read only its own journal (not root, not in "
+                                f"{'/'.join(root_facts.JOURNAL_GROUPS)}), and {why or 'the record has no journal part'}"
+                                f": earlier boots in the systemd journal may not have been seen")
+        return
+    for fault in facts.journal.faults:
+        _add(history, boots, fault)
+    history.sources += [f"{source} (as root recorded it at {facts.written_at})" for source in facts.journal.sources]
+    history.problems += facts.journal.problems
 
 
 def _from_systemd_journal(history: BootHistory, program: str, until: float, boots: set) -> None:

@@ -33,7 +33,8 @@ def collect(snapshot: NodeSnapshot, options, until: float) -> NetworkInfo:
     if not carried.lock.acquire(timeout=max(0.0, until - time.monotonic())):
         raise TimeoutError("an earlier reading of the RDMA NICs is still running")
     try:
-        return carried.history.carry(read_network(options.root, until, snapshot.pci_gpus, carried.skip))
+        return carried.history.carry(read_network(options.root, until, snapshot.pci_gpus, carried.skip,
+                                                 options.state_dir))
     finally:
         carried.lock.release()
 

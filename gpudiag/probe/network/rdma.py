@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from gpudiag.model import ErrorKind, NetDev, NetworkInfo, PciGpu, ProbeError, RdmaDevice, RdmaPort, normalize_pci_bus_id
+from gpudiag.probe.host import read_boot_id
 from gpudiag.probe.network.files import BoundedReader, Unsupported
 from gpudiag.probe.network.formats import NO_PMA, parse_counter, parse_decimal, parse_guid, parse_hex, parse_rate, \
     parse_state
 from gpudiag.probe.network.host import read_gpudirect_inputs
 from gpudiag.probe.network.pci import fill_pci, read_bridges
+from gpudiag.probe.root_facts import record as root_facts
 
 # Far above any host (an HGX node has 8-12 RDMA devices of 1-2 ports; mlx5 hw_counters ~35, bnxt_re ~100), far below
 # what would make a scrape slow: every counter read is a firmware query on mlx5.
@@ -37,10 +39,12 @@ _IFNAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9_.:@-]{1,15}", re.ASCII)
 
 
 def read_network(root: Path = Path("/"), until: Optional[float] = None, pci_gpus: Optional[Iterable[PciGpu]] = None,
-                 skip: Optional[set[str]] = None) -> NetworkInfo:
+                 skip: Optional[set[str]] = None, state_dir: Optional[Path] = None) -> NetworkInfo:
     """The RDMA NICs under `root`. `pci_gpus`: the GPUs whose PCI paths' bridges get their ACS read too (None: found
     on the PCI bus here). `skip`: paths that refused a read before (EINVAL), kept by a caller that reads again so that
-    a restricted PF's counters are not queried (and logged by mlx5) on every collection. Never raises."""
+    a restricted PF's counters are not queried (and logged by mlx5) on every collection. `state_dir`: where to find
+    root's record of the bridges' ACS control (probe/root_facts/record.py), for the bridges this process cannot
+    read. Never raises."""
     info = NetworkInfo()
     reader = BoundedReader(Path(root), info.errors, skip)
     class_dir = reader.path("sys/class/infiniband")
@@ -70,9 +74,20 @@ def read_network(root: Path = Path("/"), until: Optional[float] = None, pci_gpus
 
         pci_gpus, _ = probe_pci_gpus(Path(root))  # its errors are the PCI probe's, recorded by the collector
     info.bridges, cut = read_bridges(reader, info.devices, pci_gpus)
+    if any(b.acs_state == "unreadable" for b in info.bridges):
+        _recorded_acs(info, state_dir, read_boot_id(Path(root)))
     if cut:
         info.incomplete = "; ".join(filter(None, (info.incomplete, cut)))
     return info
+
+
+def _recorded_acs(info: NetworkInfo, state_dir: Optional[Path], boot_id: Optional[str]) -> None:
+    """The ACS control root recorded, for the bridges whose extended config space this process may not read."""
+    facts, why = root_facts.load(state_dir, boot_id)
+    recorded, why = root_facts.acs_of(facts, why)
+    if facts is not None and recorded:
+        root_facts.fill_unreadable(info.bridges, recorded, facts.written_at)
+    info.acs_record = why
 
 
 def _device(root: Path, directory: Path, skip: set[str], until: Optional[float]) -> RdmaDevice:

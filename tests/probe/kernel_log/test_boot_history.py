@@ -5,7 +5,6 @@ seen on the same GPU in `kernel_log_repeat_boots` boots escalated to rma. Applic
 from __future__ import annotations
 
 import json
-import stat
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from gpudiag.model import BootFault, BootHistory, Status
 from gpudiag.probe import CollectOptions, collect
 from gpudiag.probe.kernel_log.boot_history import earlier_boots, read_boot_history
 from gpudiag.probe.kernel_log.reader import read_kernel_log
+from tests.support.fakes import journalctl
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.nvidia_node import sysfs_for
 from tests.support.snapshots import for_gpu, nvidia_h200_node, run, xid_event
@@ -71,26 +71,8 @@ def test_a_saved_log_that_spans_boots_counts_its_own_boots(tmp_path):
 
 
 def _fake_journalctl(tmp_path: Path, boots: dict[str, list[str]]) -> str:
-    """A journalctl that answers --list-boots and -k -b ID -o json from `boots` (ID → kernel messages), in the JSON
-    shapes systemd 252 writes."""
-    listing = [{"index": -i - 1, "boot_id": boot, "first_entry": 1, "last_entry": 2} for i, boot in enumerate(boots)]
-    listing.append({"index": 0, "boot_id": BOOT, "first_entry": 3, "last_entry": 4})
-    data = tmp_path / "journal.json"
-    data.write_text(json.dumps({"list": listing, "boots": {
-        boot: [{"MESSAGE": m, "_TRANSPORT": "kernel", "_BOOT_ID": boot, "__MONOTONIC_TIMESTAMP": "9000000"}
-               for m in messages] for boot, messages in boots.items()}}))
-    script = tmp_path / "journalctl"
-    script.write_text(f"""#!/usr/bin/env python3
-import json, sys
-data = json.load(open({str(data)!r}))
-if "--list-boots" in sys.argv:
-    print(json.dumps(data["list"]))
-else:
-    for entry in data["boots"][sys.argv[sys.argv.index("-b") + 1]]:
-        print(json.dumps(entry))
-""")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return str(script)
+    """A journalctl that answers --list-boots and -k -b ID -o json from `boots` (ID → kernel messages)."""
+    return journalctl.write(tmp_path / "journalctl", tmp_path / "journal.json", boots, BOOT)
 
 
 def test_the_systemd_journal_gives_earlier_boots_faults(tmp_path):

@@ -182,6 +182,18 @@ def test_a_node_without_rdma_devices_skips_the_family_and_fails_only_when_nics_a
     assert code != 0
 
 
+def test_the_hgx_profile_fails_a_node_without_rdma_devices_and_says_what_to_do(tmp_path):
+    """h200-8x expects eight ConnectX-7 (issue 33, item 2): with no /sys/class/infiniband, network.nics fails and says
+    how to tell NICs missing from the PCI bus from an RDMA driver (and ib_core) not loaded."""
+    root = tmp_path / "root"
+    rdma_tree.RdmaTree(root).add_gpu("0000:00:06.0", bridges=(), upstream="0000:00:01.0")
+    code, report = check_json(root, tmp_path, "--profile", "h200-8x")
+    (finding,) = bad(report)
+    assert (code, finding["check"], finding["status"]) == (1, "network.nics", "fail")
+    assert "ib_core is not loaded" in finding["message"] and "the profile expects 8" in finding["message"]
+    assert "`lspci -nn -d 15b3:1021`" in finding["remediation"] and "`modprobe mlx5_ib`" in finding["remediation"]
+
+
 # -- the exporter's series -------------------------------------------------------------------------------------
 
 
@@ -204,7 +216,7 @@ def test_the_textfile_carries_the_nic_series_and_the_faults_check_status(tmp_pat
                                             ("mi355x-8x", lambda root: clear_counters(mi355x_pollara(root)))])
 def test_the_shipped_profiles_nics_pass_their_healthy_node_and_a_slow_port_fails(tmp_path, profile, build):
     node = build(tmp_path / "root")
-    code, report = check_json(tmp_path / "root", tmp_path, "--profile", profile, "-p", "expected_nics=8")
+    code, report = check_json(tmp_path / "root", tmp_path, "--profile", profile)  # the profile expects eight
     assert bad(report) == [] and code == 0
     fabric = [r for r in report["results"] if r["check"] == "network.rate" and r["status"] == "pass"]
     assert len(fabric) == 8  # the profile's nic_pci_ids: the eight fabric NICs, not the front-end ones
