@@ -16,7 +16,8 @@ def _tool():
 
 def test_the_failing_examples_are_what_the_checklist_prints():
     tool = _tool()
-    outputs = {tool.NVIDIA_MARK: tool.nvidia_example(), tool.AMD_MARK: tool.amd_example()}
+    outputs = {tool.NVIDIA_MARK: tool.nvidia_example(), tool.AMD_MARK: tool.amd_example(),
+               tool.TOP_MARK: tool.top_example()}
     for mark, (start, end) in tool._blocks(README).items():
         assert tool.differences(README[start:end], outputs[mark]) == [], mark
 

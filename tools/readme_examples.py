@@ -1,4 +1,4 @@
-"""The README's two failing checklists, printed by today's gpudiag over the test fakes.
+"""The README's two failing checklists and its live-view example, printed by today's gpudiag over the test fakes.
 
 The README shows what `gpudiag check` prints on a failing 8x H200 node (GPU 7 fell off the bus, GPUs 3 and 5 trained
 at Gen4 in P0, GPU 2 has a pending row remap, GPU 6 has two NVLinks down, Xid 63 and Xid 79 in the kernel log: the
@@ -30,6 +30,9 @@ ELISION = re.compile(r"^\[… .* …\]$")
 # The first line of each example block in the README: how the examples are found there.
 NVIDIA_MARK = "GPUs: 8 × NVIDIA H200 — nvml: driver 550.127.05, CUDA 12.4"
 AMD_MARK = "GPUs: 8 × AMD Instinct MI300X — amdsmi: driver 6.12.12, ROCm 7.0.2"
+# `gpudiag top`'s pipe header (gpudiag/report/live_text.py): its example's first line.
+TOP_MARK = ("#Time     gpu bus           pwr plim gtemp mtemp pclk mclk  sm mem     fb sbecc dbecc   remap pcig  pciw "
+            "thrtl    verdict")
 
 
 def _checklist(argv: list[str]) -> list[str]:
@@ -71,10 +74,45 @@ def amd_example() -> list[str]:
             return _checklist(["check", "--root", str(root), "--kernel-log", str(log)])
 
 
+def top_example() -> list[str]:
+    """`gpudiag top -c 1 | cat` on a loaded 8x H200 node: GPU 2 with a row remap pending, GPU 3 at Gen4, GPU 5 in
+    a thermal slowdown, GPU 7 lost (the kernel's Xid 79 follows from it). The pipe's lines as `top` writes them
+    (the sampler and renderer it uses), read at a fixed time of day so that the README can be compared."""
+    import time
+
+    import pynvml
+
+    from gpudiag.cli.top.source import Sampler
+    from gpudiag.report.live_text import header_lines, sample_lines
+    from tests.support.exporter_node import fake_root, xid_line
+    from tests.support.fakes.fake_nvml import FakeNode, installed
+
+    node = FakeNode.hgx_h200(8)
+    for index, gpu in enumerate(node.gpus[:7]):  # a training job on every GPU
+        gpu.power_mw, gpu.utilization, gpu.memory_used = 612_000 + 7_000 * index, (98, 41), 71_000 << 20
+        gpu.compute_processes = [(4242 + index, 71_000 << 20)]
+        gpu.clock_event_reasons = 0
+        gpu.clocks[pynvml.NVML_CLOCK_SM] = gpu.clocks[pynvml.NVML_CLOCK_GRAPHICS] = 1980
+        gpu.temperature, gpu.memory_temperature = 61 + index % 3, 67 + index % 2
+    node.gpus[2].remap_pending, node.gpus[2].remapped_uncorrectable = True, 1
+    node.gpus[3].pcie_downtrained(4, 16)
+    node.gpus[5].thermal_slowdown()
+    node.gpus[7].lose_after_calls = 4
+    with tempfile.TemporaryDirectory() as tmp:
+        fake_root(Path(tmp), node, kmsg=(xid_line(3, 6_000_000, node.gpus[7].bus_id, 79),))
+        with installed(node):
+            sampler = Sampler(Path(tmp), None, None, True, None, 1.0)
+            try:
+                sample = sampler.sample()
+            finally:
+                sampler.close()
+    return header_lines() + sample_lines(sample.rows, time.mktime((2026, 12, 5, 3, 12, 40, 0, 0, -1)))
+
+
 def _blocks(readme: list[str]) -> dict[str, tuple[int, int]]:
     """{mark: (first line, end line)} of the README code blocks holding each example (the header line included)."""
     found = {}
-    for mark in (NVIDIA_MARK, AMD_MARK):
+    for mark in (NVIDIA_MARK, AMD_MARK, TOP_MARK):
         at = readme.index(mark)
         start = at - 1 if readme[at - 1].startswith("gpudiag ") else at
         end = readme.index("```", at)
@@ -121,7 +159,7 @@ def _rewritten(block: list[str], output: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     path = REPO / "README.md"
     readme = path.read_text().splitlines()
-    outputs = {NVIDIA_MARK: nvidia_example(), AMD_MARK: amd_example()}
+    outputs = {NVIDIA_MARK: nvidia_example(), AMD_MARK: amd_example(), TOP_MARK: top_example()}
     if "--check" in argv or "--write" in argv:
         problems = []
         for mark, (start, end) in sorted(_blocks(readme).items(), key=lambda item: -item[1][0]):

@@ -26,6 +26,7 @@ from gpudiag.cli.shared import habits
 from gpudiag.cli.shared.node_collect import error_line, exit_for_failure, start_logging
 from gpudiag.cli.snapshot import snapshot
 from gpudiag.cli.textfile import textfile
+from gpudiag.cli.top.command import top
 from gpudiag import stdout
 from gpudiag.exitcodes import ExitCode
 
@@ -56,9 +57,10 @@ def version() -> None:
 
 
 # --help lists the commands in this order (pinned by tests/cli/test_habits.py).
-COMMANDS = (("check", check), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve), ("textfile", textfile),
-            ("version", version), ("install-service", install_service), ("root-facts", root_facts), ("fleet", fleet),
-            ("history", history), ("profiles", profiles), ("screen", screen))
+COMMANDS = (("check", check), ("top", top), ("snapshot", snapshot), ("baseline", baseline), ("serve", serve),
+            ("textfile", textfile), ("version", version), ("install-service", install_service),
+            ("root-facts", root_facts), ("fleet", fleet), ("history", history), ("profiles", profiles),
+            ("screen", screen))
 for _name, _command in COMMANDS:
     app.command(_name)(_command)
 

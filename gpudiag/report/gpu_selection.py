@@ -44,7 +44,13 @@ def known_gpus(snapshot: NodeSnapshot) -> list[tuple[Optional[int], Optional[str
 
 def select_gpus(snapshot: NodeSnapshot, wanted: Iterable[str]) -> tuple[set[int], set[str]]:
     """(indices, bus IDs) of the GPUs `wanted` names; ValueError, one line naming what exists, for one not here."""
-    known = known_gpus(snapshot)
+    return select_known(known_gpus(snapshot), wanted)
+
+
+def select_known(known: list[tuple[Optional[int], Optional[str], Optional[str]]],
+                 wanted: Iterable[str]) -> tuple[set[int], set[str]]:
+    """select_gpus among `known` GPUs, (index, bus ID, UUID) each: also what `gpudiag top -i` picks from the rows
+    the service sends (gpudiag/report/live.py)."""
     indices, buses = set(), set()
     for name in wanted:
         text = name.strip()

@@ -1,5 +1,5 @@
 """The service as `gpudiag serve` runs it: shared collections, the journal and its keeper, the socket server, and
-the answers to the three read-only requests (docs/service.md "Protocol")."""
+the answers to the read-only requests (docs/service.md "Protocol")."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ class Service:
         self.started = time.monotonic()
         self._cache_lock = threading.Lock()
         self._cached: Optional[tuple[Collection, str]] = None  # (the collection, its snapshot as JSON)
+        self._cached_top: Optional[tuple[Collection, str]] = None  # (the collection, its live view as JSON)
         from gpudiag.service.check_answers import Answers
 
         self._answers = Answers()  # the `check` answers made from the latest collection
@@ -78,18 +79,24 @@ class Service:
             return self._snapshot(request, peer)
         if op == "check":
             return self._check(request)
+        if op == "top":
+            return self._top(request, peer)
         if op == "history":
             return self._history(request)
         return self._status()
 
-    def _snapshot(self, request: dict, peer: Optional[Peer]) -> bytes:
+    def _collection(self, request: dict, peer: Optional[Peer]) -> tuple[Optional[Collection], Optional[str]]:
+        """The collection a `snapshot` or `top` request gets: at most its `max_age` old, waiting at most `wait`."""
         max_age = _number(request, "max_age", MAX_AGE_SECONDS, 0.0, 60.0)
         if peer is not None and not peer.privileged:
             # Any member of the group could otherwise make the service collect back to back (max_age 0: six
             # collections a second, up to 84 % of a core, scrape p99 321 ms): at most one a second for them.
             max_age = max(max_age, MIN_MAX_AGE_UNPRIVILEGED)
         wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
-        collection, problem = self.collections.get(max(max_age, 0.05), min(wait, self.collect_wait))
+        return self.collections.get(max(max_age, 0.05), min(wait, self.collect_wait))
+
+    def _snapshot(self, request: dict, peer: Optional[Peer]) -> bytes:
+        collection, problem = self._collection(request, peer)
         if collection is None:
             return _line({"ok": False, "error": problem or "no collection yet"})
         head = {"ok": True, "fresh": problem is None, "problem": problem,
@@ -97,6 +104,24 @@ class Service:
         # The snapshot's JSON is made once per collection however many clients ask for it.
         return (json.dumps(head, separators=(",", ":"), default=str)[:-1] + ',"snapshot":'
                 + self._snapshot_json(collection) + "}\n").encode("utf-8")
+
+    def _top(self, request: dict, peer: Optional[Peer]) -> bytes:
+        """`gpudiag top`'s sample: the latest collection's row per GPU and verdicts, as the service judged it (its
+        own --profile); "judged": false where the checks failed to run (the rows' verdicts are then null)."""
+        collection, problem = self._collection(request, peer)
+        if collection is None:
+            return _line({"ok": False, "error": problem or "no collection yet"})
+        head = {"ok": True, "fresh": problem is None, "problem": problem, "collected_at": collection.finished_at,
+                "age_seconds": round(time.time() - collection.finished_at, 3)}
+        with self._cache_lock:
+            if self._cached_top is None or self._cached_top[0] is not collection:
+                from gpudiag.report.live import live_view
+
+                view = live_view(collection.snapshot, collection.results, judged=collection.checks_run.success)
+                self._cached_top = (collection, json.dumps(view, separators=(",", ":"), default=str))
+            view_json = self._cached_top[1]
+        return (json.dumps(head, separators=(",", ":"), default=str)[:-1] + ',"view":' + view_json
+                + "}\n").encode("utf-8")
 
     def _check(self, request: dict) -> bytes:
         from gpudiag.service.check_answers import answer_check, parse_check

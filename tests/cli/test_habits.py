@@ -165,6 +165,5 @@ def test_help_lists_the_commands_in_their_pinned_order(capsys):
     # gpudiag/cli/app.py registers them from COMMANDS: the order no longer follows whichever module is imported first.
     assert cli.main(["--help"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.split("Commands:")[1].splitlines() if line.strip()]
-    assert listed == ["check", "snapshot", "baseline", "serve", "textfile", "version", "install-service", "root-facts",
-                      "fleet", "history", "profiles",
-                      "screen"]
+    assert listed == ["check", "top", "snapshot", "baseline", "serve", "textfile", "version", "install-service",
+                      "root-facts", "fleet", "history", "profiles", "screen"]

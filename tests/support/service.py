@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -14,6 +15,7 @@ from gpudiag.cli.serve.serving import Exporter
 from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from gpudiag.service import socket_path, state_dir
+from gpudiag.service.protocol import MAX_REQUEST_BYTES
 
 from tests.support.exporter import wait_for
 
@@ -57,3 +59,23 @@ def verdicts(report: dict) -> list[tuple]:
 def collections_done(exporter: Exporter) -> Optional[float]:
     latest = exporter.collections.latest
     return latest.finished_at if latest else None
+
+
+def stand_in(path: Path, answers: list[dict]) -> threading.Thread:
+    """A stand-in service at `path` that answers each request with the next of `answers`, then closes (a
+    collection that failed or went stale, an older service)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(len(answers))
+
+    def serve():
+        for answer in answers:
+            conn, _ = listener.accept()
+            conn.recv(MAX_REQUEST_BYTES)
+            conn.sendall(json.dumps(answer).encode() + b"\n")
+            conn.close()
+        listener.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread

@@ -8,10 +8,8 @@ import contextlib
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import tomllib
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from gpudiag.service.protocol import MAX_REQUEST_BYTES
 from tests.support.exporter_node import fake_root
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.paths import REPO
-from tests.support.service import raw, running_service
+from tests.support.service import raw, running_service, stand_in
 
 
 VARIANTS = [
@@ -139,30 +137,12 @@ def test_the_service_reads_no_file_a_client_names_and_bounds_the_request(tmp_pat
         assert answer["ok"] and answer["exit"] == 0 and json.loads(answer["stdout"])["collected_by"] == "service"
 
 
-def one_answer_server(path: Path, answer: dict) -> threading.Thread:
-    """A stand-in service that answers one request with `answer` (a collection that failed or went stale)."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen(1)
-
-    def serve():
-        conn, _ = listener.accept()
-        conn.recv(MAX_REQUEST_BYTES)
-        conn.sendall(json.dumps(answer).encode() + b"\n")
-        conn.close()
-        listener.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.parametrize("fallback,warning", [("stale", "collection did not finish"), ("failed", "could not collect")])
 def test_a_service_without_a_fresh_collection_makes_the_client_probe_directly(tmp_path, fallback, warning):
     node = FakeNode.hgx_h200(1)
     fake_root(tmp_path, node)
     path = tmp_path / "stand-in.sock"
-    server = one_answer_server(path, {"ok": False, "error": "collection overran", "fallback": fallback})
+    server = stand_in(path, [{"ok": False, "error": "collection overran", "fallback": fallback}])
     out, err = io.StringIO(), io.StringIO()
     with installed(node), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = fastpath.main(["check", "--root", str(tmp_path), "--socket", str(path), "--json"])
@@ -173,7 +153,7 @@ def test_a_service_without_a_fresh_collection_makes_the_client_probe_directly(tm
 
 def test_an_older_service_or_a_busy_one_is_not_handled(tmp_path):
     path = tmp_path / "old.sock"
-    server = one_answer_server(path, {"ok": False, "error": "expected {\"op\": one of snapshot, history, status}"})
+    server = stand_in(path, [{"ok": False, "error": "expected {\"op\": one of snapshot, history, status}"}])
     assert fastpath.main(["check", "--socket", str(path)]) is None
     server.join(5)
 
