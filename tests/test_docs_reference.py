@@ -14,7 +14,7 @@ import pytest
 from gpudiag.checks import CHECK_IDS, REFERENCE, REGISTRY, SETTINGS
 from gpudiag.checks.verdicts import TABLE
 from gpudiag.expect import Expectations, family_keys
-from gpudiag.exporter.catalog import all_metrics
+from gpudiag.exporter.metric_modules import all_metrics
 from tests.support.paths import REPO
 from tests.support.tools import load_tool
 

@@ -16,6 +16,7 @@ PACKAGE = REPO / "gpudiag"
 VENDOR_MODULES = {"pynvml", "amdsmi"}
 
 from tests.layers import LAYERS
+from tests.support.registries import BY_NAME
 
 
 def unit_of(path: Path) -> str:
@@ -122,9 +123,40 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def module_graph() -> dict[str, set[str]]:
-    """Module → the modules it imports when it runs."""
-    return {module: {m for m in imported_modules(path, type_checking=False) if not m.startswith("vendor:") and m != module}
-            for module, path in MODULES.items()}
+    """Module → the modules it imports when it runs: by import statement, and by name where a registry imports the
+    modules its index lists (tests/support/registries.py BY_NAME)."""
+    graph = {module: {m for m in imported_modules(path, type_checking=False)
+                      if not m.startswith("vendor:") and m != module}
+             for module, path in MODULES.items()}
+    for registry, targets in BY_NAME.items():
+        graph[registry] |= targets
+    return graph
+
+
+def _calls_import_module(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
+               for node in ast.walk(tree))
+
+
+def test_every_import_by_name_is_a_registry_the_layering_sees():
+    by_name = {module for module, path in MODULES.items() if _calls_import_module(path)}
+    assert by_name == set(BY_NAME), "list the module's by-name imports in tests/support/registries.py BY_NAME"
+    for registry, targets in BY_NAME.items():
+        assert targets <= set(MODULES), f"{registry} imports by name what is not a module: {targets - set(MODULES)}"
+        for target in targets:
+            assert unit_of_module(target) == unit_of_module(registry) or unit_of_module(target) in LAYERS[
+                unit_of_module(registry)], f"{registry} imports {target} by name across the layers"
+
+
+def test_the_by_name_edges_close_no_circle_today():
+    # The two circles the registries hid before issue 34 item 2: expect/ <-> expect/network_settings.py and
+    # exporter/catalog.py -> metrics_network.py -> families.py -> catalog.py.
+    graph = module_graph()
+    assert "gpudiag.expect.network_settings" in graph["gpudiag.expect"]
+    assert "gpudiag.exporter.metrics_network" in graph["gpudiag.exporter.metric_modules"]
+    assert not any("gpudiag.expect" in component or "gpudiag.exporter.catalog" in component
+                   for component in _cycles(graph))
 
 
 def test_no_two_packages_import_each_other():

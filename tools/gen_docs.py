@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from gpudiag.checks import DECLARED, REFERENCE, REGISTRY, SETTINGS  # noqa: E402
 from gpudiag.checks.verdicts import ACTIONS, INTERNAL_ERROR, TABLE, UNREACHABLE, derived_code  # noqa: E402
-from gpudiag.exporter.catalog import GPU_LABELS, all_metrics  # noqa: E402
+from gpudiag.exporter.catalog import GPU_LABELS  # noqa: E402
+from gpudiag.exporter.metric_modules import all_metrics  # noqa: E402
 from gpudiag.model import Status  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tools"))

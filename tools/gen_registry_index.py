@@ -8,6 +8,9 @@ once here instead of found by walking the packages at every start of a `gpudiag 
   code that uses it.
 - gpudiag/probe/index.py: the probe parts families add, a sub-package of gpudiag.probe with a module part.py.
 - gpudiag/expect/index.py: the families' profile settings, the modules <family>_settings.py of gpudiag.expect.
+- gpudiag/exporter/index.py: the families' metric modules, metrics_<family>.py of gpudiag.exporter.
+- gpudiag/probe/kernel_log/index.py: the kernel-log record kinds families add, a module kernel_log.py beside a probe
+  part (gpudiag/probe/<part>/kernel_log.py), found by the event reader (issue 34, item 2).
 
     python3 tools/gen_registry_index.py           # rewrite them
     python3 tools/gen_registry_index.py --check   # exit 1 naming the stale ones (tests/test_registry_index.py)
@@ -59,6 +62,23 @@ def settings_modules() -> list[str]:
                   if info.name.endswith("_settings"))
 
 
+def metric_modules(path: Optional[list[str]] = None, package: str = "gpudiag.exporter") -> list[str]:
+    """The modules metrics_<family>.py of the package (gpudiag.exporter), in name order (none imported)."""
+    if path is None:
+        path = [str(REPO / "gpudiag" / "exporter")]
+    return sorted(f"{package}.{info.name}" for info in pkgutil.iter_modules(path) if info.name.startswith("metrics_"))
+
+
+def record_modules(path: Optional[list[str]] = None, package: str = "gpudiag.probe") -> list[str]:
+    """The modules kernel_log.py of the package's sub-packages (gpudiag/probe/<part>/kernel_log.py), in name order:
+    the kernel-log record kinds a family adds (the kernel_log sub-package itself is the reader, not one of them)."""
+    if path is None:
+        path = [str(REPO / "gpudiag" / "probe")]
+    return sorted(f"{package}.{info.name}.kernel_log" for info in pkgutil.iter_modules(path)
+                  if info.ispkg and info.name != "kernel_log"
+                  and (Path(info.module_finder.path) / info.name / "kernel_log.py").exists())
+
+
 def _tuple(name: str, items: list[str]) -> str:
     return f"{name} = (\n" + "".join(f"    {item!r},\n" for item in items) + ")\n"
 
@@ -82,9 +102,23 @@ def expect_index() -> str:
             "\n" + HEADER + _tuple("SETTINGS_MODULES", settings_modules()))
 
 
+def exporter_index() -> str:
+    return ('"""The families\' metric modules (metrics_<family>.py of gpudiag.exporter), for metric_modules.py to import by\n'
+            'name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
+            + HEADER + _tuple("METRIC_MODULES", metric_modules()))
+
+
+def kernel_log_index() -> str:
+    return ('"""The kernel-log record kinds families add (gpudiag/probe/<part>/kernel_log.py), for events.py to import by\n'
+            'name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
+            + HEADER + _tuple("RECORD_MODULES", record_modules()))
+
+
 INDEXES = {REPO / "gpudiag" / "checks" / "index.py": checks_index,
            REPO / "gpudiag" / "probe" / "index.py": probe_index,
-           REPO / "gpudiag" / "expect" / "index.py": expect_index}
+           REPO / "gpudiag" / "expect" / "index.py": expect_index,
+           REPO / "gpudiag" / "exporter" / "index.py": exporter_index,
+           REPO / "gpudiag" / "probe" / "kernel_log" / "index.py": kernel_log_index}
 
 
 def main(argv: list[str]) -> int:

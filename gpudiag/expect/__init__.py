@@ -22,6 +22,7 @@ from dataclasses import field, fields
 from typing import Any, Optional, TypeVar
 
 from gpudiag.expect.baseline import NodeBaseline
+from gpudiag.expect.errors import ExpectationError  # noqa: F401  (re-exported: gpudiag.expect.ExpectationError)
 from gpudiag.expect.index import SETTINGS_MODULES
 from gpudiag.model.records import dataclass
 
@@ -33,15 +34,6 @@ MEMORY_PARTITIONS = ("NPS1", "NPS2", "NPS4", "NPS8")  # AmdSmiMemoryPartitionTyp
 # domains), "off" (no IOMMU registered).
 IOMMU_MODES = ("passthrough", "translated", "off")
 _DOTTED_VERSION = re.compile(r"^\d+(\.\d+)*$")
-
-
-class ExpectationError(ValueError):
-    """An expectation has a value it cannot have; `key` names the field at fault."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}")
-        self.key = key
-        self.problem = problem
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

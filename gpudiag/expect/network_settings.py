@@ -13,7 +13,7 @@ import re
 from dataclasses import fields
 from typing import Any, Optional
 
-from gpudiag.expect import ExpectationError  # defined before this module is found
+from gpudiag.expect.errors import ExpectationError
 from gpudiag.model.records import dataclass
 
 LINK_LAYERS = ("InfiniBand", "Ethernet")

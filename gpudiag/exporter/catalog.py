@@ -6,7 +6,8 @@ VBIOS, driver) sit only on `gpudiag_gpu_info` (a NIC's on `gpudiag_nic_info`); e
 (index), `uuid` and `pci_bus_id` so that it can be joined to the info series. The dashboard and alert-rule tests check their expressions against
 this catalog, so a renamed metric breaks them rather than silently emptying a panel.
 
-A check family adds its metrics in a module of its own, gpudiag/exporter/metrics_<family>.py, found by its name:
+A check family adds its metrics in a module of its own, gpudiag/exporter/metrics_<family>.py, found by its name
+(metric_modules.py imports them: this module imports none, since they import it):
 it defines its MetricSpecs with `define` / `gpu_metric` and renders them in `add(fs, snapshot)`, which
 node_metrics.add_snapshot calls for every collection (the exporter and the textfile). How to add one:
 docs/adding-a-check-family.md.
@@ -14,12 +15,7 @@ docs/adding-a-check-family.md.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 
 
 @dataclass(frozen=True)
@@ -369,17 +365,7 @@ ACTIVE_HBM_BANDWIDTH = _gpu(
 define, gpu_metric = _define, _gpu
 
 
-def _family_modules(path: list[str], package: str) -> tuple[str, ...]:
-    return tuple(f"{package}.{info.name}" for info in pkgutil.iter_modules(path) if info.name.startswith("metrics_"))
-
-
-@functools.lru_cache(maxsize=None)
-def family_modules() -> tuple[ModuleType, ...]:
-    """The families' metric modules, imported (which defines their metrics), in name order."""
-    names = _family_modules([str(Path(__file__).parent)], __name__.rpartition(".")[0])
-    return tuple(importlib.import_module(name) for name in sorted(names))
-
-
-def all_metrics() -> dict[str, MetricSpec]:
-    family_modules()
+def defined() -> dict[str, MetricSpec]:
+    """The specs defined so far: the core catalog's and those of the family metric modules already imported (all of
+    them once gpudiag.exporter.metric_modules.all_metrics() has run)."""
     return dict(_ALL)

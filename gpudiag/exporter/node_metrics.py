@@ -10,6 +10,7 @@ from typing import Iterable
 from gpudiag import __version__
 from gpudiag.checks.active.stress_figures import StressFigures, figures_of
 from gpudiag.exporter import catalog as m
+from gpudiag.exporter import metric_modules
 from gpudiag.exporter.device_metrics import add_aer, add_device
 from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
 from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, ComputeVerification, NodeSnapshot, Status
@@ -44,7 +45,7 @@ def add_snapshot(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         fs.add(m.KERNEL_LOG_READABLE, (), int(log.readable))
     if snapshot.active is not None:
         add_active(fs, snapshot)
-    for family in m.family_modules():  # the metrics a check family adds (exporter/metrics_<family>.py)
+    for family in metric_modules.family_modules():  # the metrics a check family adds (exporter/metrics_<family>.py)
         family.add(fs, snapshot)
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from gpudiag.cli.serve.serving import Exporter
-from gpudiag.exporter import catalog
+from gpudiag.exporter import metric_modules
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
@@ -142,7 +142,7 @@ def dashboard_queries() -> list[str]:
 
 
 def test_rules_and_dashboard_use_only_metrics_gpudiag_exports():
-    known = set(catalog.all_metrics()) | PROCESS_METRICS
+    known = set(metric_modules.all_metrics()) | PROCESS_METRICS
     rule_exprs = [r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
     queries = dashboard_queries()
     assert len(queries) > 25

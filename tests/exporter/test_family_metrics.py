@@ -8,16 +8,17 @@ import types
 
 import pytest
 
-from gpudiag.exporter import catalog
+from gpudiag.exporter import catalog, metric_modules
 from gpudiag.exporter.families import FamilySet
 from gpudiag.exporter.node_metrics import add_snapshot
 from tests.support.snapshots import nvidia_h200_node
+from tests.support.tools import load_tool
 
 
 def test_metric_modules_are_found_by_name(tmp_path):
     for name in ("metrics_network.py", "node_metrics.py", "metrics_toy.py", "catalog.py"):
         (tmp_path / name).write_text("")
-    found = catalog._family_modules([str(tmp_path)], "gpudiag.exporter")
+    found = load_tool("gen_registry_index").metric_modules([str(tmp_path)], "gpudiag.exporter")
     assert sorted(found) == ["gpudiag.exporter.metrics_network", "gpudiag.exporter.metrics_toy"]
 
 
@@ -27,7 +28,7 @@ def toy_metrics(monkeypatch):
     spec = catalog.MetricSpec("gpudiag_toy_devices", "gauge", "Devices the toy family saw.", ())
     module.add = lambda fs, snapshot: fs.add(spec, (), len(snapshot.devices))
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(catalog, "family_modules", lambda: (module,))
+    monkeypatch.setattr(metric_modules, "family_modules", lambda: (module,))
     return module
 
 
@@ -43,6 +44,6 @@ def test_a_family_s_add_renders_with_the_snapshot(toy_metrics):
 def test_define_registers_a_family_metric_in_the_catalog(monkeypatch):
     monkeypatch.setattr(catalog, "_ALL", dict(catalog._ALL))
     spec = catalog.define("gpudiag_toy_ports", "gauge", "Ports the toy family saw.", ("device",))
-    assert catalog.all_metrics()["gpudiag_toy_ports"] is spec
+    assert metric_modules.all_metrics()["gpudiag_toy_ports"] is spec
     with pytest.raises(AssertionError):
         catalog.define("gpudiag_toy_errors", "counter", "Counters end in _total.")

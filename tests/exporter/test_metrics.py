@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gpudiag.exporter import catalog
+from gpudiag.exporter import catalog, metric_modules
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.model import CheckResult, DeviceRef, ErrorKind, ProbeError, Status
 from tests.support.exporter import names, parse, series, value
@@ -20,7 +20,7 @@ def render(snapshot, results=()):
 
 
 def test_catalog_follows_the_naming_rules():
-    specs = catalog.all_metrics()
+    specs = metric_modules.all_metrics()
     assert len(specs) > 40
     for name, spec in specs.items():
         assert re.fullmatch(r"gpudiag_[a-z0-9_]+", name), name
@@ -36,7 +36,7 @@ def test_catalog_follows_the_naming_rules():
 
 
 def test_every_rendered_sample_is_in_the_catalog_with_its_labels():
-    specs = catalog.all_metrics()
+    specs = metric_modules.all_metrics()
     for snapshot in (nvidia_h200_node(), cpx_partitioned(amd_mi300x_node())):
         for name, labels, _ in parse(render(snapshot)):
             if name.startswith("gpudiag_"):

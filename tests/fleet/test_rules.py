@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from gpudiag.exporter import catalog
+from gpudiag.exporter import metric_modules
 from tests.support.paths import REPO
 
 RULES_DIR = REPO / "monitoring" / "prometheus"
@@ -41,5 +41,5 @@ def test_every_fleet_alert_fires_in_a_unit_test_and_stays_quiet_in_another():
 def test_fleet_rules_use_only_metrics_gpudiag_exports_and_their_own_records():
     records = {rule["record"] for rule in _rules() if "record" in rule}
     used = {name for rule in _rules() for name in re.findall(r"\bgpudiag[_:][a-z0-9_:]+", rule["expr"])}
-    assert used - records - set(catalog.all_metrics()) == set()
+    assert used - records - set(metric_modules.all_metrics()) == set()
     assert all(re.fullmatch(r"gpudiag:[a-z0-9_]+:[a-z0-9_]+", name) for name in records)  # level:metric:operations

@@ -20,6 +20,7 @@ The log is hostile input (any local user can get text into it: a program's name 
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Optional
 
@@ -29,11 +30,11 @@ from gpudiag.probe.kernel_log.formats import LogLine, split_line, wall_seconds
 from gpudiag.probe.kernel_log.ghes import GhesRecords
 from gpudiag.probe.kernel_log.nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
 from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
-from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
+from gpudiag.probe.kernel_log.index import RECORD_MODULES
 from gpudiag.probe.patterns import lazy_compile
 
 __all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
-           "NIC_EVENT_KINDS", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
+           "FAMILY_EVENT_KINDS", "KEPT_IN", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
 
 # ---------------------------------------------------------------------------------------------------------------
 # PCIe hot-plug (drivers/pci/hotplug/pciehp_ctrl.c, ctrl_info → pci_info on the port: "pcieport <port>: pciehp: …"):
@@ -54,6 +55,23 @@ def _pcie_slot_event(message: str, seconds: Optional[float]) -> Optional[KernelE
                        pci_bus_id=normalize_pci_bus_id(match[1]), timestamp_seconds=seconds)
 
 
+# The record kinds families add (gpudiag/probe/<part>/kernel_log.py, found by name through index.py: this layer
+# imports no family's module by its name): each says the prefixes its records start with, its kinds, its parser
+# `parse(message, seconds)` and, optionally, the KernelLogInfo list its events are kept in (KEPT_IN).
+_FAMILY_RECORDS = tuple(importlib.import_module(name) for name in RECORD_MODULES)
+_FAMILY_PREFIXES = tuple(prefix for module in _FAMILY_RECORDS for prefix in module.PREFIXES)
+FAMILY_EVENT_KINDS = tuple(kind for module in _FAMILY_RECORDS for kind in module.EVENT_KINDS)
+KEPT_IN = {kind: module.KEPT_IN for module in _FAMILY_RECORDS if getattr(module, "KEPT_IN", None)
+           for kind in module.EVENT_KINDS}
+
+
+def _family_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    for module in _FAMILY_RECORDS:
+        if message.startswith(module.PREFIXES):
+            return module.parse(message, seconds)
+    return None
+
+
 def parse_event(message: str, seconds: Optional[float] = None) -> Optional[KernelEvent]:
     """The GPU event a kernel message reports on its own, or None. `message` is the text after any line prefix; only
     a message that starts with a GPU driver's own prefix is read (see the module docstring). Raises MalformedRecord
@@ -65,9 +83,9 @@ def parse_event(message: str, seconds: Optional[float] = None) -> Optional[Kerne
         return sxid_event(message, seconds)
     if message.startswith("pcieport "):
         return _pcie_slot_event(message, seconds)
-    # RDMA NICs (probe/network/kernel_log.py): kept apart, in KernelLogInfo.nic_events
-    if message.startswith(NIC_PREFIXES):
-        return nic_event(message, seconds)
+    # the families' records (RDMA NICs: probe/network/kernel_log.py, kept apart in KernelLogInfo.nic_events)
+    if message.startswith(_FAMILY_PREFIXES):
+        return _family_event(message, seconds)
     return amdgpu_event(message, seconds)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
-from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
+from gpudiag.probe.kernel_log.events import KEPT_IN, MAX_RECORD_CHARS, EventReader, split_line
 from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
 from gpudiag.probe.patterns import lazy_compile
 
@@ -149,7 +149,7 @@ def _read(split: LogLine, info: KernelLogInfo, reader: EventReader) -> None:
     info.formats[split.fmt or "bare"] = info.formats.get(split.fmt or "bare", 0) + 1
     try:
         for event in reader.feed(split):
-            (info.nic_events if event.kind in NIC_EVENT_KINDS else info.events).append(event)
+            getattr(info, KEPT_IN.get(event.kind, "events")).append(event)  # a family's list, or the GPU events
     except Exception as exc:  # noqa: BLE001 - hostile input: one bad record must not hide the others
         info.records_skipped += 1
         log.debug("kernel log record skipped: %s", exc)

@@ -120,3 +120,12 @@ def nic_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
         word = (match[1] or match[2]).lower()
         return event("nic_firmware_reset", detail="fatal" if word == "fatal" else "nonfatal")
     return None
+
+
+# The record kind's registration (gpudiag/probe/kernel_log/index.py lists this module; events.py reads these names):
+# the prefixes a record must start with, the kinds it yields, the parser, and the KernelLogInfo list they are kept in
+# (apart from the GPU events, which the GPU checks read).
+PREFIXES = NIC_PREFIXES
+EVENT_KINDS = NIC_EVENT_KINDS
+parse = nic_event
+KEPT_IN = "nic_events"
