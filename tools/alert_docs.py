@@ -21,7 +21,9 @@ from gpudiag.checks import REFERENCE  # noqa: E402
 from gpudiag.checks.verdicts import TABLE  # noqa: E402
 from gpudiag.model import Status  # noqa: E402
 
-RULE_FILES = (REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml",
+from tools.alert_rules import alert_rule_files  # noqa: E402
+
+RULE_FILES = (*alert_rule_files(),  # the core alerts and each family's (gpudiag-alerts-<family>.yml)
               REPO / "monitoring" / "prometheus" / "gpudiag-fleet-rules.yml")
 ALERTMANAGER = REPO / "monitoring" / "alertmanager" / "gpudiag-alertmanager.yml"
 ALERTS_PAGE = REPO / "docs" / "reference" / "alerts.md"

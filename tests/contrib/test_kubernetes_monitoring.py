@@ -1,7 +1,7 @@
 """contrib/kubernetes: the DaemonSet's probes, and the PodMonitor and PrometheusRule shipped with it. kubernetes-
 validate knows built-in kinds only, so the two Prometheus Operator resources are validated against the operator's
 own CRD schemas (tests/fixtures/prometheus-operator, with its licence), and the PrometheusRule is checked to carry
-exactly monitoring/prometheus/gpudiag-alerts.yml's rules (tools/gen_prometheusrule.py writes it)."""
+exactly the rules of monitoring/prometheus/gpudiag-alerts*.yml (tools/gen_prometheusrule.py writes it)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ jsonschema = pytest.importorskip("jsonschema")
 
 from gpudiag.exporter.web.http_server import PATHS  # noqa: E402
 from tests.support.tools import load_tool  # noqa: E402
+from tools.alert_rules import alert_groups  # noqa: E402
 
 KUBE = REPO / "contrib" / "kubernetes"
 CRDS = FIXTURES / "prometheus-operator"
-ALERTS = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
 
 
 def _load(path: Path) -> list[dict]:
@@ -80,7 +80,7 @@ def test_prometheusrule_matches_the_crd_and_carries_the_alert_file():
     assert (rule["apiVersion"], rule["kind"]) == (api_version, "PrometheusRule")
     assert _errors(validator, rule) == []
     assert rule["metadata"]["namespace"] == _daemonset()["metadata"]["namespace"]
-    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
+    assert rule["spec"]["groups"] == alert_groups()  # the core rules and each family's
 
 
 def test_prometheusrule_is_what_the_generator_writes():

@@ -40,12 +40,12 @@ from tests.support.prometheus import (
 )
 from tests.support.paths import REPO
 from tests.support.rule_scaling import parse_ms, scale_alertmanager, scale_duration, write_scaled_rules
+from tools.alert_rules import alert_groups, alert_rule_files
 
 pytestmark = [pytest.mark.slow,  # end to end: real servers and processes (tests/README.md)
               pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
                                  reason="prometheus / prometheus-alertmanager not installed")]
 
-RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
 ALERTMANAGER_CONFIG = REPO / "monitoring" / "alertmanager" / "gpudiag-alertmanager.yml"
 SCALE = 15  # 15 s scrapes (docs/monitoring.md) → 1 s: every window holds as many samples as in production
 SCRAPE_SECONDS = 1.0
@@ -63,7 +63,7 @@ EMPTY_PLACEHOLDER = re.compile(r"\(\)|GPU \(|GPU ,|  |on ,|, $|\s$")
 def rule_for_seconds(alertname: str, severity: str) -> float:
     """The scaled `for` of the rule that raises `alertname` at `severity` (a templated severity matches both)."""
     found = []
-    for group in yaml.safe_load(RULES.read_text())["groups"]:
+    for group in alert_groups():
         for rule in group["rules"]:
             if rule.get("alert") == alertname and (rule["labels"]["severity"] == severity or "{{" in rule["labels"][
                     "severity"]):
@@ -108,11 +108,11 @@ def run(tmp_path_factory):
             alertmanager, alertmanager_url = start_alertmanager(tmp, config)
             targets = wait_for(lambda: (lambda found: found if all(found.values()) else None)(
                 {label: listening_on(tmp / f"{label}.log") for label in nodes}), timeout=120, interval=0.5)
-            rules = write_scaled_rules(RULES, tmp, SCALE)
+            rules = [write_scaled_rules(path, tmp, SCALE) for path in alert_rule_files()]  # core + families'
             interval = f"{int(SCRAPE_SECONDS * 1000)}ms"
             prometheus, prometheus_url = start_prometheus(tmp, {
                 "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
-                "rule_files": [str(rules)],
+                "rule_files": [str(path) for path in rules],
                 "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager_url[7:]]}]}]},
                 "scrape_configs": [{"job_name": "gpudiag", "static_configs": [
                     {"targets": [target], "labels": {"scenario": label}} for label, target in targets.items()]}],

@@ -29,6 +29,7 @@ from tests.support.exporter_node import fake_root, xid_line
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.fakes.fake_nvml_events import nvml_events
 from tests.support.tools import load_tool
+from tools.alert_rules import alert_groups, alert_rule_files, alert_test_files
 # free_port, query, start_prometheus and stop are imported from here by other tests too (fleet, GPU-less node).
 from tests.support.prometheus import PROMETHEUS, free_port, query, start_prometheus, stop  # noqa: F401
 from tests.support.paths import FIXTURES, REPO
@@ -36,8 +37,6 @@ from tests.support.snapshots import amd_mi300x_node, cpx_partitioned
 
 pytestmark = pytest.mark.slow  # end to end: real servers and processes (tests/README.md)
 
-RULES = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.yml"
-RULE_TESTS = REPO / "monitoring" / "prometheus" / "gpudiag-alerts.test.yml"
 DASHBOARD = REPO / "monitoring" / "grafana" / "gpudiag-dashboard.json"
 TLS = FIXTURES / "tls"
 
@@ -96,23 +95,24 @@ def test_promtool_lints_the_textfile_of_a_partitioned_amd_node():
 
 @needs_promtool
 def test_alert_rules_are_valid_and_pass_their_unit_tests():
-    checked = promtool("check", "rules", str(RULES))
+    checked = promtool("check", "rules", *map(str, alert_rule_files()))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = promtool("test", "rules", str(RULE_TESTS))
-    assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "SUCCESS" in tested.stdout
+    for unit_tests in alert_test_files():  # the core rules' and each family's
+        tested = promtool("test", "rules", str(unit_tests))
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+        assert "SUCCESS" in tested.stdout
 
 
 def test_every_alert_rule_is_unit_tested():
-    rules = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
-    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    rules = {r["alert"] for g in alert_groups() for r in g["rules"]}
+    tests = [t for path in alert_test_files() for t in yaml.safe_load(path.read_text())["tests"]]
     firing = {case["alertname"] for t in tests for case in t["alert_rule_test"] if case["exp_alerts"]}
     assert rules == firing
 
 
 def _xid_code_regexes() -> dict[str, set[str]]:
     """alert → the code regexes its expression uses (code=~"…" for critical, code!~"…" for the rest)."""
-    rules = {r["alert"]: r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    rules = {r["alert"]: r["expr"] for g in alert_groups() for r in g["rules"]}
     return {name: set(re.findall(r'code[!=]~"([^"]+)"', rules[name])) for name in ("GpudiagXidCritical",
                                                                                      "GpudiagXidError")}
 
@@ -143,7 +143,7 @@ def dashboard_queries() -> list[str]:
 
 def test_rules_and_dashboard_use_only_metrics_gpudiag_exports():
     known = set(metric_modules.all_metrics()) | PROCESS_METRICS
-    rule_exprs = [r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    rule_exprs = [r["expr"] for g in alert_groups() for r in g["rules"]]
     queries = dashboard_queries()
     assert len(queries) > 25
     used = {name for expr in rule_exprs + queries for name in METRIC_NAME.findall(expr)}
@@ -228,11 +228,11 @@ def test_prometheus_scrapes_gpudiag_serve(tmp_path, secured):
 
 
 def _alert_rules() -> list[dict]:
-    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
+    return [r for g in alert_groups() for r in g["rules"] if "alert" in r]
 
 
 def _group(name: str) -> list[dict]:
-    (group,) = [g for g in yaml.safe_load(RULES.read_text())["groups"] if g["name"] == name]
+    (group,) = [g for g in alert_groups() if g["name"] == name]
     return group["rules"]
 
 
