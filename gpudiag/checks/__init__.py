@@ -96,6 +96,12 @@ for _family in DECLARED:
         _PART_CHECKS[_part] = _PART_CHECKS.get(_part, ()) + tuple(_prefixes)
 
 
+# The node properties the families let `gpudiag fleet` compare (Family.drift): check ID -> DriftFact.
+DRIFT_FACTS = {check_id: fact for family in DECLARED for check_id, fact in family.drift.items()}
+if len({fact.name for fact in DRIFT_FACTS.values()}) != len(DRIFT_FACTS):
+    raise FamilyError("two drift facts of the families have one name")
+
+
 def probe_parts_for(checks: Iterable[Check]) -> frozenset[str]:
     """The optional probe parts that the given checks judge."""
     ids = [c.id for c in checks]

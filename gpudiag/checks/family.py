@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import field
-from typing import Mapping
+from typing import Callable, Mapping, Optional
 
 from gpudiag.checks.common import Check
 from gpudiag.checks.verdicts import ACTIONS
@@ -32,6 +32,18 @@ class FamilyError(ValueError):
 
 
 @dataclass(frozen=True)
+class DriftFact:
+    """A node property `gpudiag fleet` compares across the nodes of one GPU model (a node whose value differs from
+    most of its peers' drifts), read from one of the family's check results in a node's report (issue 34, item 2)."""
+    name: str  # the property, unique among families: e.g. "services_enabled"
+    description: str  # what it is, as the fleet view names it: "GPU services enabled"
+    # the result's `observed` (a dict from a report: hostile, may be anything) -> the node's value, None for none
+    read: Callable[[dict], Optional[str]]
+    advice: str  # what to do about a node that drifts on it
+    action: str = "watch"  # the drifting node's verdict (one of verdicts.ACTIONS)
+
+
+@dataclass(frozen=True)
 class Family:
     """One family of checks, e.g. `pcie`: what `--only pcie` selects and docs/reference/checks.md's `## pcie`."""
     name: str  # the check-ID prefix: every check's ID is "<name>.<check>"
@@ -48,6 +60,8 @@ class Family:
     # selection with none of them lets the probe skip the part.
     probe_parts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     note: str = ""  # one line under the family's heading in docs/reference/checks.md
+    # check ID -> the node property `gpudiag fleet` reads from its results and compares across peers (drift)
+    drift: Mapping[str, DriftFact] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -78,6 +92,9 @@ class Family:
             if not reads.strip() or not remediation.strip():
                 yield f"{check_id}: empty reference text"
         yield from (f"settings for {i}, which is not one of its checks" for i in self.settings if i not in ids)
+        yield from (f"a drift fact for {i}, which is not one of its checks" for i in self.drift if i not in ids)
+        yield from (f"{i}: drift fact {f.name!r}: bad name or action" for i, f in self.drift.items()
+                    if not _NAME.fullmatch(f.name) or f.action not in ACTIONS or not f.description or not f.advice)
         for part, prefixes in self.probe_parts.items():
             yield from (f"probe part {part!r}: {p!r} names none of its checks" for p in prefixes
                         if not any(i.startswith(p) for i in ids))

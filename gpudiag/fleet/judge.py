@@ -18,6 +18,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
+from gpudiag.checks import DRIFT_FACTS
 from gpudiag.fleet import consequences, screening
 from gpudiag.fleet.model import (FIGURES, FIRMWARE_PREFIX, GPU_PROPERTIES, KIND_STATUS, MAX_FAILURES, MAX_LISTED,
                                  NIC_FIRMWARE_PREFIX, NODE_PROPERTIES, NODE_SEVERITY, UNSOUND, FleetVerdict, NodeFacts,
@@ -53,6 +54,9 @@ _NIC_FIRMWARE_ADVICE = ("Flash the NIC firmware its peers run (mlx5: `mlxfwmanag
 # node until aligned; a firmware, link-capability or power-limit difference is watched and fixed in a window.
 _DRIFT_ACTION = {"driver_version": "drain", "runtime_version": "drain", "gpu_count": "drain", "ecc_mode": "reset",
                  "partition_mode": "reset"}
+# The families' drift facts (Family.drift): their advice and the drifting node's action.
+_DRIFT_ADVICE.update({fact.name: fact.advice for fact in DRIFT_FACTS.values()})
+_DRIFT_ACTION.update({fact.name: fact.action for fact in DRIFT_FACTS.values() if fact.action != "watch"})
 _FIRMWARE_ADVICE = ("Update the firmware component to the version the other GPUs of this model run (the system "
                     "vendor's firmware bundle); confirm with `gpudiag check --only firmware`.")
 _LAG_ADVICE = {
@@ -179,6 +183,7 @@ def find_drift(nodes: list[NodeFacts]) -> list[dict]:
         if len(members) < 2:
             continue
         node_names = dict(NODE_PROPERTIES)
+        node_names.update({fact.name: fact.description for fact in DRIFT_FACTS.values()})  # the families'
         node_names.update({n: f"{n[len(NIC_FIRMWARE_PREFIX):]} NIC firmware" for node in members
                            for n in node.properties if n.startswith(NIC_FIRMWARE_PREFIX)})
         for name, description in sorted(node_names.items(), key=lambda item: item[0] not in NODE_PROPERTIES):

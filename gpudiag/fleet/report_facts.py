@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from typing import Any, Optional
 
+from gpudiag.checks import DRIFT_FACTS
 from gpudiag.fleet import screening
 from gpudiag.fleet.jsonstream import Malformed, Reader
 from gpudiag.fleet.model import (FIRMWARE_PREFIX, MAX_GPUS, MAX_NIC_BOARDS, MAX_VALUE_CHARS, NIC_FIRMWARE_PREFIX,
@@ -175,7 +176,9 @@ class _Facts:
         check, observed, status = result["check"], result.get("observed"), result.get("status")
         if not isinstance(observed, dict):
             return
-        if check == "driver.library":
+        if check in DRIFT_FACTS:  # a property a family declared (Family.drift)
+            self._drift_fact(check, observed)
+        elif check == "driver.library":
             for name in ("driver_version", "runtime_version"):
                 value = observed.get(name)
                 if isinstance(value, str) and value:
@@ -231,6 +234,16 @@ class _Facts:
             value = self._number(observed, name, scale, check, gpu)
             if value is not None:
                 facts.figure(figure, gpu, value, check)
+
+    def _drift_fact(self, check: str, observed: dict) -> None:
+        fact = DRIFT_FACTS[check]
+        value = fact.read(observed)
+        if value is None:
+            return
+        if not isinstance(value, str) or len(value) > MAX_VALUE_CHARS:
+            self.facts.add_unread(f"{check}: {fact.name} is not a value of at most {MAX_VALUE_CHARS} characters")
+        else:
+            self.facts.properties[fact.name] = value
 
     def _nic_firmware(self, observed: dict) -> None:
         """The firmware versions one board's NICs run, as a node property (a node-level comparison: which NIC runs
