@@ -126,6 +126,17 @@ class NetworkSettings:
 
 
 SETTINGS = NetworkSettings  # what gpudiag/expect/__init__.py looks for
+# A valid value of each key whose type alone gives none (TOML text, the value read), for tests/expect/test_profile.py,
+# which reads every key from a profile and from -p.
+SAMPLES = {
+    "nic_pci_ids": ('["15b3:1021"]', ("15b3:1021",)),
+    "expected_nic_link_layer": ('"InfiniBand"', "InfiniBand"),
+    "expected_nic_firmware": ('["MT_0000000838=28.41.1000"]', ("MT_0000000838=28.41.1000",)),
+    "gpu_nic_affinity": ('"switch"', "switch"),
+    "gpu_nic_pairs": ('["0000:18:00.0=mlx5_0"]', ("0000:18:00.0=mlx5_0",)),
+    "gpudirect_path": ('"peermem"', "peermem"),
+    "nic_flap_fail_count": ("5", 5),
+}
 
 
 def settings_of(expect: Any) -> NetworkSettings:

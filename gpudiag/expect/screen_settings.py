@@ -77,6 +77,12 @@ class ScreenSettings:
 
 
 SETTINGS = ScreenSettings  # what gpudiag/expect/__init__.py looks for
+# A valid value of each key whose type alone gives none (TOML text, the value read), for tests/expect/test_profile.py.
+SAMPLES = {
+    "screen_every": ('"1d"', "1d"),
+    "screen_idle_after": ('"30m"', "30m"),
+    "screen_stress_seconds": ("60.0", 60.0),
+}
 
 
 def settings_of(expect: Any) -> ScreenSettings:
