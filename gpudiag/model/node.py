@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from gpudiag.model.common import SNAPSHOT_SCHEMA_VERSION, ProbeError, Vendor
 from gpudiag.model.device import DeviceSnapshot, PeerLink
@@ -196,6 +196,10 @@ class NodeSnapshot:
     collectors: list[CollectorRun] = field(default_factory=list)
     network: Optional[NetworkInfo] = None  # the RDMA NICs (probe/network/rdma.py); None: not collected
     screening: Optional[ScreeningInfo] = None  # the idle-time screens' record (docs/screening.md); None: not read
+    # The readings of the probe parts families add (gpudiag/probe/<part>/part.py), by part name, as plain JSON values
+    # (the family's model type through serialize.to_dict; its checks read it back with from_dict): a new family adds
+    # its part without a field here (issue 34, item 2). A part absent: not collected.
+    parts: dict[str, Any] = field(default_factory=dict)
 
     def backend(self, name: str) -> Optional[BackendInfo]:
         return next((b for b in self.backends if b.name == name), None)

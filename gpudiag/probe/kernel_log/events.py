@@ -34,7 +34,8 @@ from gpudiag.probe.kernel_log.index import RECORD_MODULES
 from gpudiag.probe.patterns import lazy_compile
 
 __all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
-           "FAMILY_EVENT_KINDS", "KEPT_IN", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
+           "FAMILY_EVENT_KINDS", "FAMILY_MARKERS", "KEPT_IN", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS",
+           "nvidia_gpu_uuid", "parse_event", "split_line"]
 
 # ---------------------------------------------------------------------------------------------------------------
 # PCIe hot-plug (drivers/pci/hotplug/pciehp_ctrl.c, ctrl_info → pci_info on the port: "pcieport <port>: pciehp: …"):
@@ -60,6 +61,7 @@ def _pcie_slot_event(message: str, seconds: Optional[float]) -> Optional[KernelE
 # `parse(message, seconds)` and, optionally, the KernelLogInfo list its events are kept in (KEPT_IN).
 _FAMILY_RECORDS = tuple(importlib.import_module(name) for name in RECORD_MODULES)
 _FAMILY_PREFIXES = tuple(prefix for module in _FAMILY_RECORDS for prefix in module.PREFIXES)
+FAMILY_MARKERS = tuple(sorted({prefix.strip() for prefix in _FAMILY_PREFIXES}))  # what reader.py looks for in a line
 FAMILY_EVENT_KINDS = tuple(kind for module in _FAMILY_RECORDS for kind in module.EVENT_KINDS)
 KEPT_IN = {kind: module.KEPT_IN for module in _FAMILY_RECORDS if getattr(module, "KEPT_IN", None)
            for kind in module.EVENT_KINDS}

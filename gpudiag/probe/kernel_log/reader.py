@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
-from gpudiag.probe.kernel_log.events import KEPT_IN, MAX_RECORD_CHARS, EventReader, split_line
+from gpudiag.probe.kernel_log.events import FAMILY_MARKERS, KEPT_IN, MAX_RECORD_CHARS, EventReader, split_line
 from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
 from gpudiag.probe.patterns import lazy_compile
 
@@ -120,7 +120,7 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
 def _has_marker(line: str) -> bool:
     return ("NVRM" in line or "amdgpu" in line or "pcieport" in line or "SXid" in line
             or "[Hardware Error]" in line or "[drm] VRAM is lost" in line
-            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line)  # the RDMA NICs' (network/kernel_log.py)
+            or any(marker in line for marker in FAMILY_MARKERS))  # the families' records (RDMA NICs': mlx5_core …)
 
 
 _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")
