@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Optional
 from pathlib import Path
 
 import yaml
@@ -225,10 +226,21 @@ def _verdicts(check: str) -> str:
     return "; ".join(parts)
 
 
+def _rule_remediation(name: str) -> Optional[str]:
+    """What a family's rule says to do itself (annotations.remediation): a family's rule file needs no entry in
+    OWN_REMEDIATION (issue 34, item 2)."""
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if rule.get("alert") == name:
+                    return rule.get("annotations", {}).get("remediation")
+    return None
+
+
 def _what_to_do(name: str, checks: list[str]) -> list[str]:
     lines = []
-    if name in OWN_REMEDIATION:
-        remedy = OWN_REMEDIATION[name]
+    remedy = OWN_REMEDIATION.get(name) or _rule_remediation(name)
+    if remedy:
         lines.append(remedy() if callable(remedy) else remedy)
     for check in checks:
         verdicts = _verdicts(check)
