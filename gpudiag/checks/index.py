@@ -15,6 +15,7 @@ FAMILY_MODULES = (
     'gpudiag.checks.pcie',
     'gpudiag.checks.power',
     'gpudiag.checks.screen',
+    'gpudiag.checks.services',
     'gpudiag.checks.thermal',
     'gpudiag.checks.topology',
     'gpudiag.checks.workload',

@@ -5,4 +5,5 @@ import by name: written by tools/gen_registry_index.py, checked current by tests
 SETTINGS_MODULES = (
     'gpudiag.expect.network_settings',
     'gpudiag.expect.screen_settings',
+    'gpudiag.expect.services_settings',
 )

@@ -5,4 +5,5 @@ name: written by tools/gen_registry_index.py, checked current by tests/test_regi
 METRIC_MODULES = (
     'gpudiag.exporter.metrics_network',
     'gpudiag.exporter.metrics_screen',
+    'gpudiag.exporter.metrics_services',
 )

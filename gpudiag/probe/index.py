@@ -6,4 +6,5 @@ tests/test_registry_index.py."""
 FAMILY_PARTS = {
     'network': 'gpudiag.probe.network.part',
     'screening': 'gpudiag.probe.screening.part',
+    'services': 'gpudiag.probe.services.part',
 }
