@@ -52,7 +52,7 @@ del sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
-JUDGEMENT_LAYER = ("gpudiag/checks/**/*.py", "gpudiag/probe/kernel_log/events.py", "gpudiag/exporter/families.py")
+JUDGEMENT_LAYER = ("gpudiag/checks/**/*.py", "gpudiag/probe/kernel_log/events.py", "gpudiag/exporter/metric_set.py")
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-o", "addopts="]
 
 

@@ -229,9 +229,9 @@ def test_amd_only_series():
 
 
 def test_sample_values_round_trip_through_the_prometheus_parser():
-    from gpudiag.exporter.families import FamilySet
+    from gpudiag.exporter.metric_set import MetricSet
 
-    fs = FamilySet()
+    fs = MetricSet()
     spec = catalog.POWER
     inputs = [True, 0, 7, 585.4, 9.1e8, 1e20, 2.5e-7, 1.7960375145220861e9, float("inf")]
     for index, number in enumerate(inputs):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.metrics_network import SPECS, add
 from gpudiag.model.network import NetworkInfo
 from tests.support import rdma_tree
@@ -19,7 +19,7 @@ from tests.support.rdma_tree_amd import mi355x_pollara
 
 
 def exposition(snap) -> str:
-    fs = FamilySet()
+    fs = MetricSet()
     add(fs, snap)
     return fs.exposition().decode()
 
