@@ -19,7 +19,7 @@ import bcrypt
 import pytest
 import yaml
 
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter import catalog
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web.config import WebConfig
@@ -65,7 +65,7 @@ def test_promtool_lints_the_live_metrics_of_a_faulty_node(tmp_path):
     tree = fake_root(tmp_path, node)
     with installed(node) as lib:
         collector = Collector(CollectOptions(root=tmp_path, timeout_seconds=2))
-        exporter = Exporter("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 2).start()
+        exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 2).start()
         try:
             wait_for(lambda: exporter.state.watcher and exporter.state.watcher.status().healthy, timeout=10)
             nvml_events(lib).emit(1, 79)
