@@ -32,7 +32,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Callable, Optional
 
-from gpudiag import __version__
+from gpudiag import DEFAULT_DEADLINE_SECONDS, __version__
 from gpudiag.model import (
     BackendInfo,
     CollectorRun,
@@ -74,7 +74,7 @@ class CollectOptions:
     """What to collect and how: root, kernel-log source, deadline and the optional probe parts."""
     root: Path = Path("/")
     kernel_log_file: Optional[Path] = None
-    timeout_seconds: float = 10.0
+    timeout_seconds: float = DEFAULT_DEADLINE_SECONDS
     read_kernel_log: bool = True
     parts: frozenset = PROBE_PARTS  # which of PROBE_PARTS to collect
     # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/kernel_log/boot_history.py); None:

@@ -61,9 +61,9 @@ def collections_done(exporter: ServeDaemon) -> Optional[float]:
     return latest.finished_at if latest else None
 
 
-def stand_in(path: Path, answers: list[dict]) -> threading.Thread:
+def stand_in(path: Path, answers: list[dict], requests: Optional[list] = None) -> threading.Thread:
     """A stand-in service at `path` that answers each request with the next of `answers`, then closes (a
-    collection that failed or went stale, an older service)."""
+    collection that failed or went stale, an older service); the requests it got are appended to `requests`."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(len(answers))
@@ -71,7 +71,9 @@ def stand_in(path: Path, answers: list[dict]) -> threading.Thread:
     def serve():
         for answer in answers:
             conn, _ = listener.accept()
-            conn.recv(MAX_REQUEST_BYTES)
+            request = conn.recv(MAX_REQUEST_BYTES)
+            if requests is not None:
+                requests.append(json.loads(request))
             conn.sendall(json.dumps(answer).encode() + b"\n")
             conn.close()
         listener.close()

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 
+from gpudiag import DEFAULT_DEADLINE_SECONDS, more_wait
 from gpudiag.exitcodes import ExitCode
 
 DEFAULT_SOCKET = "/run/gpudiag/gpudiag.sock"  # gpudiag/service/__init__.py; a test keeps the two equal
@@ -85,14 +86,15 @@ def _request(opts: dict) -> "dict | None":
             return None
         if not 0.1 <= timeout < float("inf"):
             return None  # typer's own message for what it refuses (min=0.1)
-    wait = 10.0 if timeout is None else min(timeout, 10.0)
+    wait = DEFAULT_DEADLINE_SECONDS if timeout is None else min(timeout, DEFAULT_DEADLINE_SECONDS)
     split = [[part.strip() for v in opts[key] for part in v.split(",") if part.strip()] for key in ("only", "skip")]
     if opts["only"] and not split[0]:
         return None  # `--only ''`: a usage error, which the full CLI words
     color = opts.get("color")
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    # As `gpudiag check` through the service waits: the service's probe deadline and a second more.
+    # As `gpudiag check` through the service waits: the default deadline and a second more (then the service's own,
+    # should it say its collection is still running: main()).
     return {"op": "check", "format": fmt or "text", "only": split[0], "skip": split[1], "params": opts["params"],
             "profile": profile, "verbose": bool(opts.get("verbose")), "color": color, "wait": wait + 1.0,
             "_socket": opts.get("socket") or _under_root(opts.get("root")), "_root": opts.get("root") or "/",
@@ -175,6 +177,9 @@ def main(argv: "list | None" = None) -> "int | None":
         return _direct(request, root, timeout)
     try:
         answer = ask(path, request, timeout=request["wait"] + 5.0)
+        more = more_wait(answer, timeout) if answer is not None and answer.get("fallback") == "stale" else None
+        if more is not None:  # its collection is still running: wait for that one, as long as the service says
+            answer = ask(path, {**request, "wait": more}, timeout=more + 5.0)
     except NotListening:
         return _direct(request, root, timeout)
     if answer is None:

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import typer
 
+from gpudiag import DEFAULT_DEADLINE_SECONDS
 from gpudiag.cli.shared.completion import complete_profile
 from gpudiag.cli.shared.node_collect import UsageProblem
 
@@ -49,9 +50,9 @@ KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
 # Only the commands with --level (check, textfile) mention it: the others have no load tests to wait for.
-TimeoutOption = typer.Option(None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the node (default 10).")
+TimeoutOption = typer.Option(None, "--timeout", min=0.1, callback=finite, help=f"Deadline in seconds for probing the node (default {DEFAULT_DEADLINE_SECONDS:g}).")
 LevelTimeoutOption = typer.Option(
-    None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
+    None, "--timeout", min=0.1, callback=finite, help=f"Deadline in seconds for probing the node (default {DEFAULT_DEADLINE_SECONDS:g}; 600 with --level 2; the stress + 300 with --level 3)."
 )
 # What the node should be: `check`, `serve` and `textfile` judge against the same expectations (node_collect.py).
 ProfileOption = typer.Option(None, "--profile", autocompletion=complete_profile, help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
