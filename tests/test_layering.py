@@ -81,7 +81,9 @@ def test_imports_follow_the_layer_table(path):
 
 
 def test_the_layer_table_has_no_cycle_and_names_only_what_exists():
-    units = {unit_of(path) for path in SOURCES} | {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    units = {unit_of(path) for path in SOURCES} | {
+        p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
     assert set(LAYERS) == units, "LAYERS and the packages of gpudiag/ differ"
     for unit, allowed in LAYERS.items():
         assert allowed <= set(LAYERS) and unit not in allowed
@@ -123,8 +125,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def module_graph() -> dict[str, set[str]]:
     """Module → the modules it imports when it runs."""
-    return {module: {m for m in imported_modules(path, type_checking=False) if not m.startswith("vendor:") and m != module}
-            for module, path in MODULES.items()}
+    return {
+        module: {m for m in imported_modules(path, type_checking=False) if not m.startswith("vendor:") and m != module}
+        for module, path in MODULES.items()
+    }
 
 
 def test_no_two_packages_import_each_other():

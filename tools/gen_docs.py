@@ -172,7 +172,8 @@ def metrics_page() -> str:
            f"Every metric family gpudiag exports ({len(metrics)}), from `gpudiag serve` (`/metrics`) and "
            "`gpudiag textfile`. Names carry base units; counters end in `_total`. Per-GPU series carry "
            f"{', '.join(f'`{label}`' for label in GPU_LABELS)} (index, UUID, PCI bus ID) to join with "
-           "`gpudiag_gpu_info`; identity labels are only on the `_info` series. A value the device does not support has "
+           "`gpudiag_gpu_info`; identity labels are only on the `_info` series. A value the device does not support "
+           "has "
            "no series, never a 0. Both vendors serve the same names; what each vendor reports, and the longer "
            "story of several families, is in [metrics](../metrics.md); scraping and the dashboard in "
            "[monitoring](../monitoring.md).", ""]
@@ -254,7 +255,9 @@ def layout_section() -> list[str]:
     """gpudiag/'s packages and root modules, each with the first sentence of its docstring."""
     from tests.layers import LAYERS
 
-    return ["```", "gpudiag/"] + [f"  {_unit_name(unit).strip('`'):<14}{_unit_summary(unit)}" for unit in LAYERS] + ["```"]
+    return (
+        ["```", "gpudiag/"] + [f"  {_unit_name(unit).strip('`'):<14}{_unit_summary(unit)}" for unit in LAYERS] + ["```"]
+    )
 
 
 def commands_section() -> list[str]:

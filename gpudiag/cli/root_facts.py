@@ -20,7 +20,10 @@ from gpudiag.cli.shared.options import RootOption, TimeoutOption
 
 
 def root_facts(
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="The service's state directory (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="The service's state directory (default /var/lib/gpudiag; under --root DIR, "
+                                  "DIR/var/lib/gpudiag)."
+    ),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
 ) -> None:

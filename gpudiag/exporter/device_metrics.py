@@ -25,14 +25,25 @@ VENDOR_THROTTLE_REASONS = {
 }
 
 _XGMI_STATES = ("no_errors", "error", "multiple_errors")  # amdsmi_gpu_xgmi_error_status (docs/vendor-api.md §4)
-_THRESHOLDS = (("slowdown", "slowdown_celsius"), ("shutdown", "shutdown_celsius"), ("max_operating", "max_operating_celsius"))
+_THRESHOLDS = (
+    ("slowdown", "slowdown_celsius"),
+    ("shutdown", "shutdown_celsius"),
+    ("max_operating", "max_operating_celsius"),
+)
 
 
 def add_device(fs: MetricSet, device: DeviceSnapshot, driver_version: Optional[str]) -> None:
     ids = gpu_labels(device)
     fs.add(
         m.GPU_INFO,
-        ids + (device.vendor.value, device.name or "", device.serial or "", device.vbios_version or "", driver_version or ""),
+        ids
+        + (
+            device.vendor.value,
+            device.name or "",
+            device.serial or "",
+            device.vbios_version or "",
+            driver_version or "",
+        ),
         1,
     )
     if not device.reachable:

@@ -108,7 +108,9 @@ class ExporterState:
             self.watcher.start()
             return
         status = self.watcher.status()
-        reachable = {d.pci_bus_id for d in snapshot.devices if d.vendor == Vendor.NVIDIA and d.reachable and d.pci_bus_id}
+        reachable = {
+            d.pci_bus_id for d in snapshot.devices if d.vendor == Vendor.NVIDIA and d.reachable and d.pci_bus_id
+        }
         if status.healthy and reachable - status.enumerated_bus_ids:
             self.watcher.request_reopen()
 

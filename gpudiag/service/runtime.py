@@ -111,8 +111,14 @@ class Service:
         collection, problem = self._collection(request, peer)
         if collection is None:
             return _line({"ok": False, "error": problem or "no collection yet", **self._deadline()})
-        head = {"ok": True, "fresh": problem is None, "problem": problem, **self._deadline(), "collected_at": collection.finished_at,
-                "age_seconds": round(time.time() - collection.finished_at, 3)}
+        head = {
+            "ok": True,
+            "fresh": problem is None,
+            "problem": problem,
+            **self._deadline(),
+            "collected_at": collection.finished_at,
+            "age_seconds": round(time.time() - collection.finished_at, 3),
+        }
         with self._cache_lock:
             if self._cached_top is None or self._cached_top[0] is not collection:
                 from gpudiag.report.live import live_view
@@ -172,12 +178,19 @@ class Service:
         latest = self.collections.latest
         journal = self.journal
         return {
-            "ok": True, "version": __version__, "pid": os.getpid(),
+            "ok": True,
+            "version": __version__,
+            "pid": os.getpid(),
             "uptime_seconds": round(time.monotonic() - self.started, 1),
             "last_collection_age_seconds": None if latest is None else round(time.time() - latest.finished_at, 3),
             **self._deadline(),
-            "journal": {"persistent": journal.persistent, "directory": str(journal.directory) if journal.directory else None,
-                        "entries": len(journal.entries()), "problem": journal.problem, "set_aside": journal.set_aside},
+            "journal": {
+                "persistent": journal.persistent,
+                "directory": str(journal.directory) if journal.directory else None,
+                "entries": len(journal.entries()),
+                "problem": journal.problem,
+                "set_aside": journal.set_aside,
+            },
             "socket": {"path": str(self.server.path), "refused": self.server.refused},
         }
 

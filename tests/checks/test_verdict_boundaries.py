@@ -10,7 +10,7 @@ import pytest
 from gpudiag.expect import Expectations
 from gpudiag.exporter.catalog import MetricSpec
 from gpudiag.exporter.metric_set import MetricSet
-from gpudiag.model import ErrorKind, ProbeError, Status, TemperatureSensor, TelemetrySample
+from gpudiag.model import ErrorKind, ProbeError, Status
 from tests.checks.active.test_family import healthy_active, node
 from tests.support.snapshots import amd_mi300x_node, for_gpu, nvidia_h200_node, run
 

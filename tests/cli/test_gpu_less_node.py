@@ -155,7 +155,9 @@ def test_textfile_judges_a_gpu_less_node_against_its_profile(capsys, tmp_path):
     text = target.read_text()
     assert status_of(text, "inventory.gpu_count") == "fail"
     assert value(text, "gpudiag_check_ok", check="inventory.gpu_count", gpu="") == 0
-    assert value(text, "gpudiag_node_gpus", source="pci_bus") == value(text, "gpudiag_node_gpus", source="answering") == 0
+    assert (
+        value(text, "gpudiag_node_gpus", source="pci_bus") == value(text, "gpudiag_node_gpus", source="answering") == 0
+    )
     # without the profile the same node has nothing to fail against: skip, which check_ok reads as 1
     with library_missing():
         assert cli.main(["textfile", "--root", str(tmp_path), "--output", str(target)]) == 3

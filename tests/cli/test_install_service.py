@@ -37,7 +37,8 @@ def gpudiag_exe(tmp_path) -> Path:
     """An installed-looking gpudiag outside any home directory: this interpreter running this checkout."""
     exe = tmp_path / "opt" / "bin" / "gpudiag"
     exe.parent.mkdir(parents=True)
-    exe.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} -m gpudiag \"$@\"\n")
+    exe.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} -m gpudiag "
+                   "\"$@\"\n")
     exe.chmod(0o755)
     return exe
 

@@ -43,7 +43,9 @@ TLS = FIXTURES / "tls"
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
-needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
+)
 
 METRIC_NAME = re.compile(r"\b((?:gpudiag|process)_[a-z0-9_]+)\b")
 # What prometheus_client's ProcessCollector exports (the exporter's own CPU and memory).
@@ -188,8 +190,13 @@ def test_prometheus_scrapes_gpudiag_serve(tmp_path, secured):
             "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
             "basic_auth_users": {"prometheus": password_hash}}))
         serve_args += ["--web-config", str(tmp_path / "web.yml")]
-        scrape.update({"scheme": "https", "tls_config": {"ca_file": str(tmp_path / "ca.crt"), "server_name": "localhost"},
-                       "basic_auth": {"username": "prometheus", "password": "scrape-me"}})
+        scrape.update(
+            {
+                "scheme": "https",
+                "tls_config": {"ca_file": str(tmp_path / "ca.crt"), "server_name": "localhost"},
+                "basic_auth": {"username": "prometheus", "password": "scrape-me"},
+            }
+        )
     root = tmp_path / "root"
     exporter = subprocess.Popen([sys.executable, "-m", "tests.support.exporter_node", str(root), "2", "--",
                                  *serve_args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

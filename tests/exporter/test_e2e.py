@@ -144,7 +144,9 @@ def test_xids_are_counted_from_nvml_events_and_the_log_once_each(tmp_path):
             nvml_events(lib).emit(0, 48)
             tree.add_kmsg([xid_line(2, 2_000_000, node.gpus[0].bus_id, 48)])
             # GPU 1: only the log has it
-            tree.add_kmsg([xid_line(3, 3_000_000, node.gpus[1].bus_id, 94), xid_line(4, 3_000_001, node.gpus[1].bus_id, 94)])
+            tree.add_kmsg(
+                [xid_line(3, 3_000_000, node.gpus[1].bus_id, 94), xid_line(4, 3_000_001, node.gpus[1].bus_id, 94)]
+            )
             text = after_next_collections(exporter)
             text = after_next_collections(exporter)  # and again: nothing counted twice
             assert xid_counts(text) == {("0", "79"): 1, ("0", "48"): 1, ("1", "94"): 2}

@@ -1,5 +1,5 @@
-"""The gpudiag_nic_* series (exporter/metrics_network.py) over the fake NIC trees: each fault shows on its NIC's series, the
-text passes prometheus_client's parser and `promtool check metrics`, and what was not read has no series."""
+"""The gpudiag_nic_* series (exporter/metrics_network.py) over the fake NIC trees: each fault shows on its NIC's series,
+the text passes prometheus_client's parser and `promtool check metrics`, and what was not read has no series."""
 
 from __future__ import annotations
 

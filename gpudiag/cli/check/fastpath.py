@@ -21,15 +21,23 @@ from gpudiag.exitcodes import ExitCode
 
 DEFAULT_SOCKET = "/run/gpudiag/gpudiag.sock"  # gpudiag/service/__init__.py; a test keeps the two equal
 MAX_REQUEST_BYTES = 4096  # gpudiag/service/protocol.py
-MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/check_answers.py) and the JSON
+MAX_ANSWER_BYTES = (16 << 20) + (
+    1 << 20
+)  # the service's cap on a report (gpudiag/service/check_answers.py) and the JSON
 CONNECT_TIMEOUT_SECONDS = 0.25  # gpudiag/service/client.py
 FORMATS = ("text", "json", "junit")
 # option -> the request field it sets; a value option takes the next argument or `--opt=value`
 VALUE_OPTIONS = {"--format": "format", "-f": "format", "--only": "only", "--skip": "skip", "--profile": "profile",
                  "--param": "params", "-p": "params", "--socket": "socket", "--root": "root", "--timeout": "timeout",
                  "--level": "level"}
-FLAGS = {"--json": ("json", True), "--direct": ("direct", True), "--verbose": ("verbose", True), "-v": ("verbose", True),
-         "--color": ("color", True), "--no-color": ("color", False)}
+FLAGS = {
+    "--json": ("json", True),
+    "--direct": ("direct", True),
+    "--verbose": ("verbose", True),
+    "-v": ("verbose", True),
+    "--color": ("color", True),
+    "--no-color": ("color", False),
+}
 # `check`'s options this module leaves to the full CLI (they need this machine's files, typer's help, or a load test).
 # With VALUE_OPTIONS and FLAGS they are every option of gpudiag/cli/check/command.py: tests/cli/check/test_options.py
 # says so.
@@ -194,7 +202,11 @@ def main(argv: "list | None" = None) -> "int | None":
                          f"probing directly\n")
         return _direct(request, root, timeout)
     stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("exit")
-    if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.NOTHING_PROBED):
+    if (
+        not isinstance(stdout, str)
+        or not isinstance(stderr, str)
+        or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.NOTHING_PROBED)
+    ):
         return None
     from gpudiag import stdout as out
 

@@ -20,7 +20,6 @@ The log is hostile input (any local user can get text into it: a program's name 
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
@@ -32,8 +31,19 @@ from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, Malfo
 from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
 from gpudiag.probe.patterns import lazy_compile
 
-__all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
-           "NIC_EVENT_KINDS", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS", "nvidia_gpu_uuid", "parse_event", "split_line"]
+__all__ = [
+    "AMDGPU_EVENT_KINDS",
+    "EventReader",
+    "LogLine",
+    "MAX_RECORD_CHARS",
+    "MalformedRecord",
+    "NIC_EVENT_KINDS",
+    "NVIDIA_EVENT_KINDS",
+    "PCIE_SLOT_EVENT_KINDS",
+    "nvidia_gpu_uuid",
+    "parse_event",
+    "split_line",
+]
 
 # ---------------------------------------------------------------------------------------------------------------
 # PCIe hot-plug (drivers/pci/hotplug/pciehp_ctrl.c, ctrl_info → pci_info on the port: "pcieport <port>: pciehp: …"):

@@ -332,13 +332,16 @@ def test_serve_with_the_toolkit_inline_config_answers_https(tmp_path):
         proc.wait(timeout=15)
 
 
-@pytest.mark.parametrize("prefer,chosen", [(True, "ECDHE-RSA-AES256-GCM-SHA384"), (False, "ECDHE-RSA-AES128-GCM-SHA256")])
+@pytest.mark.parametrize(
+    "prefer,chosen", [(True, "ECDHE-RSA-AES256-GCM-SHA384"), (False, "ECDHE-RSA-AES128-GCM-SHA256")]
+)
 def test_prefer_server_cipher_suites_is_enforced(tmp_path, prefer, chosen):
     for name in ("server.crt", "server.key"):
         shutil.copy(TOOLKIT / name, tmp_path / name)
     config = tmp_path / "web.yml"
     config.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  max_version: TLS12\n"
-                      "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
+                      "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, "
+                      "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
                       f"  prefer_server_cipher_suites: {str(prefer).lower()}\n")
     exporter = start(config)
     try:  # the client prefers AES-128; the server's order prefers AES-256

@@ -128,7 +128,8 @@ FAULTS = {  # fault -> (what makes it, check, status, fault code, the NIC named)
     "firmware-outlier": (_firmware, "network.firmware", "warn", "GPUDIAG-NETWORK-FIRMWARE-MISMATCH", "mlx5_4"),
 }
 # A one-shot check judges a counter as a rate since boot, and under --root the boot time is still this machine's
-# (the live /proc), not the fake node's: 65,535 symbol errors are above the default 10/s only on a machine up for less than
+# (the live /proc), not the fake node's: 65,535 symbol errors are above the default 10/s only on a machine up for less
+# than
 # 1.8 h. A fail bound of 0.001/s makes the verdict the same on any test machine (up to two years of uptime).
 EXTRA_ARGS = {"symbol-errors": ("-p", "nic_symbol_error_fail_per_second=0.001")}
 
