@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from gpudiag.cli.shared.node_collect import UsageProblem
-from gpudiag.cli.shared.options import ParamOption, ProfileOption, RootOption, TimeoutOption, split_ids
+from gpudiag.cli.shared.options import ParamOption, ProfileOption, RootOption, TimeoutOption, finite, split_ids
 from gpudiag.exitcodes import ExitCode
 
 
@@ -35,8 +35,8 @@ def screen(
         None, "--max-gpus", min=1, max=64, help="GPUs screened at once (screen_max_gpus, default 1)."
     ),
     stress_seconds: Optional[float] = typer.Option(
-        None, "--stress-seconds", min=1.0, max=3600.0, help="How long each screen's verified stress runs "
-                                                            "(screen_stress_seconds, default 30)."
+        None, "--stress-seconds", min=1.0, max=3600.0, callback=finite, help="How long each screen's verified stress "
+                                                                             "runs (screen_stress_seconds, default 30)."
     ),
     now: bool = typer.Option(
         False, "--now", help="Screen the idle GPUs now, due or not, whatever their last result (after a repair); the "
@@ -55,7 +55,8 @@ def screen(
                                                   "ID)."
     ),
     wait: float = typer.Option(
-        4.5, "--wait", min=0.5, max=60.0, help="With --stop: seconds to wait for the screen to go before killing it."
+        4.5, "--wait", min=0.5, max=60.0, callback=finite, help="With --stop: seconds to wait for the screen to go "
+                                                                "before killing it."
     ),
     fmt: ScreenFormat = typer.Option(ScreenFormat.text, "--format", "-f", help="Output format."),
     state_dir: Optional[Path] = typer.Option(
