@@ -62,7 +62,8 @@ def summary(snapshot: NodeSnapshot, results: ActiveResults) -> list[str]:
     ceiling = GEN5_X16_RAW_GB_PER_SECOND
     for entry in results.devices:
         device = next(d for d in snapshot.devices if d.index == entry.index)
-        lines.append(f"GPU {entry.index} {entry.pci_bus_id} {device.name} [{entry.runtime}] link {describe_link(device)}")
+        lines.append(f"GPU {entry.index} {entry.pci_bus_id} {device.name} [{entry.runtime}] link "
+                     f"{describe_link(device)}")
         if entry.skipped:
             lines.append(f"  skipped: {entry.skipped}")
             continue

@@ -4,9 +4,9 @@ run (issue: one NVML client per node).
 
 `gpudiag check` through the service is the fast path (gpudiag/cli/check/fastpath.py: the service judges and renders; the
 benchmark checks that it was taken); "service, full CLI" is the same check judged by the full CLI in the client, as
-before the fast path. Goals: through the service ≤ 0.5 × nvidia-smi -q; cold --direct ≤ 1.0 × nvidia-smi -q; scrape latency unchanged
-under the check load (the exporter's CPU is reported as it is: a client asking for a collection at most a second old
-makes the service collect up to once a second instead of once per --interval).
+before the fast path. Goals: through the service ≤ 0.5 × nvidia-smi -q; cold --direct ≤ 1.0 × nvidia-smi -q; scrape
+latency unchanged under the check load (the exporter's CPU is reported as it is: a client asking for a collection at
+most a second old makes the service collect up to once a second instead of once per --interval).
 
 It starts its own `gpudiag serve` (loopback port, socket and journal in a temporary directory: no root needed, and
 a system service already running is left alone). Commands run as fresh processes, interleaved, medians of --runs
@@ -147,7 +147,9 @@ def main() -> int:
         fake_root(root, fake_node(args.fake))
         direct_gpudiag = [sys.executable, "-c", FAKE_RUNNER, str(args.fake)]
         where = ["--root", str(root)]
-        service, url = start_service(direct_gpudiag, [*where, "--socket", str(sock), "--state-dir", str(tmp / "state")], env)
+        service, url = start_service(
+            direct_gpudiag, [*where, "--socket", str(sock), "--state-dir", str(tmp / "state")], env
+        )
     else:
         direct_gpudiag, where = gpudiag, []
         service, url = start_service(gpudiag, ["--socket", str(sock), "--state-dir", str(tmp / "state")], env)

@@ -26,8 +26,11 @@ def main(argv: list[str]) -> int:
         lines = len(text.splitlines())
         if lines > BUDGET:
             over.append(name)
-        print(f"{name:36} {lines:5} {len(long_form.splitlines()):7}  {code}{'  (issue 27)' if name in ISSUE_CASES else ''}")
-    print(f"budget {BUDGET} lines by default: " + (f"over it: {', '.join(over)}" if over else "every scenario within it"))
+        print(f"{name:36} {lines:5} {len(long_form.splitlines()):7}  "
+              f"{code}{'  (issue 27)' if name in ISSUE_CASES else ''}")
+    print(
+        f"budget {BUDGET} lines by default: " + (f"over it: {', '.join(over)}" if over else "every scenario within it")
+    )
     return 1 if over else 0
 
 

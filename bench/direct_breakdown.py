@@ -44,7 +44,7 @@ def child_phases() -> dict:
     from gpudiag.checks import probe_parts_for, resolve_selection
     from gpudiag.cli.shared.node_collect import collect, expectations
     from gpudiag.probe import host  # noqa: F401 - imported by the probe at its start otherwise
-    from gpudiag.probe.kernel_log import reader as kernel_log
+    from gpudiag.probe.kernel_log import reader as kernel_log  # noqa: F401
     from gpudiag.probe.nvml import backend as nvml  # noqa: F401
     from gpudiag.report.verdict import print_verdict
     marks.append(time.perf_counter())

@@ -60,7 +60,8 @@ def main() -> int:
     r = run(args.seconds, args.clients, args.gpus, args.receive_buffer)
     print(f"{r['gpus']} GPUs, /metrics {r['metrics_bytes'] / 1e6:.1f} MB, {r['clients']} clients that never read "
           f"(SO_RCVBUF {r['receive_buffer'] or 'default'}), "
-          f"{r['seconds']:g} s: valid scrapes {r['success_percent']:.1f} % of {r['scrapes']}, p99 {r['p99_ms']:.0f} ms, "
+          f"{r['seconds']:g} s: valid scrapes {r['success_percent']:.1f} % of {r['scrapes']}, p99 {r['p99_ms']:.0f} "
+          "ms, "
           f"{r['attack_connections']} attack connections")
     if args.json:
         args.json.write_text(json.dumps(r, indent=2) + "\n")

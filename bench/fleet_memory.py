@@ -152,10 +152,13 @@ def main() -> int:
             finally:
                 server.close()
     for case, row in figures.items():
-        what = (f"one report of {row['results']:,} failing results ({row['report_bytes'] / 1e6:.1f} MB)"
-                if case == "report" else f"{row['nodes']:,} targets, "
-                                         f"{'every other answer' if not row['large_for'] else 'the answer to ' + row['large_for']} "
-                                         f"{row['answer_bytes'] / (1 << 20):.1f} MiB ({case[len('answers-'):]} samples)")
+        what = (
+            f"one report of {row['results']:,} failing results ({row['report_bytes'] / 1e6:.1f} MB)"
+            if case == "report"
+            else f"{row['nodes']:,} targets, "
+            f"{'every other answer' if not row['large_for'] else 'the answer to ' + row['large_for']} "
+            f"{row['answer_bytes'] / (1 << 20):.1f} MiB ({case[len('answers-') :]} samples)"
+        )
         print(f"{case}: {what}: peak RSS {row['peak_rss_mib']:.0f} MiB, {row['wall_seconds']:.1f} s wall, "
               f"exit {row['exit']}, {row['judged']} node(s) judged, status {row['status']}"
               + (f"; stderr: {row['stderr']}" if row["stderr"] and row["exit"] not in (0, 1) else ""))

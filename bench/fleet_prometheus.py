@@ -60,7 +60,13 @@ def write_openmetrics(path: Path, nodes: int, gpus: int, checks: int, now: float
     job = "gpudiag"
 
     def gpu_ids(node: str, gpu: int) -> dict[str, str]:
-        return {"instance": node, "job": job, "gpu": str(gpu), "uuid": f"GPU-{node}-{gpu}", "pci_bus_id": BUS_IDS[gpu % 8]}
+        return {
+            "instance": node,
+            "job": job,
+            "gpu": str(gpu),
+            "uuid": f"GPU-{node}-{gpu}",
+            "pci_bus_id": BUS_IDS[gpu % 8],
+        }
 
     families = []
 
@@ -81,9 +87,18 @@ def write_openmetrics(path: Path, nodes: int, gpus: int, checks: int, now: float
                                         for i, n in enumerate(names) for g in range(gpus)))
     family("gpudiag_device_up", lambda: ((_labels(**gpu_ids(n, g)), 1) for n in names for g in range(gpus)))
     for metric, value in (("gpudiag_gpu_pcie_link_generation", 5), ("gpudiag_gpu_pcie_link_width_lanes", 16)):
-        family(metric, lambda value=value: ((_labels(**gpu_ids(n, g), kind=k), value)
-                                            for n in names for g in range(gpus) for k in ("current", "max", "device_max")))
-    family("gpudiag_gpu_power_limit_watts", lambda: ((_labels(**gpu_ids(n, g)), 700) for n in names for g in range(gpus)))
+        family(
+            metric,
+            lambda value=value: (
+                (_labels(**gpu_ids(n, g), kind=k), value)
+                for n in names
+                for g in range(gpus)
+                for k in ("current", "max", "device_max")
+            ),
+        )
+    family(
+        "gpudiag_gpu_power_limit_watts", lambda: ((_labels(**gpu_ids(n, g)), 700) for n in names for g in range(gpus))
+    )
     family("gpudiag_gpu_ecc_enabled", lambda: ((_labels(**gpu_ids(n, g), mode=m), 1)
                                                for n in names for g in range(gpus) for m in ("current", "pending")))
 
@@ -217,7 +232,8 @@ def main() -> int:
         verdict = json.loads(out) if out.startswith("{") else {}
         flagged = {n["node"]: n["status"] for n in verdict.get("nodes", []) if n["status"] != "pass"}
         which = "" if tree == REPO else f" ({tree})"
-        print(f"gpudiag fleet{which}: {wall:.2f} s wall (median of {len(walls)}: {', '.join(f'{w:.2f}' for w in walls)})"
+        print(f"gpudiag fleet{which}: {wall:.2f} s wall (median of {len(walls)}: "
+              f"{', '.join(f'{w:.2f}' for w in walls)})"
               f", peak RSS {rss / 1024:.0f} MiB, exit {code}; {len(verdict.get('nodes', []))} nodes judged, "
               f"flagged {flagged}")
         figures[str(tree)] = {"wall_seconds": round(wall, 3), "walls": [round(w, 3) for w in walls],

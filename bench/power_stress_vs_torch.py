@@ -170,7 +170,8 @@ def main() -> int:
         print(f"  GPU {device.index}: {line('torch', figures)}")
         for copy_warps, index, mine in sweep[:-1] if len(sweep) > len(ours) else []:
             if index == device.index:
-                print(f"  GPU {index}, {copy_warps} streaming warps: power {mine.mean_power_watts / (figures.mean_power_watts or 1):.3f}"
+                print(f"  GPU {index}, {copy_warps} streaming warps: power "
+                      f"{mine.mean_power_watts / (figures.mean_power_watts or 1):.3f}"
                       f" of torch's, TFLOPS {(mine.tflops or 0) / (figures.tflops or 1):.3f} of torch's")
         mine = ours.get(device.index)
         if mine is None:
@@ -179,7 +180,8 @@ def main() -> int:
         flops = (mine.tflops or 0) / (figures.tflops or 1)
         ours_hbm = hbm[device.index].gb_per_second if device.index in hbm else None
         copy_ratio = (ours_hbm or 0) / copy if copy else 0
-        print(f"  GPU {device.index}, {sweep[-1][0]} streaming warps: power {mine.mean_power_watts} / {figures.mean_power_watts} W = {power:.3f} "
+        print(f"  GPU {device.index}, {sweep[-1][0]} streaming warps: power {mine.mean_power_watts} / "
+              f"{figures.mean_power_watts} W = {power:.3f} "
               f"(goal >= 0.95: {'met' if power >= 0.95 else 'MISSED'}); TFLOPS {mine.tflops} / {figures.tflops} = "
               f"{flops:.3f} (goal >= 0.9: {'met' if flops >= 0.9 else 'MISSED'}); HBM copy {ours_hbm} / {copy} GB/s = "
               f"{copy_ratio:.3f} (goal >= 0.9: {'met' if copy_ratio >= 0.9 else 'MISSED'})")

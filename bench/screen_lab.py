@@ -234,8 +234,8 @@ class Machine:
 
 
 class FakeMachine(Machine):
-    """--fake: the tests' fake H200 node (tests/support/screen_node.py): gpudiag over the fake NVML, fake workers over the
-    fake CUDA runtime, and the stand-in job. The bench's logic, not a GPU's figures."""
+    """--fake: the tests' fake H200 node (tests/support/screen_node.py): gpudiag over the fake NVML, fake workers over
+    the fake CUDA runtime, and the stand-in job. The bench's logic, not a GPU's figures."""
 
     fake = True
 

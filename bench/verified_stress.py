@@ -63,16 +63,26 @@ def determinism(spec: tensor_kernels.StressKernel, copy_warps: int, launches: in
         # one more launch with the validation-only flip on `inject_sm`
         fault = _inject_launch(load, runtime, stream, iterations, inject_sm)
         result = load.result
-        return {"kernel": spec.kernel, "copy_warps": load.copy_warps, "grid": load.grid,
-                "block_threads": spec.block_threads, "tensor_warps": load.tensor_warps, "iterations": iterations,
-                "launches": launches, "seconds": round(seconds, 2),
-                "distinct_signature_sets": len(seen), "blocks_with_more_than_one_result": sum(
-                    1 for s in per_block.values() if len(s) > 1),
-                "identical_on_every_block_and_launch": len(seen) == 1,
-                "distinct_smids": len(smids), "multiprocessors": runtime.multiprocessor_count(),
-                "mismatched_blocks": result.mismatched_blocks, "stream_mismatches": result.stream_mismatches,
-                "stream_vectors_per_half": load.vectors, "signature_set": [f"{x:08x}" for x in seen.most_common(1)[0][0]],
-                "injection": fault}
+        return {
+            "kernel": spec.kernel,
+            "copy_warps": load.copy_warps,
+            "grid": load.grid,
+            "block_threads": spec.block_threads,
+            "tensor_warps": load.tensor_warps,
+            "iterations": iterations,
+            "launches": launches,
+            "seconds": round(seconds, 2),
+            "distinct_signature_sets": len(seen),
+            "blocks_with_more_than_one_result": sum(1 for s in per_block.values() if len(s) > 1),
+            "identical_on_every_block_and_launch": len(seen) == 1,
+            "distinct_smids": len(smids),
+            "multiprocessors": runtime.multiprocessor_count(),
+            "mismatched_blocks": result.mismatched_blocks,
+            "stream_mismatches": result.stream_mismatches,
+            "stream_vectors_per_half": load.vectors,
+            "signature_set": [f"{x:08x}" for x in seen.most_common(1)[0][0]],
+            "injection": fault,
+        }
 
 
 def _inject_launch(load: TensorLoad, runtime, stream, iterations: int, sm: int) -> dict:

@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import stat
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator

@@ -178,7 +178,9 @@ def test_an_ignored_sighup_leaves_the_write_whole(tmp_path):
 
 
 def _write_signalled(out, name: str, disposition: str, sleep: float = 10) -> subprocess.CompletedProcess:
-    script = _KILLED_MID_WRITE.format(name=name, disposition=disposition).replace("time.sleep(10)", f"time.sleep({sleep})")
+    script = _KILLED_MID_WRITE.format(name=name, disposition=disposition).replace(
+        "time.sleep(10)", f"time.sleep({sleep})"
+    )
     return subprocess.run([sys.executable, "-c", script, str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
 

@@ -82,7 +82,9 @@ def test_imports_follow_the_layer_table(path):
 
 
 def test_the_layer_table_has_no_cycle_and_names_only_what_exists():
-    units = {unit_of(path) for path in SOURCES} | {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    units = {unit_of(path) for path in SOURCES} | {
+        p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
     assert set(LAYERS) == units, "LAYERS and the packages of gpudiag/ differ"
     for unit, allowed in LAYERS.items():
         assert allowed <= set(LAYERS) and unit not in allowed

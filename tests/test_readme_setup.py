@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -45,6 +46,10 @@ def test_the_readme_sets_up_in_two_commands_and_ci_runs_the_second():
     for package in tests.split(" && ", 1)[0].split()[3:]:
         assert package in ci, f".ci/run does not install {package}"
     assert service and "install-service" in service[0]
+    # the linter runs before the tests (issue 34, item 5e), over what pyproject.toml's [tool.ruff] configures
+    assert after_apt.index(".venv/bin/ruff check ") < after_apt.index("-m pytest")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(requirement.startswith("ruff") for requirement in extras["test"])
 
 
 def _python_minor(python: Path) -> str:
@@ -130,9 +135,12 @@ def test_the_readme_install_command_works_under_debians_python(tmp_path):
     for unit in ("gpudiag-exporter.service", "gpudiag-check.service", "gpudiag-check.timer", "gpudiag.socket",
                  "gpudiag.sysusers"):
         assert f"gpudiag/_shipped/systemd/{unit}" in listed
-    assert {"gpudiag/_shipped/monitoring/grafana/gpudiag-dashboard.json",
-            "gpudiag/_shipped/monitoring/prometheus/gpudiag-alerts.yml",
-            "gpudiag/_shipped/monitoring/alertmanager/gpudiag-alertmanager.yml", "gpudiag/profiles/h200-8x.toml"} <= listed
+    assert {
+        "gpudiag/_shipped/monitoring/grafana/gpudiag-dashboard.json",
+        "gpudiag/_shipped/monitoring/prometheus/gpudiag-alerts.yml",
+        "gpudiag/_shipped/monitoring/alertmanager/gpudiag-alertmanager.yml",
+        "gpudiag/profiles/h200-8x.toml",
+    } <= listed
     assert not any(name.startswith(("tests/", "systemd/")) for name in listed)
 
     # this venv is under /tmp, which the units' PrivateTmp=yes hides from the service: refused, naming it

@@ -9,8 +9,9 @@ the code's own catalogs:
   tests/checks/test_pinned_tables.py pins: a change to it shows in this page's diff;
 - metrics: the metric catalog (gpudiag/exporter/catalog.py: name, type, labels, help), the unit read off the name;
 - modules: every module of the package with the first sentence of its docstring (docs/reference/modules.md);
-- the architecture's layer table and layout (docs/architecture.md, between its BEGIN/END markers): the package
-  docstrings and the table of allowed imports (tests/layers.py);
+- the architecture's lists (docs/architecture.md, between its BEGIN/END markers): the layer table and layout (the
+  package docstrings and the table of allowed imports, tests/layers.py), the commands (gpudiag/cli/app.py COMMANDS),
+  the check families (gpudiag/checks FAMILIES) and the identity labels (gpudiag/exporter/catalog.py);
 - alerts and the runbook: every alert of the shipped rule files, and what to do about it (tools/alert_docs.py).
 
     python3 tools/gen_docs.py           # rewrite the pages
@@ -172,7 +173,8 @@ def metrics_page() -> str:
            f"Every metric family gpudiag exports ({len(metrics)}), from `gpudiag serve` (`/metrics`) and "
            "`gpudiag textfile`. Names carry base units; counters end in `_total`. Per-GPU series carry "
            f"{', '.join(f'`{label}`' for label in GPU_LABELS)} (index, UUID, PCI bus ID) to join with "
-           "`gpudiag_gpu_info`, the only series with identity labels. A value the device does not support has "
+           "`gpudiag_gpu_info`; identity labels are only on the `_info` series. A value the device does not support "
+           "has "
            "no series, never a 0. Both vendors serve the same names; what each vendor reports, and the longer "
            "story of several families, is in [metrics](../metrics.md); scraping and the dashboard in "
            "[monitoring](../monitoring.md).", ""]
@@ -254,10 +256,41 @@ def layout_section() -> list[str]:
     """gpudiag/'s packages and root modules, each with the first sentence of its docstring."""
     from tests.layers import LAYERS
 
-    return ["```", "gpudiag/"] + [f"  {_unit_name(unit).strip('`'):<14}{_unit_summary(unit)}" for unit in LAYERS] + ["```"]
+    return (
+        ["```", "gpudiag/"] + [f"  {_unit_name(unit).strip('`'):<14}{_unit_summary(unit)}" for unit in LAYERS] + ["```"]
+    )
 
 
-SECTIONS = {"layers": layers_section, "layout": layout_section}
+def commands_section() -> list[str]:
+    """Every command, in `gpudiag --help`'s order (gpudiag/cli/app.py COMMANDS), with its help's first line."""
+    from gpudiag.cli.app import COMMANDS
+
+    out = ["| command | what it does |", "|---|---|"]
+    for name, command in COMMANDS:
+        out.append(f"| `gpudiag {name}` | {_cell((command.__doc__ or '').strip().splitlines()[0])} |")
+    return out
+
+
+def families_section() -> list[str]:
+    """The check families, in checklist order, as the modules of gpudiag/checks/ declare them."""
+    from gpudiag.checks import FAMILIES
+
+    return [", ".join(f"`{family}.*`" for family in FAMILIES)]
+
+
+def identity_section() -> list[str]:
+    """The labels every per-GPU series carries, and the `_info` series: the only ones with identity labels."""
+    from gpudiag.exporter.catalog import GPU_LABELS
+    from gpudiag.exporter.metric_modules import all_metrics
+
+    info = [spec for name, spec in all_metrics().items() if name.endswith("_info")]
+    return [f"Per-GPU series carry {', '.join(f'`{label}`' for label in GPU_LABELS)}; identity labels are only on the "
+            "`_info` series, each always 1:", ""] + [
+        f"- `{spec.name}`: {', '.join(f'`{label}`' for label in spec.labels)}" for spec in info]
+
+
+SECTIONS = {"layers": layers_section, "commands": commands_section, "families": families_section,
+            "identity": identity_section, "layout": layout_section}
 
 
 def architecture_page() -> str:

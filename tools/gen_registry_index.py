@@ -84,33 +84,37 @@ def _tuple(name: str, items: list[str]) -> str:
 
 
 def checks_index() -> str:
-    return ('"""The modules of gpudiag.checks that declare a check family, for the registry (__init__.py) to import by\n'
+    return ('"""The modules of gpudiag.checks that declare a check family, for the registry (__init__.py) to import '
+            'by\n'
             'name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
             + HEADER + _tuple("FAMILY_MODULES", family_modules()))
 
 
 def probe_index() -> str:
     parts = "".join(f"    {name!r}: {module!r},\n" for name, module in probe_parts().items())
-    return ('"""The probe parts families add (a sub-package of gpudiag.probe with a module part.py), for the collector\n'
+    return ('"""The probe parts families add (a sub-package of gpudiag.probe with a module part.py), for the '
+            'collector\n'
             '(__init__.py) to import by name: written by tools/gen_registry_index.py, checked current by\n'
             'tests/test_registry_index.py."""\n\n' + HEADER + "FAMILY_PARTS = {\n" + parts + "}\n")
 
 
 def expect_index() -> str:
-    return ('"""The families\' profile settings (the modules <family>_settings.py of gpudiag.expect), for __init__.py to\n'
-            'import by name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n'
+    return ('"""The families\' profile settings (the modules <family>_settings.py of gpudiag.expect), for __init__.py '
+            'to\n'
+            'import by name: written by tools/gen_registry_index.py, checked current by '
+            'tests/test_registry_index.py."""\n'
             "\n" + HEADER + _tuple("SETTINGS_MODULES", settings_modules()))
 
 
 def exporter_index() -> str:
-    return ('"""The families\' metric modules (metrics_<family>.py of gpudiag.exporter), for metric_modules.py to import by\n'
-            'name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
+    return ('"""The families\' metric modules (metrics_<family>.py of gpudiag.exporter), for metric_modules.py to\n'
+            'import by name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
             + HEADER + _tuple("METRIC_MODULES", metric_modules()))
 
 
 def kernel_log_index() -> str:
-    return ('"""The kernel-log record kinds families add (gpudiag/probe/<part>/kernel_log.py), for events.py to import by\n'
-            'name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
+    return ('"""The kernel-log record kinds families add (gpudiag/probe/<part>/kernel_log.py), for events.py to\n'
+            'import by name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
             + HEADER + _tuple("RECORD_MODULES", record_modules()))
 
 

@@ -52,7 +52,7 @@ del sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
-JUDGEMENT_LAYER = ("gpudiag/checks/**/*.py", "gpudiag/probe/kernel_log/events.py", "gpudiag/exporter/families.py")
+JUDGEMENT_LAYER = ("gpudiag/checks/**/*.py", "gpudiag/probe/kernel_log/events.py", "gpudiag/exporter/metric_set.py")
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-o", "addopts="]
 
 
@@ -101,10 +101,24 @@ def _boot(copy: Path, tmp: Path, name: str, tests: list[str], env: dict[str, str
     if not (tmp / "tool" / "mutation").exists():
         shutil.copytree(TOOLS / "mutation", tmp / "tool" / "mutation", ignore=shutil.ignore_patterns("__pycache__"))
     log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen([sys.executable, "-c", worker.BOOT.format(tools=str(tmp / "tool")), *PYTEST_ARGS,
-                             "--basetemp", str(tmp / (name[0] + name.lstrip("abcdefghijklmnopqrstuvwxyz"))), *tests], cwd=copy, env=env,
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            **popen)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            worker.BOOT.format(tools=str(tmp / "tool")),
+            *PYTEST_ARGS,
+            "--basetemp",
+            str(tmp / (name[0] + name.lstrip("abcdefghijklmnopqrstuvwxyz"))),
+            *tests,
+        ],
+        cwd=copy,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        **popen,
+    )
 
 
 def _tail(log: Path) -> str:

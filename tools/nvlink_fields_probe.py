@@ -12,8 +12,11 @@ h = n.nvmlDeviceGetHandleByIndex(0)
 def per_link(counter):
     return [n.nvmlDeviceGetNvLinkErrorCounter(h, l, counter) for l in range(18)]
 t=time.perf_counter(); api = {c: per_link(c) for c in range(4)}; api_ms=(time.perf_counter()-t)*1000
-for label, ids in (("scoped 161-163", [(f, l) for f in (161, 162, 163) for l in range(18)]), ("unscoped 161-163", [161, 162, 163]),
-                   ("scoped totals 38,45,52,59", [(f, l) for f in (38, 45, 52, 59) for l in range(2)])):
+for label, ids in (
+    ("scoped 161-163", [(f, l) for f in (161, 162, 163) for l in range(18)]),
+    ("unscoped 161-163", [161, 162, 163]),
+    ("scoped totals 38,45,52,59", [(f, l) for f in (38, 45, 52, 59) for l in range(2)]),
+):
     t=time.perf_counter(); vals=n.nvmlDeviceGetFieldValues(h, ids); ms=(time.perf_counter()-t)*1000
     print(label, f"{ms:.2f} ms", [(v.fieldId, v.scopeId, v.nvmlReturn, v.valueType, v.value.ullVal) for v in vals][:20])
 print(f"per-link API {api_ms:.1f} ms", {c: api[c] for c in api})

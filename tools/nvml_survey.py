@@ -43,40 +43,99 @@ def _plain(value):
 
 def device_questions(h):
     q = {
-        "name": (n.nvmlDeviceGetName, h), "uuid": (n.nvmlDeviceGetUUID, h), "serial": (n.nvmlDeviceGetSerial, h),
-        "index": (n.nvmlDeviceGetIndex, h), "minor": (n.nvmlDeviceGetMinorNumber, h),
-        "arch": (n.nvmlDeviceGetArchitecture, h), "board_part": (n.nvmlDeviceGetBoardPartNumber, h),
-        "pci": (n.nvmlDeviceGetPciInfo, h), "vbios": (n.nvmlDeviceGetVbiosVersion, h),
+        "name": (n.nvmlDeviceGetName, h),
+        "uuid": (n.nvmlDeviceGetUUID, h),
+        "serial": (n.nvmlDeviceGetSerial, h),
+        "index": (n.nvmlDeviceGetIndex, h),
+        "minor": (n.nvmlDeviceGetMinorNumber, h),
+        "arch": (n.nvmlDeviceGetArchitecture, h),
+        "board_part": (n.nvmlDeviceGetBoardPartNumber, h),
+        "pci": (n.nvmlDeviceGetPciInfo, h),
+        "vbios": (n.nvmlDeviceGetVbiosVersion, h),
         "inforom_image": (n.nvmlDeviceGetInforomImageVersion, h),
-        "pcie_curr_gen": (n.nvmlDeviceGetCurrPcieLinkGeneration, h), "pcie_curr_width": (n.nvmlDeviceGetCurrPcieLinkWidth, h),
-        "pcie_max_gen": (n.nvmlDeviceGetMaxPcieLinkGeneration, h), "pcie_max_width": (n.nvmlDeviceGetMaxPcieLinkWidth, h),
-        "pcie_gpu_max_gen": (n.nvmlDeviceGetGpuMaxPcieLinkGeneration, h), "pcie_speed": (n.nvmlDeviceGetPcieSpeed, h),
-        "pcie_link_max_speed": (n.nvmlDeviceGetPcieLinkMaxSpeed, h), "pcie_replay": (n.nvmlDeviceGetPcieReplayCounter, h),
+        "pcie_curr_gen": (n.nvmlDeviceGetCurrPcieLinkGeneration, h),
+        "pcie_curr_width": (n.nvmlDeviceGetCurrPcieLinkWidth, h),
+        "pcie_max_gen": (n.nvmlDeviceGetMaxPcieLinkGeneration, h),
+        "pcie_max_width": (n.nvmlDeviceGetMaxPcieLinkWidth, h),
+        "pcie_gpu_max_gen": (n.nvmlDeviceGetGpuMaxPcieLinkGeneration, h),
+        "pcie_speed": (n.nvmlDeviceGetPcieSpeed, h),
+        "pcie_link_max_speed": (n.nvmlDeviceGetPcieLinkMaxSpeed, h),
+        "pcie_replay": (n.nvmlDeviceGetPcieReplayCounter, h),
         "ecc_mode": (n.nvmlDeviceGetEccMode, h),
-        "ecc_vol_corr": (n.nvmlDeviceGetTotalEccErrors, h, 0, 0), "ecc_vol_unc": (n.nvmlDeviceGetTotalEccErrors, h, 1, 0),
-        "ecc_agg_corr": (n.nvmlDeviceGetTotalEccErrors, h, 0, 1), "ecc_agg_unc": (n.nvmlDeviceGetTotalEccErrors, h, 1, 1),
+        "ecc_vol_corr": (n.nvmlDeviceGetTotalEccErrors, h, 0, 0),
+        "ecc_vol_unc": (n.nvmlDeviceGetTotalEccErrors, h, 1, 0),
+        "ecc_agg_corr": (n.nvmlDeviceGetTotalEccErrors, h, 0, 1),
+        "ecc_agg_unc": (n.nvmlDeviceGetTotalEccErrors, h, 1, 1),
         "dram_vol_unc": (n.nvmlDeviceGetMemoryErrorCounter, h, 1, 0, 2),
-        "remapped_rows": (n.nvmlDeviceGetRemappedRows, h), "remap_histogram": (n.nvmlDeviceGetRowRemapperHistogram, h),
-        "retired_sbe": (n.nvmlDeviceGetRetiredPages, h, 0), "retired_dbe": (n.nvmlDeviceGetRetiredPages, h, 1),
+        "remapped_rows": (n.nvmlDeviceGetRemappedRows, h),
+        "remap_histogram": (n.nvmlDeviceGetRowRemapperHistogram, h),
+        "retired_sbe": (n.nvmlDeviceGetRetiredPages, h, 0),
+        "retired_dbe": (n.nvmlDeviceGetRetiredPages, h, 1),
         "retired_pending": (n.nvmlDeviceGetRetiredPagesPendingStatus, h),
         "temp_gpu": (n.nvmlDeviceGetTemperature, h, 0),
-        "thr_shutdown": (n.nvmlDeviceGetTemperatureThreshold, h, 0), "thr_slowdown": (n.nvmlDeviceGetTemperatureThreshold, h, 1),
-        "thr_mem_max": (n.nvmlDeviceGetTemperatureThreshold, h, 2), "thr_gpu_max": (n.nvmlDeviceGetTemperatureThreshold, h, 3),
-        "power": (n.nvmlDeviceGetPowerUsage, h), "power_limit": (n.nvmlDeviceGetPowerManagementLimit, h),
-        "power_enforced": (n.nvmlDeviceGetEnforcedPowerLimit, h), "power_default": (n.nvmlDeviceGetPowerManagementDefaultLimit, h),
-        "power_constraints": (n.nvmlDeviceGetPowerManagementLimitConstraints, h), "energy": (n.nvmlDeviceGetTotalEnergyConsumption, h),
+        "thr_shutdown": (n.nvmlDeviceGetTemperatureThreshold, h, 0),
+        "thr_slowdown": (n.nvmlDeviceGetTemperatureThreshold, h, 1),
+        "thr_mem_max": (n.nvmlDeviceGetTemperatureThreshold, h, 2),
+        "thr_gpu_max": (n.nvmlDeviceGetTemperatureThreshold, h, 3),
+        "power": (n.nvmlDeviceGetPowerUsage, h),
+        "power_limit": (n.nvmlDeviceGetPowerManagementLimit, h),
+        "power_enforced": (n.nvmlDeviceGetEnforcedPowerLimit, h),
+        "power_default": (n.nvmlDeviceGetPowerManagementDefaultLimit, h),
+        "power_constraints": (n.nvmlDeviceGetPowerManagementLimitConstraints, h),
+        "energy": (n.nvmlDeviceGetTotalEnergyConsumption, h),
         "clock_reasons": (n.nvmlDeviceGetCurrentClocksEventReasons, h),
         "clock_reasons_supported": (n.nvmlDeviceGetSupportedClocksEventReasons, h),
-        "clk_gr": (n.nvmlDeviceGetClockInfo, h, 0), "clk_sm": (n.nvmlDeviceGetClockInfo, h, 1), "clk_mem": (n.nvmlDeviceGetClockInfo, h, 2),
-        "maxclk_gr": (n.nvmlDeviceGetMaxClockInfo, h, 0), "maxclk_sm": (n.nvmlDeviceGetMaxClockInfo, h, 1), "maxclk_mem": (n.nvmlDeviceGetMaxClockInfo, h, 2),
-        "pstate": (n.nvmlDeviceGetPerformanceState, h), "persistence": (n.nvmlDeviceGetPersistenceMode, h),
-        "compute_mode": (n.nvmlDeviceGetComputeMode, h), "mig_mode": (n.nvmlDeviceGetMigMode, h),
-        "memory_v1": (n.nvmlDeviceGetMemoryInfo, h), "memory_v2": (n.nvmlDeviceGetMemoryInfo, h, n.nvmlMemory_v2),
-        "bar1": (n.nvmlDeviceGetBAR1MemoryInfo, h), "util": (n.nvmlDeviceGetUtilizationRates, h),
-        "numa": (n.nvmlDeviceGetNumaNodeId, h), "cpu_affinity": (n.nvmlDeviceGetCpuAffinity, h, 4),
-        "compute_procs": (n.nvmlDeviceGetComputeRunningProcesses, h), "graphics_procs": (n.nvmlDeviceGetGraphicsRunningProcesses, h),
+        "clk_gr": (n.nvmlDeviceGetClockInfo, h, 0),
+        "clk_sm": (n.nvmlDeviceGetClockInfo, h, 1),
+        "clk_mem": (n.nvmlDeviceGetClockInfo, h, 2),
+        "maxclk_gr": (n.nvmlDeviceGetMaxClockInfo, h, 0),
+        "maxclk_sm": (n.nvmlDeviceGetMaxClockInfo, h, 1),
+        "maxclk_mem": (n.nvmlDeviceGetMaxClockInfo, h, 2),
+        "pstate": (n.nvmlDeviceGetPerformanceState, h),
+        "persistence": (n.nvmlDeviceGetPersistenceMode, h),
+        "compute_mode": (n.nvmlDeviceGetComputeMode, h),
+        "mig_mode": (n.nvmlDeviceGetMigMode, h),
+        "memory_v1": (n.nvmlDeviceGetMemoryInfo, h),
+        "memory_v2": (n.nvmlDeviceGetMemoryInfo, h, n.nvmlMemory_v2),
+        "bar1": (n.nvmlDeviceGetBAR1MemoryInfo, h),
+        "util": (n.nvmlDeviceGetUtilizationRates, h),
+        "numa": (n.nvmlDeviceGetNumaNodeId, h),
+        "cpu_affinity": (n.nvmlDeviceGetCpuAffinity, h, 4),
+        "compute_procs": (n.nvmlDeviceGetComputeRunningProcesses, h),
+        "graphics_procs": (n.nvmlDeviceGetGraphicsRunningProcesses, h),
         "supported_events": (n.nvmlDeviceGetSupportedEventTypes, h),
-        "fields_pcie": (lambda hh: [(f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal) for f in n.nvmlDeviceGetFieldValues(hh, [82, 94, 95, 142, 143, 144, 145, 173, 174, 175, 176, 177, 178, 179, 180, 181, 182, 183, 185, 186, 230])], h),
+        "fields_pcie": (
+            lambda hh: [
+                (f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal)
+                for f in n.nvmlDeviceGetFieldValues(
+                    hh,
+                    [
+                        82,
+                        94,
+                        95,
+                        142,
+                        143,
+                        144,
+                        145,
+                        173,
+                        174,
+                        175,
+                        176,
+                        177,
+                        178,
+                        179,
+                        180,
+                        181,
+                        182,
+                        183,
+                        185,
+                        186,
+                        230,
+                    ],
+                )
+            ],
+            h,
+        ),
     }
     # What the driver itself says about the GPU's health (issue "No false healthy"): the NVSwitch fabric state, the
     # unrepairable-memory flag, SRAM ECC, and the throttle time counters (violation status and clock-event fields).
@@ -89,9 +148,21 @@ def device_questions(h):
     q["dram_agg_unc"] = (n.nvmlDeviceGetMemoryErrorCounter, h, 1, 1, n.NVML_MEMORY_LOCATION_DRAM)
     for policy in range(12):
         q[f"violation_{policy}"] = (n.nvmlDeviceGetViolationStatus, h, policy)
-    q["fields_health"] = (lambda hh: [(f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal) for f in n.nvmlDeviceGetFieldValues(hh, [74, 75, 76, 77, 78, 79, 80, 81, 169, 230, 269, 270, 271])], h)
+    q["fields_health"] = (
+        lambda hh: [
+            (f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal)
+            for f in n.nvmlDeviceGetFieldValues(hh, [74, 75, 76, 77, 78, 79, 80, 81, 169, 230, 269, 270, 271])
+        ],
+        h,
+    )
     # Device-memory (DRAM) ECC fields the probe batches for the SRAM/DRAM split: SBE/DBE volatile, aggregate.
-    q["fields_dram"] = (lambda hh: [(f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal) for f in n.nvmlDeviceGetFieldValues(hh, [11, 12, 22, 23])], h)
+    q["fields_dram"] = (
+        lambda hh: [
+            (f.fieldId, f.nvmlReturn, f.valueType, f.value.ullVal)
+            for f in n.nvmlDeviceGetFieldValues(hh, [11, 12, 22, 23])
+        ],
+        h,
+    )
     for obj, name in ((0, "oem"), (1, "ecc"), (2, "power")):
         q[f"inforom_{name}"] = (n.nvmlDeviceGetInforomVersion, h, obj)
     for link in range(n.NVML_NVLINK_MAX_LINKS):

@@ -35,8 +35,12 @@ print(f"18 NvLinkState calls {total:.1f}")
 for label, fields in {
     "totals 38,45,52,59,160": [38, 45, 52, 59, 160],
     "scoped 213-221 x18 links": [(f, link) for f in (213, 214, 215, 219, 221) for link in range(18)],
-    "legacy per-lane L0-L11 (60 fields)": list(range(32, 38)) + list(range(39, 45)) + list(range(46, 52)) + list(range(53, 59))
-    + list(range(94, 120)) + list(range(148, 160)),
+    "legacy per-lane L0-L11 (60 fields)": list(range(32, 38))
+    + list(range(39, 45))
+    + list(range(46, 52))
+    + list(range(53, 59))
+    + list(range(94, 120))
+    + list(range(148, 160)),
 }.items():
     took, values = ms(n.nvmlDeviceGetFieldValues, h, fields)
     if isinstance(values, str):
@@ -69,7 +73,9 @@ for i in range(n.nvmlDeviceGetCount()):
     backend.probe_device(i, CallTracker())
     print(f"probe_device({i}) sequential {1000 * (time.perf_counter() - t):.1f}")
 print("top calls:", ", ".join(f"{k} {v:.1f}" for k, v in spent.most_common(12)))
-threads = [threading.Thread(target=backend.probe_device, args=(i, CallTracker())) for i in range(n.nvmlDeviceGetCount())]
+threads = [
+    threading.Thread(target=backend.probe_device, args=(i, CallTracker())) for i in range(n.nvmlDeviceGetCount())
+]
 t = time.perf_counter()
 for th in threads:
     th.start()

@@ -363,8 +363,8 @@ def _ptx() -> str:
 PTX = _ptx()
 
 
-# The same contract for hiprtc: kernels_hip.py.
-from gpudiag.active.kernels_hip import HIP_SOURCE  # noqa: E402  (after the constants it documents)
+# The same contract for hiprtc: kernels_hip.py (imported after the constants it documents; hip.py reads it here).
+from gpudiag.active.kernels_hip import HIP_SOURCE  # noqa: E402, F401
 
 
 def grid_for(multiprocessors: int | None) -> int:

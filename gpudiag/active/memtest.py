@@ -1,7 +1,8 @@
 """A pattern test over most of a GPU's free memory: every pass fills all of it with a pattern (the index pattern of
 four seeds, address-in-address, random: kernels.LEVEL2_PATTERNS), then reads all of it back on the GPU and counts
-the words that differ (kernels.py has the kernels and why they are kernels). All chunks are filled before any is checked, so that the data is read back from DRAM, not from the L2
-cache it was just written through (the L2 holds tens of MB; the tested memory is a hundred GB or more).
+the words that differ (kernels.py has the kernels and why they are kernels). All chunks are filled before any is
+checked, so that the data is read back from DRAM, not from the L2 cache it was just written through (the L2 holds tens
+of MB; the tested memory is a hundred GB or more).
 
 Single-bit faults on a GPU with ECC are corrected before the kernel sees them: they show as a rise of the volatile
 corrected-ECC counter across the test, which is why the counters are read before and after."""

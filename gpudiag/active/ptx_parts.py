@@ -209,18 +209,19 @@ def stream(unroll: int, tensor_warps: str, first_stream_warp: str) -> tuple[str,
         f"\tmul.lo.u32 \t%s9, %s8, {PATTERN_MULTIPLIER};",
         "\tsub.s64 \t%sd9, %sd9, %sd4;",
         "\tadd.s64 \t%sd9, %sd9, %sd5;",  # the same offset in the destination half
-        f"\tmul.lo.u32 \t%s10, %s3, {4 * PATTERN_MULTIPLIER & 0xFFFFFFFF};",  # pattern step from one vector to the next (T vectors on)
+        # pattern step from one vector to the next (T vectors on)
+        f"\tmul.lo.u32 \t%s10, %s3, {4 * PATTERN_MULTIPLIER & 0xFFFFFFFF};",
     ]
     for i in range(u):
         if i:
-            code += ["\tadd.u32 \t%s9, %s9, %s10;", f"\tadd.s64 \t%sd9, %sd9, %sd2;"]
+            code += ["\tadd.u32 \t%s9, %s9, %s10;", "\tadd.s64 \t%sd9, %sd9, %sd2;"]
         for j in range(4):
             code.append("\tmov.u32 \t%s11, %s9;" if j == 0 else f"\tadd.u32 \t%s11, %s11, {PATTERN_MULTIPLIER};")
-            code += [f"\txor.b32 \t%s12, %s11, %c4;",
+            code += ["\txor.b32 \t%s12, %s11, %c4;",
                      f"\txor.b32 \t%sv{4 * i + j}, %sv{4 * i + j}, %s12;",
                      f"\tor.b32 \t%s7, %s7, %sv{4 * i + j};",
                      f"\txor.b32 \t%sw{j}, %s11, %c5;"]
-        code.append(f"\tst.global.cs.v4.u32 \t[%sd9], {{%sw0, %sw1, %sw2, %sw3}};")
+        code.append("\tst.global.cs.v4.u32 \t[%sd9], {%sw0, %sw1, %sw2, %sw3};")
     code += [
         "\tsetp.ne.u32 \t%sp2, %s7, 0;",
         "\t@%sp2 bra \tSTREAM_MISMATCH;",

@@ -1,5 +1,6 @@
-"""A snapshot reduced to what a golden baseline holds (gpudiag.expect.baseline): the same reduction makes the golden file
-(`gpudiag baseline`) and the "now" side of every `baseline.*` comparison, so the two can only differ by the node."""
+"""A snapshot reduced to what a golden baseline holds (gpudiag.expect.baseline): the same reduction makes the golden
+file (`gpudiag baseline`) and the "now" side of every `baseline.*` comparison, so the two can only differ by the
+node."""
 
 from __future__ import annotations
 

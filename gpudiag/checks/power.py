@@ -141,13 +141,16 @@ _VERDICTS = {
 _REFERENCE = {
     "power.brake": (
         "the hardware power-brake throttle reason (an external signal from the chassis or PSU)",
-        "The chassis asserts the power brake: check the PSUs, the power budget and the BMC's event log."),
+        "The chassis asserts the power brake: check the PSUs, the power budget and the BMC's event log.",
+    ),
     "power.limit": (
         "the enforced and default power limits",
-        "Restore the limit (`nvidia-smi -pl`, `amd-smi set --power-cap`) or find who capped it (a BMC or DCGM policy)."),
+        "Restore the limit (`nvidia-smi -pl`, `amd-smi set --power-cap`) or find who capped it (a BMC or DCGM policy).",
+    ),
     "power.draw": (
         "power draw against the enforced limit",
-        "The controller is not holding the limit, or the sensor is wrong: compare with the BMC's reading."),
+        "The controller is not holding the limit, or the sensor is wrong: compare with the BMC's reading.",
+    ),
 }
 _SETTINGS = {
     "power.limit": ("expected_power_limit_watts", "power_limit_tolerance_watts", "power_limit_warn_ratio"),

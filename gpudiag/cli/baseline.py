@@ -18,13 +18,18 @@ log = logging.getLogger("gpudiag")
 
 
 def baseline(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the baseline to this file (atomically, mode 0600; - is stdout) instead of stdout."),
-    replay: Optional[Path] = typer.Option(None, "--replay", help="Make the baseline from a recorded snapshot instead of this node."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write the baseline to this file (atomically, mode 0600; - is stdout) instead of "
+                                     "stdout."
+    ),
+    replay: Optional[Path] = typer.Option(
+        None, "--replay", help="Make the baseline from a recorded snapshot instead of this node."
+    ),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
 ) -> None:
-    """Record this known-good node as a golden baseline (JSON) that `check --baseline FILE` compares its siblings with."""
+    """Record this known-good node as a golden baseline (JSON) that `check --baseline FILE` compares siblings with."""
     from gpudiag.expect.baseline import baseline_json
     from gpudiag.checks import run_checks
     from gpudiag.checks.baseline_of import baseline_of

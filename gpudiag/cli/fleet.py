@@ -25,17 +25,33 @@ def fleet(
     reports: Optional[List[str]] = typer.Argument(
         None, metavar="[REPORT]...", help="`gpudiag check --format json` reports: files, directories of *.json, or - "
                                           "for a stream of them on standard input."),
-    expected_nodes: Optional[str] = typer.Option(None, "--nodes", help="With reports: a file of the hostnames that should have reported, one a line (`scontrol show hostnames`); a missing one is silent."),
-    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Read the fleet from this Prometheus (its URL)."),
+    expected_nodes: Optional[str] = typer.Option(
+        None, "--nodes", help="With reports: a file of the hostnames that should have reported, one a line (`scontrol "
+                              "show hostnames`); a missing one is silent."
+    ),
+    prometheus: Optional[str] = typer.Option(
+        None, "--prometheus", help="Read the fleet from this Prometheus (its URL)."
+    ),
     selector: str = typer.Option(DEFAULT_SELECTOR, "--selector", help="Label matchers that pick the fleet's series."),
     username: Optional[str] = typer.Option(None, "--username", help="Basic auth user for Prometheus."),
     password_file: Optional[str] = typer.Option(None, "--password-file", help="File holding the basic auth password."),
     bearer_token_file: Optional[str] = typer.Option(None, "--bearer-token-file", help="File holding a bearer token."),
-    ca_file: Optional[str] = typer.Option(None, "--ca-file", help="CA certificate(s) to verify Prometheus's TLS certificate."),
+    ca_file: Optional[str] = typer.Option(
+        None, "--ca-file", help="CA certificate(s) to verify Prometheus's TLS certificate."
+    ),
     insecure: bool = typer.Option(False, "--insecure-skip-verify", help="Do not verify Prometheus's TLS certificate."),
-    timeout: float = typer.Option(30.0, "--timeout", min=0.5, callback=finite, help="Seconds for all Prometheus queries together."),
-    stale_after: float = typer.Option(600.0, "--stale-after", min=1.0, callback=finite, help="A node whose last collection is older than this many seconds is silent."),
-    threshold: float = typer.Option(DEFAULT_THRESHOLD_PERCENT, "--threshold", min=0.0, max=100.0, callback=finite, help="Percent below the peers' median at which a load-test figure lags."),
+    timeout: float = typer.Option(
+        30.0, "--timeout", min=0.5, callback=finite, help="Seconds for all Prometheus queries together."
+    ),
+    stale_after: float = typer.Option(
+        600.0, "--stale-after", min=1.0, callback=finite, help="A node whose last collection is older than this many "
+                                                               "seconds is silent."
+    ),
+    threshold: float = typer.Option(
+        DEFAULT_THRESHOLD_PERCENT, "--threshold", min=0.0, max=100.0, callback=finite, help="Percent below the peers' "
+                                                                                            "median at which a "
+                                                                                            "load-test figure lags."
+    ),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="Output format."),
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
 ) -> None:

@@ -45,9 +45,14 @@ def history(
     since: Optional[str] = typer.Option(None, "--since", help="Only what happened in this last while: 30m, 24h, 7d."),
     gpu: Optional[int] = typer.Option(None, "--gpu", min=0, help="Only entries about this GPU index."),
     fmt: HistoryFormat = typer.Option(HistoryFormat.text, "--format", "-f", help="Output format."),
-    root: Path = typer.Option(Path("/"), "--root", help="Look for the service's socket and journal under ROOT (ROOT/run/gpudiag/gpudiag.sock, ROOT/var/lib/gpudiag; a test seam)."),
+    root: Path = typer.Option(
+        Path("/"), "--root", help="Look for the service's socket and journal under ROOT "
+                                  "(ROOT/run/gpudiag/gpudiag.sock, ROOT/var/lib/gpudiag; a test seam)."
+    ),
     socket: Optional[Path] = SocketOption,
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Read the journal here when no service answers (default /var/lib/gpudiag)."),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="Read the journal here when no service answers (default /var/lib/gpudiag)."
+    ),
 ) -> None:
     """Print what the service saw change: checks failing and recovering, Xids and resets, GPUs lost, throttling."""
     from gpudiag.service import socket_path
@@ -91,5 +96,7 @@ def _read_journal(root: Path, state_dir: Optional[Path], seconds: Optional[float
             raise UsageProblem(str(exc)) from None
     if not entries and not (directory / CURRENT).exists():
         log.warning("no service answers and no journal in %s", directory)
-    since = None if seconds is None else datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=seconds)
+    since = (
+        None if seconds is None else datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=seconds)
+    )
     return select(sorted(entries, key=by_time), since, gpu)

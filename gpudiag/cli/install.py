@@ -9,11 +9,11 @@ gpudiag-screen.timer (idle-time screening, opt-in, never enabled here: docs/scre
 local installation, not a distribution package: sysusers.d(5)). Then `systemd-sysusers` creates the user and
 `systemctl daemon-reload` makes systemd read the units; `--enable` also starts the exporter and the textfile timer.
 
-`--root DIR` writes under DIR instead (an image being built, a test; DIR must exist) and runs no systemctl; with `--enable`
-it enables the exporter and the timer in the image as `systemctl --root DIR enable` does: a link per [Install]
-WantedBy=/RequiredBy= target, `etc/systemd/system/<target>.wants/<unit>` pointing at the unit's absolute path as the
-image names it (`/etc/systemd/system/<unit>`), so that the booted image starts them. `--dry-run` prints what would
-be written and runs nothing. Under `--root` every path is resolved inside DIR, as the booted image will see it:
+`--root DIR` writes under DIR instead (an image being built, a test; DIR must exist) and runs no systemctl; with
+`--enable` it enables the exporter and the timer in the image as `systemctl --root DIR enable` does: a link per
+[Install] WantedBy=/RequiredBy= target, `etc/systemd/system/<target>.wants/<unit>` pointing at the unit's absolute path
+as the image names it (`/etc/systemd/system/<unit>`), so that the booted image starts them. `--dry-run` prints what
+would be written and runs nothing. Under `--root` every path is resolved inside DIR, as the booted image will see it:
 a symbolic link's absolute target starts at DIR, `..` stops at DIR (an image's `/etc/sysusers.d ->
 /usr/lib/sysusers.d` is the image's /usr/lib, never the build host's).
 """
@@ -271,15 +271,29 @@ def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enab
     elif not live:
         say(f"Next: systemd-sysusers --root {root} (the gpudiag user the units run as); the image starts the exporter "
             f"and the timer at boot")
-    say(f"Idle-time screening of the GPUs (opt-in, docs/screening.md): {OPT_IN}")
+    # in an image, opting in is a link in the image (nothing runs there to start)
+    opt_in = OPT_IN if live else f"systemctl --root {root} enable gpudiag-screen.timer"
+    say(f"Idle-time screening of the GPUs (opt-in, docs/screening.md): {opt_in}")
 
 
 def install_service(
-    root: Path = typer.Option(Path("/"), "--root", help="Install under this directory (an image, a test) and run no systemctl."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the files it would write and the commands it would run; change nothing."),
-    reload: bool = typer.Option(True, "--reload/--no-reload", help="Run systemd-sysusers and systemctl daemon-reload (default; never with --root)."),
-    enable: bool = typer.Option(False, "--enable", help="Also `systemctl enable --now` the exporter and the textfile timer (under --root: enable them in the image, as `systemctl --root DIR enable`)."),
-    gpudiag: Optional[Path] = typer.Option(None, "--gpudiag", help="The gpudiag executable the units run (default: this one)."),
+    root: Path = typer.Option(
+        Path("/"), "--root", help="Install under this directory (an image, a test) and run no systemctl."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the files it would write and the commands it would run; change nothing."
+    ),
+    reload: bool = typer.Option(
+        True, "--reload/--no-reload", help="Run systemd-sysusers and systemctl daemon-reload (default; never with "
+                                           "--root)."
+    ),
+    enable: bool = typer.Option(
+        False, "--enable", help="Also `systemctl enable --now` the exporter and the textfile timer (under --root: "
+                                "enable them in the image, as `systemctl --root DIR enable`)."
+    ),
+    gpudiag: Optional[Path] = typer.Option(
+        None, "--gpudiag", help="The gpudiag executable the units run (default: this one)."
+    ),
 ) -> None:
     """Install the systemd units (exporter, textfile timer) and the gpudiag system user, for this gpudiag."""
     command = [str(gpudiag)] if gpudiag is not None else installed_command()

@@ -71,7 +71,7 @@ def render_text(found: list[dict]) -> str:
 def profiles(
     fmt: ProfilesFormat = typer.Option(ProfilesFormat.text, "--format", "-f", help="Output format."),
 ) -> None:
-    """List the shipped node profiles (check --profile NAME) and what each expects: GPU model and count, PCIe, links, power."""
+    """List the shipped node profiles (check --profile NAME) and what each expects: GPU, count, PCIe, links, power."""
     found = shipped()
     if fmt is ProfilesFormat.json:
         text = json.dumps({"schema_version": 1, "profiles": found}, indent=2) + "\n"

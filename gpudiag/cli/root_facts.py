@@ -14,13 +14,16 @@ from typing import Optional
 
 import typer
 
-from gpudiag import stdout
-from gpudiag.cli.shared.node_collect import PASSIVE_DEFAULT_TIMEOUT, UsageProblem
+from gpudiag import DEFAULT_DEADLINE_SECONDS, stdout
+from gpudiag.cli.shared.node_collect import UsageProblem
 from gpudiag.cli.shared.options import RootOption, TimeoutOption
 
 
 def root_facts(
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="The service's state directory (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="The service's state directory (default /var/lib/gpudiag; under --root DIR, "
+                                  "DIR/var/lib/gpudiag)."
+    ),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
 ) -> None:
@@ -41,7 +44,7 @@ def root_facts(
             from None
     if not stat.S_ISDIR(mode):  # never follow a link: root writes into a directory the service's user owns
         raise UsageProblem(f"--state-dir {directory}: not a directory (a symbolic link is refused)")
-    until = time.monotonic() + (PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout)
+    until = time.monotonic() + (DEFAULT_DEADLINE_SECONDS if timeout is None else timeout)
     previous, _ = facts_of.load(directory, read_boot_id(root))
     facts = gather(root, until, previous)
     path = facts_of.path_in(directory)

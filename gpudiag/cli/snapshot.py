@@ -1,4 +1,5 @@
-"""`gpudiag snapshot`: everything the probes read, as JSON (a bug report's attachment, a recording for `check --replay`)."""
+"""`gpudiag snapshot`: everything the probes read, as JSON (a bug report's attachment, a recording for `check
+--replay`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from gpudiag.exitcodes import ExitCode
 
 
 def snapshot(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the snapshot to this file (atomically, mode 0600; - is stdout) instead of stdout."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write the snapshot to this file (atomically, mode 0600; - is stdout) instead of "
+                                     "stdout."
+    ),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,

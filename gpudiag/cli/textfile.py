@@ -20,12 +20,15 @@ log = logging.getLogger("gpudiag")
 
 
 def textfile(
-    output: Path = typer.Option(..., "--output", "-o", help="The .prom file to replace atomically, in node_exporter's textfile directory."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="The .prom file to replace atomically, in node_exporter's textfile directory."
+    ),
     timeout: Optional[float] = LevelTimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
     level: int = typer.Option(
-        1, "--level", min=1, max=3, help="2: also load-test idle GPUs and export what they measured (acceptance windows); 3: the soak."
+        1, "--level", min=1, max=3, help="2: also load-test idle GPUs and export what they measured (acceptance "
+                                         "windows); 3: the soak."
     ),
     stress_seconds: Optional[float] = StressSecondsOption,
     profile: Optional[str] = ProfileOption,
@@ -50,4 +53,5 @@ def textfile(
     from gpudiag.report.verdict import tell_ending
 
     code = tell_ending(node, results)
-    raise typer.Exit(ExitCode.NOTHING_PROBED if code == ExitCode.NOTHING_PROBED else ExitCode.OK)  # the failures are in the file
+    # the failures are in the file
+    raise typer.Exit(ExitCode.NOTHING_PROBED if code == ExitCode.NOTHING_PROBED else ExitCode.OK)

@@ -41,6 +41,12 @@ class FreshCollections:
         self._listeners.append(listener)
 
     @property
+    def running(self) -> bool:
+        """Whether a collection is under way now (a client told "not finished" can wait for it: gpudiag.more_wait)."""
+        with self._cond:
+            return self._running
+
+    @property
     def latest(self) -> Optional[Collection]:
         with self._cond:
             return self._latest

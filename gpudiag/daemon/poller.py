@@ -48,7 +48,9 @@ class Cycle:
         return CollectorRun("collection", self.outcome == COMPLETE, round(self.duration_seconds, 4), self.error)
 
 
-def collect_and_judge(collect: Callable[[], NodeSnapshot], judge: Callable[[NodeSnapshot], list[CheckResult]]) -> Collection:
+def collect_and_judge(
+    collect: Callable[[], NodeSnapshot], judge: Callable[[NodeSnapshot], list[CheckResult]]
+) -> Collection:
     snapshot = collect()
     started = time.monotonic()
     try:

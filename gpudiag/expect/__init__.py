@@ -218,7 +218,8 @@ class Expectations:
         self._check_choices()
         self._check_overlaps()
         self._check_driver_versions()
-        for test in ("pcie", "p2p", "hbm", "stress_power"):  # the load tests warn below one share of the expected rate, fail below another
+        # the load tests warn below one share of the expected rate, fail below another
+        for test in ("pcie", "p2p", "hbm", "stress_power"):
             warn, fail = getattr(self, f"active_{test}_warn_ratio"), getattr(self, f"active_{test}_fail_ratio")
             if warn is not None and fail is not None and fail > warn:
                 raise ExpectationError(f"active_{test}_fail_ratio", f"{fail} is above active_{test}_warn_ratio "

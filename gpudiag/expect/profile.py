@@ -2,9 +2,10 @@
 
 A profile is flat: each key is an Expectations field (gpudiag/expect/__init__.py says what each means) or a field
 of a family's own settings (gpudiag/expect/<family>_settings.py), typed as the field is; `name` and `description`
-are free text. Nothing else is allowed, so a typo is an error, not a setting silently ignored. `--profile` takes the name of a profile shipped in gpudiag/profiles/ ("h200-8x"), or a file: a path with
-a slash or a .toml suffix ("./site", "site.toml"), read as gpudiag.fileio reads any input (a regular file, at most
-CONFIG_MAX_BYTES, UTF-8, nested no deeper than MAX_NESTING).
+are free text. Nothing else is allowed, so a typo is an error, not a setting silently ignored. `--profile` takes the
+name of a profile shipped in gpudiag/profiles/ ("h200-8x"), or a file: a path with a slash or a .toml suffix ("./site",
+"site.toml"), read as gpudiag.fileio reads any input (a regular file, at most CONFIG_MAX_BYTES, UTF-8, nested no deeper
+than MAX_NESTING).
 
 Every problem becomes a ProfileError whose message is one line naming the file (or `-p`), the key and the problem.
 """

@@ -3,8 +3,8 @@
 Naming (docs/architecture.md; Prometheus naming): prefix `gpudiag_`, base units in the name (`_celsius`, `_watts`,
 `_joules`, `_hertz`, `_bytes`, `_seconds`, `_ratio`), counters end in `_total`. Identity labels (model, serial,
 VBIOS, driver) sit only on `gpudiag_gpu_info` (a NIC's on `gpudiag_nic_info`); every per-GPU series carries `gpu`
-(index), `uuid` and `pci_bus_id` so that it can be joined to the info series. The dashboard and alert-rule tests check their expressions against
-this catalog, so a renamed metric breaks them rather than silently emptying a panel.
+(index), `uuid` and `pci_bus_id` so that it can be joined to the info series. The dashboard and alert-rule tests check
+their expressions against this catalog, so a renamed metric breaks them rather than silently emptying a panel.
 
 A check family adds its metrics in a module of its own, gpudiag/exporter/metrics_<family>.py, found by its name
 (metric_modules.py imports them: this module imports none, since they import it):
@@ -116,7 +116,8 @@ NODE_GPUS = _define(
 XID_ERRORS = _gpu(
     "gpudiag_gpu_xid_errors_total",
     "counter",
-    "NVIDIA Xid errors: those in the kernel log when the exporter started, then each new one (NVML event or log line, once).",
+    "NVIDIA Xid errors: those in the kernel log when the exporter started, then each new one (NVML event or log line, "
+    "once).",
     ("code",),
 )
 # Node-level: an NVSwitch is no GPU. Its series are bounded by EventTally (MAX_SWITCHES bus IDs, then "other").
@@ -172,7 +173,10 @@ PCIE_WIDTH = _gpu("gpudiag_gpu_pcie_link_width_lanes", "gauge", "PCIe link width
 PCIE_REPLAYS = _gpu("gpudiag_gpu_pcie_replays_total", "counter", "PCIe replays (link-level retransmissions).")
 PCIE_REPLAY_ROLLOVERS = _gpu("gpudiag_gpu_pcie_replay_rollovers_total", "counter", "PCIe replay-number rollovers.")
 PCIE_LINK_ERRORS = _gpu(
-    "gpudiag_gpu_pcie_link_errors_total", "counter", "PCIe link error counters the vendor library reports.", ("counter",)
+    "gpudiag_gpu_pcie_link_errors_total",
+    "counter",
+    "PCIe link error counters the vendor library reports.",
+    ("counter",),
 )
 PCIE_AER_ERRORS = _gpu(
     "gpudiag_gpu_pcie_aer_errors_total",
@@ -181,7 +185,10 @@ PCIE_AER_ERRORS = _gpu(
     ("severity", "error"),
 )
 ECC_ENABLED = _gpu(
-    "gpudiag_gpu_ecc_enabled", "gauge", "1 when ECC is enabled: now (current) or after the next reset (pending).", ("mode",)
+    "gpudiag_gpu_ecc_enabled",
+    "gauge",
+    "1 when ECC is enabled: now (current) or after the next reset (pending).",
+    ("mode",),
 )
 ECC_ERRORS = _gpu(
     "gpudiag_gpu_ecc_errors_total",

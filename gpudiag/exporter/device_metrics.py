@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.families import FamilySet, flag, gpu_labels
+from gpudiag.exporter.metric_set import MetricSet, flag, gpu_labels
 from gpudiag.exporter.health_metrics import add_driver_health
 from gpudiag.model import THROTTLE_REASONS, DeviceSnapshot, PciGpu, Vendor
 
@@ -25,14 +25,25 @@ VENDOR_THROTTLE_REASONS = {
 }
 
 _XGMI_STATES = ("no_errors", "error", "multiple_errors")  # amdsmi_gpu_xgmi_error_status (docs/vendor-api.md §4)
-_THRESHOLDS = (("slowdown", "slowdown_celsius"), ("shutdown", "shutdown_celsius"), ("max_operating", "max_operating_celsius"))
+_THRESHOLDS = (
+    ("slowdown", "slowdown_celsius"),
+    ("shutdown", "shutdown_celsius"),
+    ("max_operating", "max_operating_celsius"),
+)
 
 
-def add_device(fs: FamilySet, device: DeviceSnapshot, driver_version: Optional[str]) -> None:
+def add_device(fs: MetricSet, device: DeviceSnapshot, driver_version: Optional[str]) -> None:
     ids = gpu_labels(device)
     fs.add(
         m.GPU_INFO,
-        ids + (device.vendor.value, device.name or "", device.serial or "", device.vbios_version or "", driver_version or ""),
+        ids
+        + (
+            device.vendor.value,
+            device.name or "",
+            device.serial or "",
+            device.vbios_version or "",
+            driver_version or "",
+        ),
         1,
     )
     if not device.reachable:
@@ -53,7 +64,7 @@ def add_device(fs: FamilySet, device: DeviceSnapshot, driver_version: Optional[s
             fs.add(m.LINK_ERRORS, link_ids + (counter,), value)
 
 
-def add_aer(fs: FamilySet, ids: tuple[str, str, str], pci: PciGpu) -> None:
+def add_aer(fs: MetricSet, ids: tuple[str, str, str], pci: PciGpu) -> None:
     for severity, counters in sorted(pci.aer.items()):
         for error, value in sorted(counters.items()):
             # The TOTAL_ERR_* line of each file is the sum of the others: exporting it would double any sum().
@@ -61,7 +72,7 @@ def add_aer(fs: FamilySet, ids: tuple[str, str, str], pci: PciGpu) -> None:
                 fs.add(m.PCIE_AER_ERRORS, ids + (severity, error), value)
 
 
-def _thermal_and_power(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
+def _thermal_and_power(fs: MetricSet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
     for sensor, reading in sorted(device.temperatures.items()):
         fs.add(m.TEMPERATURE, ids + (sensor,), reading.current_celsius)
         for threshold, attribute in _THRESHOLDS:
@@ -77,7 +88,7 @@ def _thermal_and_power(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapsh
         fs.add(m.UTILIZATION, ids + (engine,), None if percent is None else percent / 100.0)
 
 
-def _clocks(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
+def _clocks(fs: MetricSet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
     clocks = device.clocks
     for name, current, maximum in (
         ("graphics", clocks.graphics_mhz, clocks.max_graphics_mhz),
@@ -99,7 +110,7 @@ def _clocks(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None
             fs.add(m.THROTTLE_RESIDENCY, ids + (reason,), ticks)
 
 
-def _pcie(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
+def _pcie(fs: MetricSet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
     pcie = device.pcie
     for kind, generation, width in (
         ("current", pcie.current_generation, pcie.current_width),
@@ -114,7 +125,7 @@ def _pcie(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
         fs.add(m.PCIE_LINK_ERRORS, ids + (counter,), value)
 
 
-def _ecc(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
+def _ecc(fs: MetricSet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
     ecc = device.ecc
     fs.add(m.ECC_ENABLED, ids + ("current",), flag(ecc.enabled))
     fs.add(m.ECC_ENABLED, ids + ("pending",), flag(ecc.pending_enabled))
@@ -131,7 +142,7 @@ def _ecc(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
             fs.add(m.ECC_BLOCK_ERRORS, ids + (block, severity), value)
 
 
-def _memory_health(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
+def _memory_health(fs: MetricSet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
     health = device.memory_health
     fs.add(m.REMAPPED_ROWS, ids + ("correctable",), health.remapped_rows_correctable)
     fs.add(m.REMAPPED_ROWS, ids + ("uncorrectable",), health.remapped_rows_uncorrectable)

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Iterable, Optional
 
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.model import KernelEvent, NodeSnapshot
 
 XID = "xid"
@@ -69,7 +69,7 @@ class EventTally:
             baseline, log, nvml = (Counter(self._counts[s]) for s in (BASELINE, LOG, NVML))
         return {key: baseline[key] + max(log[key], nvml[key]) for key in baseline.keys() | log.keys() | nvml.keys()}
 
-    def add_to(self, fs: FamilySet, identities: dict[str, tuple[str, str]]) -> None:
+    def add_to(self, fs: MetricSet, identities: dict[str, tuple[str, str]]) -> None:
         """Label each count with the GPU index and UUID last seen at its bus ID (kept after the GPU is gone: a count
         of events that did happen is never stale)."""
         for (bus_id, kind, code), count in sorted(self.counts().items()):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.families import FamilySet, flag
+from gpudiag.exporter.metric_set import MetricSet, flag
 from gpudiag.model import DeviceSnapshot, DriverHealth
 
 FABRIC_STATES = ("not_started", "in_progress", "completed")
@@ -16,7 +16,7 @@ RECOVERY_ACTIONS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_
                     "bus_reset", "system_reboot")
 
 
-def _state_set(fs: FamilySet, spec: m.MetricSpec, ids: tuple[str, ...], states: tuple[str, ...],
+def _state_set(fs: MetricSet, spec: m.MetricSpec, ids: tuple[str, ...], states: tuple[str, ...],
                current: Optional[str]) -> None:
     if current is None:
         return
@@ -24,7 +24,7 @@ def _state_set(fs: FamilySet, spec: m.MetricSpec, ids: tuple[str, ...], states: 
         fs.add(spec, ids + (state,), int(state == current))
 
 
-def add_driver_health(fs: FamilySet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
+def add_driver_health(fs: MetricSet, ids: tuple[str, ...], device: DeviceSnapshot) -> None:
     health: Optional[DriverHealth] = device.driver_health
     if health is None:
         return

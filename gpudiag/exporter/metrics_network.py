@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gpudiag.checks.network.common import counter_width_bits, model_of, pci_id, saturated
 from gpudiag.exporter import catalog
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.model import NodeSnapshot
 from gpudiag.model.network import RdmaDevice, RdmaPort
 
@@ -68,7 +68,7 @@ SPECS = (NIC_INFO, PORT_INFO, PORT_UP, PORT_STATE, PORT_PHYS_STATE, PORT_RATE, P
 _DATA = {"port_rcv_data": "rx", "port_xmit_data": "tx"}
 
 
-def add(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+def add(fs: MetricSet, snapshot: NodeSnapshot) -> None:
     """The NICs' series; nothing when the NICs were not read or could not be (gpudiag_nic_devices is absent then,
     so that "no NIC" and "not read" are told apart)."""
     info = snapshot.network
@@ -79,7 +79,7 @@ def add(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         add_nic(fs, device)
 
 
-def add_nic(fs: FamilySet, device: RdmaDevice) -> None:
+def add_nic(fs: MetricSet, device: RdmaDevice) -> None:
     ids = (device.name, device.pci_bus_id or "")
     fs.add(NIC_INFO, ids + (model_of(device), pci_id(device) or "", device.board_id or "", device.fw_ver or "",
                             device.driver or "", "" if device.numa_node is None else str(device.numa_node)), 1)
@@ -87,7 +87,7 @@ def add_nic(fs: FamilySet, device: RdmaDevice) -> None:
         _port(fs, ids + (str(port.number),), port)
 
 
-def _port(fs: FamilySet, ids: tuple[str, ...], port: RdmaPort) -> None:
+def _port(fs: MetricSet, ids: tuple[str, ...], port: RdmaPort) -> None:
     fs.add(PORT_INFO, ids + (port.link_layer or "", port.netdev.name if port.netdev else ""), 1)
     if port.state is not None and port.phys_state is not None:
         fs.add(PORT_UP, ids, int(port.state in ("ACTIVE", "ACTIVE_DEFER") and port.phys_state == "LinkUp"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpudiag.exporter import catalog
-from gpudiag.exporter.families import FamilySet, gpu_labels
+from gpudiag.exporter.metric_set import MetricSet, gpu_labels
 from gpudiag.model import NodeSnapshot
 from gpudiag.model.screen import FAILED, OUTCOMES, VERIFIED, ScreenGpu, ScreenState
 
@@ -68,7 +68,7 @@ IDLE_AFTER = _node("gpudiag_screen_idle_after_seconds", "The screening policy: a
 MAX_GPUS = _node("gpudiag_screen_max_gpus", "The screening policy: GPUs screened at once (screen_max_gpus).")
 
 
-def add(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+def add(fs: MetricSet, snapshot: NodeSnapshot) -> None:
     info = snapshot.screening
     if info is None or info.error is not None or info.state is None:
         return
@@ -84,7 +84,7 @@ def add(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         _add_gpu(fs, ids, gpu, state, info.read_at)
 
 
-def _add_gpu(fs: FamilySet, ids: tuple, gpu: ScreenGpu, state: ScreenState, now: Optional[float]) -> None:
+def _add_gpu(fs: MetricSet, ids: tuple, gpu: ScreenGpu, state: ScreenState, now: Optional[float]) -> None:
     due = gpu.due_at(state.every_seconds)
     fs.add(LAST_VERIFIED, ids, gpu.last_verified)
     fs.add(DUE, ids, due)

@@ -12,7 +12,7 @@ from gpudiag.checks.active.stress_figures import StressFigures, figures_of
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter import metric_modules
 from gpudiag.exporter.device_metrics import add_aer, add_device
-from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
+from gpudiag.exporter.metric_set import NO_GPU, MetricSet, gpu_labels
 from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, ComputeVerification, NodeSnapshot, Status
 
 # gpudiag_check_ok: what an operator can rely on. Unknown is not ok: a check that could not decide has not shown
@@ -20,11 +20,11 @@ from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, ComputeVer
 _OK_STATUSES = {Status.PASS, Status.WARN, Status.SKIP}
 
 
-def add_build_info(fs: FamilySet) -> None:
+def add_build_info(fs: MetricSet) -> None:
     fs.add(m.BUILD_INFO, (__version__, platform.python_version()), 1)
 
 
-def add_snapshot(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+def add_snapshot(fs: MetricSet, snapshot: NodeSnapshot) -> None:
     drivers = {b.name: b.driver_version for b in snapshot.backends}
     for device in snapshot.devices:
         fs.add(m.DEVICE_UP, gpu_labels(device), int(device.reachable))
@@ -52,7 +52,7 @@ def add_snapshot(fs: FamilySet, snapshot: NodeSnapshot) -> None:
 _GB = 1e9
 
 
-def add_active(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+def add_active(fs: MetricSet, snapshot: NodeSnapshot) -> None:
     """What the load tests measured; a test that did not run (or a GPU that was skipped) has no series."""
     active = snapshot.active
     if active.started_at:
@@ -86,7 +86,7 @@ def add_active(fs: FamilySet, snapshot: NodeSnapshot) -> None:
             fs.add(m.ACTIVE_P2P_BANDWIDTH, gpu_labels(source) + (str(peer.dst),), peer.copy.gb_per_second * _GB)
 
 
-def _add_stress(fs: FamilySet, ids: tuple, figures: StressFigures) -> None:
+def _add_stress(fs: MetricSet, ids: tuple, figures: StressFigures) -> None:
     """The figures active.stress judges (checks/active/stress_figures.py); one not measured has no series."""
     if figures.tflops is not None and figures.precision:
         fs.add(m.ACTIVE_STRESS_THROUGHPUT, ids + (figures.precision,), figures.tflops * 1e12)
@@ -100,7 +100,7 @@ def _add_stress(fs: FamilySet, ids: tuple, figures: StressFigures) -> None:
         fs.add(m.ACTIVE_STRESS_THROTTLE, ids + (reason,), 1)
 
 
-def _add_verification(fs: FamilySet, ids: tuple, check: ComputeVerification) -> None:
+def _add_verification(fs: MetricSet, ids: tuple, check: ComputeVerification) -> None:
     """What active.compute judges (gpudiag/active/stress_verify.py); nothing verified, no series."""
     if not check.launches_verified:
         return
@@ -111,14 +111,14 @@ def _add_verification(fs: FamilySet, ids: tuple, check: ComputeVerification) -> 
         fs.add(m.ACTIVE_STRESS_MISMATCH_SM, ids + (sm.location,), sm.launches)
 
 
-def add_collector_runs(fs: FamilySet, runs: Iterable[CollectorRun]) -> None:
+def add_collector_runs(fs: MetricSet, runs: Iterable[CollectorRun]) -> None:
     latest = {run.name: run for run in runs}  # one series per collector, even if a part ran twice
     for name, run in latest.items():
         fs.add(m.COLLECTOR_SUCCESS, (name,), int(run.success))
         fs.add(m.COLLECTOR_DURATION, (name,), run.duration_seconds)
 
 
-def add_checks(fs: FamilySet, results: Iterable[CheckResult]) -> None:
+def add_checks(fs: MetricSet, results: Iterable[CheckResult]) -> None:
     """One series per (check, gpu): a check that reports several findings on one GPU (one per link, say) shows the
     worst of them, since Prometheus rejects duplicate series. gpudiag_check_status is the state set of that same
     worst status, one series per status, so that every gpudiag_check_ok series has exactly one status at 1."""
@@ -137,7 +137,7 @@ def add_checks(fs: FamilySet, results: Iterable[CheckResult]) -> None:
             fs.add(m.CHECK_STATUS, ids + (status.value,), int(status == result.status))
 
 
-def _add_pci_functions(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+def _add_pci_functions(fs: MetricSet, snapshot: NodeSnapshot) -> None:
     """AER counters for every GPU function on the bus, and `device_up 0` for a GPU that is on the bus but that no
     vendor library enumerates (driver not loaded, or the device dropped out of the library's list)."""
     by_bus_id = {d.pci_bus_id: d for d in snapshot.devices if d.pci_bus_id}
@@ -150,7 +150,7 @@ def _add_pci_functions(fs: FamilySet, snapshot: NodeSnapshot) -> None:
         add_aer(fs, ids, pci)
 
 
-def _add_probe_errors(fs: FamilySet, snapshot: NodeSnapshot) -> None:
+def _add_probe_errors(fs: MetricSet, snapshot: NodeSnapshot) -> None:
     counts: Counter[tuple[str, ...]] = Counter()
     for device in snapshot.devices:
         for error in device.errors:

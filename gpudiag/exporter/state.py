@@ -19,7 +19,7 @@ from gpudiag.checks.kernel_log.common import SXID_DUMP_DETAILS
 from gpudiag.daemon.poller import COMPLETE, OUTCOMES, Collection, Cycle
 from gpudiag.exporter import catalog as m
 from gpudiag.exporter.events import BASELINE, LOG, NVML, SXID, XID, EventTally, KernelLogFollower, series_bus_id
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.model import NodeSnapshot, Vendor
 from gpudiag.probe.nvml.events import OnXid, WatcherStatus, XidWatcher
@@ -108,7 +108,9 @@ class ExporterState:
             self.watcher.start()
             return
         status = self.watcher.status()
-        reachable = {d.pci_bus_id for d in snapshot.devices if d.vendor == Vendor.NVIDIA and d.reachable and d.pci_bus_id}
+        reachable = {
+            d.pci_bus_id for d in snapshot.devices if d.vendor == Vendor.NVIDIA and d.reachable and d.pci_bus_id
+        }
         if status.healthy and reachable - status.enumerated_bus_ids:
             self.watcher.request_reopen()
 
@@ -130,17 +132,17 @@ class ExporterState:
         key = (self._generation, self.tally.version, status)
         cached = self._cache
         if cached is None or cached[0] != key:
-            cached = self._cache = (key, self.families(status).exposition())
+            cached = self._cache = (key, self.metric_set(status).exposition())
         return [cached[1], generate_latest(self._process)]
 
     def render(self) -> bytes:
         return b"".join(self.body())
 
-    def families(self, watcher: Optional[WatcherStatus] = None) -> FamilySet:
+    def metric_set(self, watcher: Optional[WatcherStatus] = None) -> MetricSet:
         with self._lock:
             collection, cycle, outcomes = self._collection, self._last_cycle, dict(self._outcomes)
             finished_at, identities = self._last_finished_at, dict(self._identities)
-        fs = FamilySet()
+        fs = MetricSet()
         add_build_info(fs)
         for outcome in OUTCOMES:
             fs.add(m.COLLECTIONS, (outcome,), outcomes.get(outcome, 0))

@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_snapshot
 from gpudiag.fileio import write_output
 from gpudiag.model import CheckResult, NodeSnapshot
 
 
 def render_textfile(snapshot: NodeSnapshot, results: list[CheckResult], finished_at: float | None = None) -> str:
-    fs = FamilySet()
+    fs = MetricSet()
     add_build_info(fs)
     add_snapshot(fs, snapshot)
     add_checks(fs, results)

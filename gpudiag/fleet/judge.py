@@ -152,10 +152,19 @@ def _conflicts(node: NodeFacts) -> list[dict]:
 
 
 def _silences(node: NodeFacts, from_reports: bool = False) -> list[dict]:
-    listed = [{"kind": "silent", "check": None, "gpu": gpu, "pci_bus_id": bus_id or node.bus_ids.get(gpu),
-               "action": "reboot" if gpu is not None or bus_id else "drain", "fault_code": None, "message": why,
-               "remediation": _SILENT_ADVICE["gpu" if gpu is not None or bus_id else "report" if from_reports else None]}
-              for gpu, bus_id, why in node.silent]
+    listed = [
+        {
+            "kind": "silent",
+            "check": None,
+            "gpu": gpu,
+            "pci_bus_id": bus_id or node.bus_ids.get(gpu),
+            "action": "reboot" if gpu is not None or bus_id else "drain",
+            "fault_code": None,
+            "message": why,
+            "remediation": _SILENT_ADVICE["gpu" if gpu is not None or bus_id else "report" if from_reports else None],
+        }
+        for gpu, bus_id, why in node.silent
+    ]
     if node.more_silent:
         listed.append({"kind": "silent", "check": None, "gpu": None, "pci_bus_id": None, "action": "reboot",
                        "fault_code": None, "more": node.more_silent,

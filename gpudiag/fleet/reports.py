@@ -168,9 +168,20 @@ def _read_file(path: str, named: bool) -> _Read:
             raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from None
         st = None
     if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == 0:
-        return _Read(NodeFacts(node=_stem(path), silent=[(None, None, f"its report {path} is empty: gpudiag wrote "
-                                                                      "nothing there (crashed, killed, or never ran)")]),
-                     "", path)
+        return _Read(
+            NodeFacts(
+                node=_stem(path),
+                silent=[
+                    (
+                        None,
+                        None,
+                        f"its report {path} is empty: gpudiag wrote nothing there (crashed, killed, or never ran)",
+                    )
+                ],
+            ),
+            "",
+            path,
+        )
     try:
         text = read_text(path, REPORT_MAX_BYTES)
     except DocumentError as exc:

@@ -80,11 +80,13 @@ def __getattr__(name: str):
 
 __all__ = [
     "ActiveDevice", "ActiveResults", "CopyBandwidth", "MemtestResult", "PeerBandwidth", "StressResult",
-    "HbmBandwidth", "TelemetrySample", "ComputeVerification", "SmMismatch", "REPORT_SCHEMA_VERSION", "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
+    "HbmBandwidth", "TelemetrySample", "ComputeVerification", "SmMismatch", "REPORT_SCHEMA_VERSION",
+    "SNAPSHOT_SCHEMA_VERSION", "STATUS_SEVERITY", "ErrorKind",
     "ProbeError", "Status", "Vendor", "normalize_pci_bus_id", "THROTTLE_REASONS", "THROTTLE_TIME_REASONS",
     "ClockInfo", "DeviceSnapshot", "EccInfo", "GpuLink", "GpuProcess", "MemoryHealth", "MemoryUsage", "PcieInfo",
     "PeerLink", "PowerInfo", "TemperatureSensor", "Utilization", "DriverHealth", "FabricInfo", "BackendInfo",
-    "BootFault", "BootHistory", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo", "NodeSnapshot", "PciGpu", "PcieDpmLevel",
+    "BootFault", "BootHistory", "CollectorRun", "HostInfo", "KernelEvent", "KernelLogInfo", "NodeSnapshot", "PciGpu",
+    "PcieDpmLevel",
     "AcsControl", "GpuDirectInputs", "NetDev", "NetworkInfo", "PciBridge", "RdmaDevice", "RdmaPort",
     "CheckResult", "DeviceRef", "SchemaError", "from_dict", "to_dict",
 ]

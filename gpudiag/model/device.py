@@ -215,7 +215,8 @@ class FabricInfo:
     health_summary: Optional[str] = None
     health_mask: Optional[int] = None
     # The mask decoded: "degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery" →
-    # "true" | "false"; "incorrect_configuration" → "none" or the reason; fields the driver does not report are left out.
+    # "true" | "false"; "incorrect_configuration" → "none" or the reason; fields the driver does not report are left
+    # out.
     health: dict[str, str] = field(default_factory=dict)
 
 

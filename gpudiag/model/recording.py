@@ -37,7 +37,8 @@ def load_snapshot(path: Path) -> NodeSnapshot:
     version = data.get("schema_version")
     if version != SNAPSHOT_SCHEMA_VERSION:
         raise RecordingError(
-            f"{path}: snapshot schema_version {version!r} is not supported (this gpudiag reads {SNAPSHOT_SCHEMA_VERSION})"
+            f"{path}: snapshot schema_version {version!r} is not supported (this gpudiag reads "
+            f"{SNAPSHOT_SCHEMA_VERSION})"
         )
     try:
         return from_dict(NodeSnapshot, data)

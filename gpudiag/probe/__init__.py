@@ -32,7 +32,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Callable, Optional
 
-from gpudiag import __version__
+from gpudiag import DEFAULT_DEADLINE_SECONDS, __version__
 from gpudiag.model import (
     BackendInfo,
     CollectorRun,
@@ -74,7 +74,7 @@ class CollectOptions:
     """What to collect and how: root, kernel-log source, deadline and the optional probe parts."""
     root: Path = Path("/")
     kernel_log_file: Optional[Path] = None
-    timeout_seconds: float = 10.0
+    timeout_seconds: float = DEFAULT_DEADLINE_SECONDS
     read_kernel_log: bool = True
     parts: frozenset = PROBE_PARTS  # which of PROBE_PARTS to collect
     # Where `gpudiag serve` keeps its journal, read for earlier boots' faults (probe/kernel_log/boot_history.py); None:
@@ -171,7 +171,8 @@ class Collector:
         snapshot.host.cpu_percent, snapshot.host.per_cpu_percent = cpu.finish()
         _local_cpus_from_sysfs(snapshot)
         # Process names and owners go through psutil, and owners through NSS (LDAP/sssd can hang): bounded too.
-        described = deadline.run_one(lambda t: self._describe_processes(snapshot), max(0.5, _remaining(until)), "processes")
+        described = deadline.run_one(lambda t: self._describe_processes(snapshot), max(0.5, _remaining(until)),
+                                     "processes")
         if not described.done or described.error is not None:
             self._record_run(snapshot, "processes", described)
         if snapshot.host.hostname:
@@ -351,32 +352,32 @@ class Collector:
             if not count_outcome.done or count_outcome.error is not None:
                 snapshot.errors.append(outcome_error(f"{backend.name}.device_count", count_outcome))
                 continue
-            for index in range(count_outcome.value):
-                previous = slot.hung.get(index)
+            for gpu in range(count_outcome.value):
+                previous = slot.hung.get(gpu)
                 if previous is not None and previous.still_running:
-                    stuck.append(unreachable_device(vendor, backend.name, index, previous, still_hung=True))
+                    stuck.append(unreachable_device(vendor, backend.name, gpu, previous, still_hung=True))
                     continue
-                slot.hung.pop(index, None)
-                jobs[(vendor, index)] = lambda t, b=backend, i=index: b.probe_device(i, t)
+                slot.hung.pop(gpu, None)
+                jobs[(vendor, gpu)] = lambda t, b=backend, i=gpu: b.probe_device(i, t)
 
         started = time.monotonic()
         outcomes = deadline.run_in_turn(jobs, _remaining(until))
         devices: list[DeviceSnapshot] = []
-        for (vendor, index), outcome in outcomes.items():
+        for (vendor, gpu), outcome in outcomes.items():
             backend = self._slots[vendor].active
             if outcome.done and outcome.error is None:
                 devices.append(outcome.value)
             elif outcome.done and isinstance(outcome.error, DeviceLost):
-                devices.append(lost_device(vendor, backend.name, index, outcome))
+                devices.append(lost_device(vendor, backend.name, gpu, outcome))
             elif outcome.done:
-                log.warning("probing %s device %d failed", backend.name, index, exc_info=outcome.error,
-                            extra={"bound": ("probe failed", backend.name, index)})  # each collection: bounded
-                devices.append(unreachable_device(vendor, backend.name, index, outcome))
+                log.warning("probing %s device %d failed", backend.name, gpu, exc_info=outcome.error,
+                            extra={"bound": ("probe failed", backend.name, gpu)})  # each collection: bounded
+                devices.append(unreachable_device(vendor, backend.name, gpu, outcome))
             elif outcome.started:
-                self._slots[vendor].hung[index] = outcome
-                devices.append(unreachable_device(vendor, backend.name, index, outcome))
+                self._slots[vendor].hung[gpu] = outcome
+                devices.append(unreachable_device(vendor, backend.name, gpu, outcome))
             else:
-                devices.append(unreachable_device(vendor, backend.name, index, outcome))
+                devices.append(unreachable_device(vendor, backend.name, gpu, outcome))
         devices.extend(stuck)
         snapshot.devices = sorted(devices, key=lambda d: (d.vendor.value, d.index))
         place_unidentified(snapshot.devices, snapshot.pci_gpus)
@@ -421,7 +422,8 @@ class Collector:
         if not outcome.done or outcome.error is not None:
             error = outcome_error(name, outcome).message
         snapshot.collectors.append(
-            CollectorRun(name=name, success=error is None, duration_seconds=round(outcome.elapsed_seconds, 4), error=error)
+            CollectorRun(name=name, success=error is None, duration_seconds=round(outcome.elapsed_seconds, 4),
+                         error=error)
         )
 
 
@@ -444,7 +446,8 @@ def _local_cpus_from_sysfs(snapshot: NodeSnapshot) -> None:
             try:
                 device.cpu_affinity = parse_cpulist(pci.local_cpulist) or None
             except ValueError:
-                snapshot.errors.append(ProbeError("sysfs:local_cpulist", ErrorKind.ERROR, f"unparsable {pci.local_cpulist!r}"))
+                snapshot.errors.append(ProbeError("sysfs:local_cpulist", ErrorKind.ERROR,
+                                                  f"unparsable {pci.local_cpulist!r}"))
 
 
 def _run_unless_hung(slot: _BackendSlot, name: str, fn: Callable, until: float) -> deadline.Outcome:

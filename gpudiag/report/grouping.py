@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import field
-from typing import Any, Hashable, Optional
+from typing import Any, Optional
 
 from gpudiag.model import CheckResult, Status
 from gpudiag.model.records import dataclass
@@ -146,7 +146,9 @@ class Group:
         named = [f"GPUs {gpu_ranges(indexed)}"] if indexed else []
         unnamed = [s.bus for s in gpus if s.index is None]
         if unnamed:
-            named.append(f"GPUs at {', '.join(unnamed)}" if len(unnamed) <= 3 else f"{len(unnamed)} GPUs on the PCI bus")
+            named.append(
+                f"GPUs at {', '.join(unnamed)}" if len(unnamed) <= 3 else f"{len(unnamed)} GPUs on the PCI bus"
+            )
         return " and ".join(named + (["node"] if None in self.subjects else []))
 
     def bus_ids(self) -> list[str]:

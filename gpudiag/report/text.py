@@ -261,5 +261,6 @@ def _passed_block(results: list[CheckResult], verbose: bool, paint) -> list[str]
         lines.append("")
         for result in results:
             if result.status in (Status.PASS, Status.SKIP):
-                lines.append(f"{paint(result.status, _TAGS[result.status])}  {result.check}  {_where(result)}: {result.message}")
+                lines.append(f"{paint(result.status, _TAGS[result.status])}  {result.check}  {_where(result)}: "
+                             f"{result.message}")
     return lines

@@ -27,7 +27,8 @@ def ending(snapshot: NodeSnapshot, results: list) -> tuple[int, Optional[str]]:
     if not nothing_probed(snapshot):
         return (ExitCode.FAILED if failed else ExitCode.OK), None
     if failed:
-        return ExitCode.FAILED, ("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged against the "
+        return ExitCode.FAILED, ("nothing could be probed (no usable GPU library and no GPU on the PCI bus): judged "
+                                 "against the "
                    "expected node, that fails")
     return ExitCode.NOTHING_PROBED, None
 

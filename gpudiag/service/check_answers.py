@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 from gpudiag.exitcodes import ExitCode
 from gpudiag.service.protocol import MAX_AGE_SECONDS, ProtocolError
@@ -82,9 +82,11 @@ class Answers:
                 self._answers[key] = answer
 
 
-def answer_check(fields: dict, collections, wait: float, open_checks, answers: Optional[Answers] = None) -> bytes:
+def answer_check(fields: dict, collections, wait: float, open_checks, answers: Optional[Answers] = None,
+                 deadline: Callable[[], dict] = dict) -> bytes:
     """The answer line: {"ok": true, "exit": N, "stdout": ..., "stderr": ...}, or {"ok": false, "error": ...,
-    "fallback": "failed" | "stale"} when there is no fresh collection (the client then probes directly, as
+    "fallback": "failed" | "stale", and `deadline()`: the service's deadline and whether it is still collecting}
+    when there is no fresh collection (the client then waits for the running one or probes directly, as
     `gpudiag check` does when the service's collection did not finish)."""
     from gpudiag.report.selection import select_checks
     from gpudiag.expect.profile import ProfileError, load_expectations
@@ -100,7 +102,7 @@ def answer_check(fields: dict, collections, wait: float, open_checks, answers: O
     collection, problem = collections.get(MAX_AGE_SECONDS, wait)
     if collection is None or problem is not None:
         return _line({"ok": False, "error": problem or "no collection yet",
-                      "fallback": "failed" if collection is None else "stale"})
+                      "fallback": "failed" if collection is None else "stale", **deadline()})
     open_now = open_checks()
     key = json.dumps([fields, open_now], sort_keys=True, default=str)
     cached = answers.get(collection, key) if answers is not None else None

@@ -185,10 +185,20 @@ class JournalKeeper:
             return False
         repeat = state[1]
         if repeat is None or not (any(p is repeat for p in self._pending) or self.journal.in_current(repeat)):
-            repeat = {"kind": entry["kind"], "event": "repeat", "level": "warn", "time": now, "first_seen": now,
-                      "count": 0, **{k: entry.get(k) for k in ("code", "reason", "gpu", "pci_bus_id", "boot_id", "detail")},
-                      "last_seen": now, "message": None, "duration_seconds": None, "boot_time": boot_time,
-                      "last_log_timestamp": None}
+            repeat = {
+                "kind": entry["kind"],
+                "event": "repeat",
+                "level": "warn",
+                "time": now,
+                "first_seen": now,
+                "count": 0,
+                **{k: entry.get(k) for k in ("code", "reason", "gpu", "pci_bus_id", "boot_id", "detail")},
+                "last_seen": now,
+                "message": None,
+                "duration_seconds": None,
+                "boot_time": boot_time,
+                "last_log_timestamp": None,
+            }
             state[1] = repeat
             self._pending.append(repeat)
         repeat.update(count=repeat["count"] + 1, last_seen=now, message=entry.get("message"))

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from gpudiag import __version__
+from gpudiag import MAX_WAIT_SECONDS, __version__
 from gpudiag.daemon.poller import Collection
 from gpudiag.model import to_dict
 from gpudiag.daemon.fresh import FreshCollections
@@ -92,14 +92,14 @@ class Service:
             # Any member of the group could otherwise make the service collect back to back (max_age 0: six
             # collections a second, up to 84 % of a core, scrape p99 321 ms): at most one a second for them.
             max_age = max(max_age, MIN_MAX_AGE_UNPRIVILEGED)
-        wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
+        wait = _number(request, "wait", self.collect_wait, 0.0, MAX_WAIT_SECONDS)
         return self.collections.get(max(max_age, 0.05), min(wait, self.collect_wait))
 
     def _snapshot(self, request: dict, peer: Optional[Peer]) -> bytes:
         collection, problem = self._collection(request, peer)
         if collection is None:
-            return _line({"ok": False, "error": problem or "no collection yet"})
-        head = {"ok": True, "fresh": problem is None, "problem": problem,
+            return _line({"ok": False, "error": problem or "no collection yet", **self._deadline()})
+        head = {"ok": True, "fresh": problem is None, "problem": problem, **self._deadline(),
                 "age_seconds": round(time.time() - collection.finished_at, 3), "open": self.keeper.open_checks()}
         # The snapshot's JSON is made once per collection however many clients ask for it.
         return (json.dumps(head, separators=(",", ":"), default=str)[:-1] + ',"snapshot":'
@@ -110,9 +110,15 @@ class Service:
         own --profile); "judged": false where the checks failed to run (the rows' verdicts are then null)."""
         collection, problem = self._collection(request, peer)
         if collection is None:
-            return _line({"ok": False, "error": problem or "no collection yet"})
-        head = {"ok": True, "fresh": problem is None, "problem": problem, "collected_at": collection.finished_at,
-                "age_seconds": round(time.time() - collection.finished_at, 3)}
+            return _line({"ok": False, "error": problem or "no collection yet", **self._deadline()})
+        head = {
+            "ok": True,
+            "fresh": problem is None,
+            "problem": problem,
+            **self._deadline(),
+            "collected_at": collection.finished_at,
+            "age_seconds": round(time.time() - collection.finished_at, 3),
+        }
         with self._cache_lock:
             if self._cached_top is None or self._cached_top[0] is not collection:
                 from gpudiag.report.live import live_view
@@ -127,9 +133,15 @@ class Service:
         from gpudiag.service.check_answers import answer_check, parse_check
 
         fields = parse_check(request)
-        wait = _number(request, "wait", self.collect_wait, 0.0, 600.0)
+        wait = _number(request, "wait", self.collect_wait, 0.0, MAX_WAIT_SECONDS)
         return answer_check(fields, self.collections, min(wait, self.collect_wait), self.keeper.open_checks,
-                            self._answers)
+                            self._answers, self._deadline)
+
+    def _deadline(self) -> dict:
+        """What every answer about a collection says of this service's own deadline: how long one of its collections
+        may take (its --timeout, with the checks' margin) and whether one is running now, so that a client told
+        "not finished" waits for that one rather than guess the deadline (gpudiag.more_wait)."""
+        return {"deadline_seconds": self.collect_wait, "collecting": self.collections.running}
 
     def _snapshot_json(self, collection: Collection) -> str:
         with self._cache_lock:
@@ -166,11 +178,19 @@ class Service:
         latest = self.collections.latest
         journal = self.journal
         return {
-            "ok": True, "version": __version__, "pid": os.getpid(),
+            "ok": True,
+            "version": __version__,
+            "pid": os.getpid(),
             "uptime_seconds": round(time.monotonic() - self.started, 1),
             "last_collection_age_seconds": None if latest is None else round(time.time() - latest.finished_at, 3),
-            "journal": {"persistent": journal.persistent, "directory": str(journal.directory) if journal.directory else None,
-                        "entries": len(journal.entries()), "problem": journal.problem, "set_aside": journal.set_aside},
+            **self._deadline(),
+            "journal": {
+                "persistent": journal.persistent,
+                "directory": str(journal.directory) if journal.directory else None,
+                "entries": len(journal.entries()),
+                "problem": journal.problem,
+                "set_aside": journal.set_aside,
+            },
             "socket": {"path": str(self.server.path), "refused": self.server.refused},
         }
 

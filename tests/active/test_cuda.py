@@ -27,7 +27,10 @@ def test_missing_library_is_reported_on_every_requested_test(monkeypatch):
     assert [e.source for e in results.errors] == ["cuda.load"]
     (device,) = results.devices
     for result in (device.h2d, device.d2h, device.memtest):
-        assert result.error.kind == ErrorKind.NOT_FOUND and "libcuda.so.1: cannot open shared object file" in result.error.message
+        assert (
+            result.error.kind == ErrorKind.NOT_FOUND
+            and "libcuda.so.1: cannot open shared object file" in result.error.message
+        )
     assert device.stress is None  # not requested, so not claimed either
 
 

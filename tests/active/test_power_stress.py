@@ -99,7 +99,10 @@ def test_the_slow_gpu_fails_with_its_figures_beside_its_siblings(monkeypatch):
     slow = results[1]
     assert slow.status == Status.FAIL
     assert "slow GPU: 540 TFLOPS, 10.0% below the 600 of its 1 identical sibling(s)" in slow.message
-    assert "slow GPU: 1500 MHz median SM clock under the cap, 9.1% below the 1650 of its 1 identical sibling(s)" in slow.message
+    assert (
+        "slow GPU: 1500 MHz median SM clock under the cap, 9.1% below the 1650 of its 1 identical sibling(s)"
+        in slow.message
+    )
     assert slow.observed["node_median"] == {"gpus": 2, "tflops": 600.0, "sm_clock_median_mhz": 1650,
                                             "mean_power_watts": 692.0}
 

@@ -25,7 +25,9 @@ def test_level_3_is_the_soak_and_level_2_stays_short():
     assert soak.memtest_patterns == kernels.LEVEL3_PATTERNS
     # level 2: the four fixed patterns, address-in-address and two random ones
     assert (short.stress_seconds, short.memtest_passes, short.memtest_inversions) == (30.0, 7, False)
-    assert [mode for mode, _ in short.memtest_patterns] == [kernels.FIXED] * 4 + [kernels.ADDRESS] + [kernels.RANDOM] * 2
+    assert [mode for mode, _ in short.memtest_patterns] == [kernels.FIXED] * 4 + [kernels.ADDRESS] + [
+        kernels.RANDOM
+    ] * 2
     assert ActiveOptions.for_level(3, 120.0).stress_seconds == 120.0
     assert default_deadline(2, None) == 600.0 and default_deadline(3, None) == 900.0
     assert default_deadline(3, 1800.0) == 2100.0  # a longer soak gets a deadline it fits in

@@ -254,8 +254,20 @@ def test_address_in_address_gives_equal_fixed_words_different_values():
 def test_the_model_round_trips_the_verification():
     from gpudiag.model import ActiveResults, from_dict, to_dict
 
-    raw = {"tests": ["stress"], "devices": [{"index": 0, "stress": {"verification": {
-        "launches_verified": 3, "mismatched_sms": [{"location": "SM 1", "raw": 1, "launches": 2, "first_launch": 0}]}}}]}
+    raw = {
+        "tests": ["stress"],
+        "devices": [
+            {
+                "index": 0,
+                "stress": {
+                    "verification": {
+                        "launches_verified": 3,
+                        "mismatched_sms": [{"location": "SM 1", "raw": 1, "launches": 2, "first_launch": 0}],
+                    }
+                },
+            }
+        ],
+    }
     results = from_dict(ActiveResults, raw)
     assert results.devices[0].stress.verification.mismatched_sms[0].location == "SM 1"
     assert to_dict(results)["devices"][0]["stress"]["verification"]["launches_verified"] == 3

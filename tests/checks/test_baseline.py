@@ -224,7 +224,8 @@ def test_a_gpu_on_the_bus_but_not_enumerated_is_unknown_never_a_match():
         ("baseline.inventory", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its model "
                                "cannot be compared"),
         ("baseline.pcie", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its "
-                          "pcie_max_generation, pcie_max_width, slot_max_generation, slot_max_width cannot be compared"),
+                          "pcie_max_generation, pcie_max_width, slot_max_generation, slot_max_width cannot be "
+                          "compared"),
         ("baseline.numa", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its numa_node "
                           "cannot be compared"),
         ("baseline.fabric", "GPU at 0000:3b:00.0 is on the PCI bus but not enumerated by its library: its links_up, "

@@ -4,7 +4,6 @@ row or its reference text, or that the central views could not be built from, fa
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 

@@ -1,10 +1,10 @@
 """The verdict tables other than the Xid catalog (tests/checks/kernel_log/test_pinned_xid.py), pinned entry by entry
 through the public checks, with expected values written here:
-- amdgpu kernel-log events (kernel_log.amdgpu_errors; gpudiag/checks/kernel_log/amdgpu.py): the messages are amdgpu's own (drivers/gpu/drm/amd/amdgpu/
-  amdgpu_job.c amdgpu_job_timedout(), amdgpu_device.c amdgpu_device_gpu_recover() / amdgpu_device_init(),
-  amdgpu_ras.c; docs/vendor-api.md §11). A failed reset or init needs a cold boot (reboot); uncorrectable RAS errors
-  and deferred (poisoned) ones need a reset to retire the pages; a reset that succeeded, ring timeouts, page faults and
-  throttling warn.
+- amdgpu kernel-log events (kernel_log.amdgpu_errors; gpudiag/checks/kernel_log/amdgpu.py): the messages are amdgpu's
+  own (drivers/gpu/drm/amd/amdgpu/ amdgpu_job.c amdgpu_job_timedout(), amdgpu_device.c amdgpu_device_gpu_recover() /
+  amdgpu_device_init(), amdgpu_ras.c; docs/vendor-api.md §11). A failed reset or init needs a cold boot (reboot);
+  uncorrectable RAS errors and deferred (poisoned) ones need a reset to retire the pages; a reset that succeeded, ring
+  timeouts, page faults and throttling warn.
 - thermal throttle reasons (thermal.throttle): NVML's HwThermalSlowdown / HwSlowdown and AMD PROCHOT are hardware
   slowdowns (fail); software thermal slowdown and AMD's socket/VR/HBM thermal violations warn; every other reason
   is not thermal (pass). HwSlowdown with the power brake and no thermal slowdown is power.brake's.

@@ -13,7 +13,7 @@ import pytest
 
 from gpudiag.checks import DRIFT_FACTS, run_checks
 from gpudiag.expect import DEFAULT_EXPECTATIONS, with_settings
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_snapshot
 from gpudiag.model import NodeSnapshot
 from gpudiag.model.device import DriverHealth, FabricInfo
@@ -136,7 +136,7 @@ def test_a_snapshot_without_the_reading_skips_rather_than_passes():
 def test_the_metrics_and_the_fleet_fact(tmp_path):
     fake_systemctl(tmp_path)
     snapshot = read(tmp_path)
-    fs = FamilySet()
+    fs = MetricSet()
     add_snapshot(fs, snapshot)
     body = fs.exposition().decode()
     assert 'gpudiag_service_unit_active{unit="nvidia-fabricmanager.service"} 0' in body

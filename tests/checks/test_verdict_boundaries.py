@@ -9,8 +9,8 @@ import pytest
 
 from gpudiag.expect import Expectations
 from gpudiag.exporter.catalog import MetricSpec
-from gpudiag.exporter.families import FamilySet
-from gpudiag.model import ErrorKind, ProbeError, Status, TemperatureSensor, TelemetrySample
+from gpudiag.exporter.metric_set import MetricSet
+from gpudiag.model import ErrorKind, ProbeError, Status
 from tests.checks.active.test_family import healthy_active, node
 from tests.support.snapshots import amd_mi300x_node, for_gpu, nvidia_h200_node, run
 
@@ -242,9 +242,9 @@ SPEC = MetricSpec("gpudiag_test_info", "gauge", "a test", ("model",))
     ("plain", "plain"), ('a"b', 'a\\"b'), ("a\\b", "a\\\\b"), ("a\nb", "a\\nb"), ('\\"\n', '\\\\\\"\\n'),
     ("\\n", "\\\\n")])
 def test_label_value_escaping(value, escaped):
-    families = FamilySet()
-    families.add(SPEC, (value,), 1)
-    assert families.exposition().decode().splitlines()[2] == f'gpudiag_test_info{{model="{escaped}"}} 1'
+    metrics = MetricSet()
+    metrics.add(SPEC, (value,), 1)
+    assert metrics.exposition().decode().splitlines()[2] == f'gpudiag_test_info{{model="{escaped}"}} 1'
 
 
 @pytest.mark.parametrize("value, text", [
@@ -253,23 +253,23 @@ def test_label_value_escaping(value, escaped):
     (True, "1"), (False, "0"), (7, "7")])
 def test_sample_values_in_the_text_format(value, text):
     """Integral floats print as integers below 1e15 (exactly representable), the rest as Python's repr."""
-    families = FamilySet()
-    families.add(SPEC, ("x",), value)
-    assert families.exposition().decode().splitlines()[2] == f'gpudiag_test_info{{model="x"}} {text}'
+    metrics = MetricSet()
+    metrics.add(SPEC, ("x",), value)
+    assert metrics.exposition().decode().splitlines()[2] == f'gpudiag_test_info{{model="x"}} {text}'
 
 
 def test_none_adds_no_series_and_no_family():
-    families = FamilySet()
-    families.add(SPEC, ("x",), None)
-    assert families.names() == [] and families.exposition() == b""
+    metrics = MetricSet()
+    metrics.add(SPEC, ("x",), None)
+    assert metrics.names() == [] and metrics.exposition() == b""
     other = MetricSpec("gpudiag_test_other", "counter", "b\\c", ())
-    families.add(other, (), 3)
-    families.add(SPEC, ("y",), 1)
-    assert families.names() == ["gpudiag_test_other", "gpudiag_test_info"]
-    assert families.exposition().decode().splitlines()[:3] == [
+    metrics.add(other, (), 3)
+    metrics.add(SPEC, ("y",), 1)
+    assert metrics.names() == ["gpudiag_test_other", "gpudiag_test_info"]
+    assert metrics.exposition().decode().splitlines()[:3] == [
         "# HELP gpudiag_test_other b\\\\c", "# TYPE gpudiag_test_other counter", "gpudiag_test_other 3"]
     with pytest.raises(ValueError):
-        families.add(SPEC, ("a", "b"), 1)
+        metrics.add(SPEC, ("a", "b"), 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -75,7 +75,9 @@ def test_usage_errors_exit_2_with_one_line(capsys, tmp_path, argv, message):
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"schema_version": 99}', '{"schema_version": 1, "devices": 3}', "[]"])
+@pytest.mark.parametrize(
+    "content", ["{not json", '{"schema_version": 99}', '{"schema_version": 1, "devices": 3}', "[]"]
+)
 def test_a_bad_recording_exits_2_naming_the_file(capsys, tmp_path, content):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -164,7 +166,9 @@ def test_a_snapshot_replays_to_the_same_results(capsys, healthy, tmp_path):
     replay_code, replay_out, _ = run(capsys, "check", "--replay", str(recording), "--json")
     live, replayed = json.loads(live_out), json.loads(replay_out)
     assert replay_code == live_code == 1
-    simplify = lambda report: [(r["check"], r["status"], r["device"] and r["device"]["index"]) for r in report["results"]]
+    simplify = lambda report: [
+        (r["check"], r["status"], r["device"] and r["device"]["index"]) for r in report["results"]
+    ]
     # workload.cpu_starved judges host CPU load, which differs between the two runs; everything else must match.
     assert [r for r in simplify(replayed) if r[0] != "workload.cpu_starved"] == \
         [r for r in simplify(live) if r[0] != "workload.cpu_starved"]

@@ -204,7 +204,9 @@ def test_a_file_in_the_current_directory_does_not_replace_a_shipped_profile(caps
     assert load_expectations("site.toml").expected_gpu_count == 5  # a .toml suffix: the file
     node = tmp_path / "node.json"
     save_snapshot(nvidia_h200_8x(), node)
-    code, out, err = run(capsys, "check", "--replay", str(node), "--profile", "h200-8x", "--json", "--only", "inventory")
+    code, out, err = run(
+        capsys, "check", "--replay", str(node), "--profile", "h200-8x", "--json", "--only", "inventory"
+    )
     assert code == 0, err
     counts = [r for r in json.loads(out)["results"] if r["check"] == "inventory.gpu_count"]
     assert counts and counts[0]["expected"] == 8

@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from gpudiag.cli import app as cli
-from gpudiag.cli.serve.serving import Exporter, judge_against
+from gpudiag.cli.serve.serving import ServeDaemon, judge_against
 from gpudiag.expect.profile import load_expectations
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web.config import WebConfig
@@ -155,7 +155,9 @@ def test_textfile_judges_a_gpu_less_node_against_its_profile(capsys, tmp_path):
     text = target.read_text()
     assert status_of(text, "inventory.gpu_count") == "fail"
     assert value(text, "gpudiag_check_ok", check="inventory.gpu_count", gpu="") == 0
-    assert value(text, "gpudiag_node_gpus", source="pci_bus") == value(text, "gpudiag_node_gpus", source="answering") == 0
+    assert (
+        value(text, "gpudiag_node_gpus", source="pci_bus") == value(text, "gpudiag_node_gpus", source="answering") == 0
+    )
     # without the profile the same node has nothing to fail against: skip, which check_ok reads as 1
     with library_missing():
         assert cli.main(["textfile", "--root", str(tmp_path), "--output", str(target)]) == 3
@@ -194,7 +196,7 @@ def test_the_exporter_shows_the_last_gpu_going(tmp_path):
     expectations = load_expectations("h200-8x", ["expected_gpu_count=2"])
     with installed(node):
         collector = Collector(CollectOptions(root=tmp_path, timeout_seconds=1))
-        exporter = Exporter("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 1,
+        exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 1,
                             judge=judge_against(expectations)).start()
         try:
             def scrape(path="/metrics"):

@@ -63,9 +63,14 @@ def test_shell_completion_is_offered_and_shows_a_script():
     assert "--install-completion" in listed and "--show-completion" in listed
     # typer names the shell it finds among the process's ancestors: ask from a bash, as a user does (run from a
     # process with no shell above it, e.g. under a mutation-testing runner, it says "Shell  not supported")
-    shown = subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-m", "gpudiag", "--show-completion"],
-                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
-                           cwd=REPO)
+    shown = subprocess.run(
+        ["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-m", "gpudiag", "--show-completion"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+    )
     assert shown.returncode == 0 and "_GPUDIAG_COMPLETE" in shown.stdout and "complete " in shown.stdout
 
 

@@ -122,8 +122,10 @@ def run(tmp_path_factory):
 
             def collected():
                 try:
-                    return all(first_sample(prometheus_url, f'gpudiag_last_collection_timestamp_seconds{{scenario="{n}"}}')
-                               for n in nodes)
+                    return all(
+                        first_sample(prometheus_url, f'gpudiag_last_collection_timestamp_seconds{{scenario="{n}"}}')
+                        for n in nodes
+                    )
                 except OSError:
                     return False  # Prometheus still starting
 
@@ -226,7 +228,9 @@ def test_the_run_covers_at_least_sixteen_single_faults_of_both_vendors():
 @pytest.mark.parametrize("scenario", FAULTS, ids=[s.name for s in FAULTS])
 def test_each_fault_fires_its_own_alert_in_time_with_its_severity_and_gpu(run, scenario):
     own = _own(run, scenario)
-    assert own is not None, f"{scenario.alert} never fired; fired: {sorted(dict(k)['alertname'] for k in run.fired(scenario.name))}"
+    assert own is not None, (
+        f"{scenario.alert} never fired; fired: {sorted(dict(k)['alertname'] for k in run.fired(scenario.name))}"
+    )
     labels, fired_at = own
     assert labels["severity"] == scenario.severity
     if scenario.gpu_labels:
@@ -299,7 +303,8 @@ def test_a_killed_exporter_leaves_its_gpu_alert_firing_until_exporter_down_fires
 
 def scenario_table(recording: "Recording") -> str:
     """The figures the issue asks for: fault → its alert, severity, time to fire, alerts received."""
-    lines = [f"{'fault':30} {'alert':36} {'severity':8} {'fired after':>11} {'for':>5} {'late':>4} {'fired':>5}  received"
+    lines = [f"{'fault':30} {'alert':36} {'severity':8} {'fired after':>11} {'for':>5} {'late':>4} {'fired':>5}  "
+             "received"
              f"  (scrapes failed, slowest)"]
     for scenario in [*SCENARIOS, STOPPED]:
         name = scenario if isinstance(scenario, str) else scenario.name

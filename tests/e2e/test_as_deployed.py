@@ -1,9 +1,10 @@
 """Right as deployed (issue 33, item 1): every fake node the tests build (tests/support/as_deployed_nodes.py), judged by
 `gpudiag textfile` and `gpudiag serve` once as root and once as the shipped units run them — the `gpudiag` user with
 exactly the units' capabilities, groups, NoNewPrivileges, UMask and file-system view, after their `ExecStartPre=+`
-(tests/support/as_deployed.py) — must give the same verdict on every check and device: the textfile's gpudiag_check_status,
-and the status and action of each result the service's socket answers `check` with. A difference is allowed only as
-a `skip` that docs/service.md documents, naming the run that judges it (DOCUMENTED_SKIPS: none today).
+(tests/support/as_deployed.py) — must give the same verdict on every check and device: the textfile's
+gpudiag_check_status, and the status and action of each result the service's socket answers `check` with. A difference
+is allowed only as a `skip` that docs/service.md documents, naming the run that judges it (DOCUMENTED_SKIPS: none
+today).
 
 Needs root (to switch users), setpriv and a mount namespace (`unshare --mount`); skips without them."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import time
-from pathlib import Path
 
 import bcrypt
 import pytest
@@ -34,7 +33,8 @@ def target(tmp_path_factory):
     root = tmp_path_factory.mktemp("node")
     config = root / "web.yml"
     # cost 10: what the unit's comment tells operators to use (htpasswd -nBC 10)
-    config.write_text(f"basic_auth_users:\n  {USER}: '{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()}'\n")
+    config.write_text(f"basic_auth_users:\n  {USER}: "
+                      f"'{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()}'\n")
     target = Target(root, ("--web-config", str(config)))
     deadline = time.monotonic() + 20
     while not scrape_once(target.address, SCRAPER):  # also puts the scraper's credentials in the cache

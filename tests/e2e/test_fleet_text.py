@@ -25,7 +25,8 @@ def test_a_fleet_of_14_nodes_is_a_page_not_a_scroll(capsys, stand_in):  # noqa: 
     # Xid 79 with kernel_log.xid's default action, drain, where the node's own report says reboot).
     lost = [i for i, line in enumerate(lines) if line.startswith("  gpu09:9858 ")]
     assert [lines[i] for i in lost] == ["  gpu09:9858 GPU 1 (0000:3b:00.0): inventory.gpus_visible: fails -> reboot"]
-    assert lines[lost[0] + 2] == ("      because of it: FAIL kernel_log.xid; UNKN 27 checks (driver, pcie, ecc, memory, "
+    assert lines[lost[0] + 2] == ("      because of it: FAIL kernel_log.xid; UNKN 27 checks (driver, pcie, ecc, "
+                                  "memory, "
                                   "thermal, power, topology, firmware, host, workload); SILENT GPU does not answer its "
                                   "probe (gpudiag_device_up 0)"), text
     assert [line for line in lines if line.startswith("  gpu13:9858 ")] == [

@@ -183,7 +183,8 @@ def _project(root: Path, tests: str = _TESTS) -> Path:
                                              "print(cli_verdict(int(sys.argv[1])))\n")
     (root / "tests").mkdir()
     (root / "tests" / "__init__.py").write_text("")
-    (root / "tests" / "conftest.py").write_text("import pkg.judge  # noqa: F401 - as gpudiag's conftest imports the checks\n")
+    (root / "tests" / "conftest.py").write_text("import pkg.judge  # noqa: F401 - as gpudiag's conftest imports the "
+                                                "checks\n")
     (root / "tests" / "test_judge.py").write_text(tests)
     return root
 
@@ -236,7 +237,9 @@ def test_mutants_are_killed_where_a_test_pins_them_and_survive_where_none_can(tm
 def test_lines_picks_the_mutants_of_those_lines(tmp_path, capsys):
     root = _project(tmp_path / "proj")
     line = _at("if n < 0", "")[0]
-    assert mutate.main(["--root", str(root), "--files", "pkg/judge.py", "--lines", f"pkg/judge.py:{line}", "--list"]) == 0
+    assert (
+        mutate.main(["--root", str(root), "--files", "pkg/judge.py", "--lines", f"pkg/judge.py:{line}", "--list"]) == 0
+    )
     listed = capsys.readouterr().out.splitlines()
     assert listed and all(x.startswith(f"pkg/judge.py:{line} ") for x in listed)
 

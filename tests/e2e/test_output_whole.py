@@ -131,4 +131,6 @@ def test_a_closed_stdout_is_exit_4_not_silence(node):
     done = subprocess.run(_argv("profiles"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env=_env(True), cwd=REPO, timeout=120, preexec_fn=lambda: os.close(1))
     assert done.returncode == 4
-    assert done.stderr.strip() == "gpudiag: error: cannot write the profiles to standard output: standard output is closed"
+    assert (
+        done.stderr.strip() == "gpudiag: error: cannot write the profiles to standard output: standard output is closed"
+    )

@@ -19,7 +19,7 @@ import bcrypt
 import pytest
 import yaml
 
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter import metric_modules
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web.config import WebConfig
@@ -42,7 +42,9 @@ TLS = FIXTURES / "tls"
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
-needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
+)
 
 METRIC_NAME = re.compile(r"\b((?:gpudiag|process)_[a-z0-9_]+)\b")
 # What prometheus_client's ProcessCollector exports (the exporter's own CPU and memory).
@@ -64,7 +66,7 @@ def test_promtool_lints_the_live_metrics_of_a_faulty_node(tmp_path):
     tree = fake_root(tmp_path, node)
     with installed(node) as lib:
         collector = Collector(CollectOptions(root=tmp_path, timeout_seconds=2))
-        exporter = Exporter("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 2).start()
+        exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 2).start()
         try:
             wait_for(lambda: exporter.state.watcher and exporter.state.watcher.status().healthy, timeout=10)
             nvml_events(lib).emit(1, 79)
@@ -188,8 +190,13 @@ def test_prometheus_scrapes_gpudiag_serve(tmp_path, secured):
             "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
             "basic_auth_users": {"prometheus": password_hash}}))
         serve_args += ["--web-config", str(tmp_path / "web.yml")]
-        scrape.update({"scheme": "https", "tls_config": {"ca_file": str(tmp_path / "ca.crt"), "server_name": "localhost"},
-                       "basic_auth": {"username": "prometheus", "password": "scrape-me"}})
+        scrape.update(
+            {
+                "scheme": "https",
+                "tls_config": {"ca_file": str(tmp_path / "ca.crt"), "server_name": "localhost"},
+                "basic_auth": {"username": "prometheus", "password": "scrape-me"},
+            }
+        )
     root = tmp_path / "root"
     exporter = subprocess.Popen([sys.executable, "-m", "tests.support.exporter_node", str(root), "2", "--",
                                  *serve_args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -47,7 +47,8 @@ def test_a_duration_that_does_not_divide_or_parse_is_refused(duration, factor):
 
 @pytest.mark.parametrize("expr, scaled", [
     ("increase(x[10m]) > 0 or (x unless x offset 10m)", "increase(x[30s]) > 0 or (x unless x offset 30s)"),
-    ("max_over_time(count without (gpu) (up)[6h:5m]) > 0.9 * 300", "max_over_time(count without (gpu) (up)[18m:15s]) > 0.9 * 300"),
+    ("max_over_time(count without (gpu) (up)[6h:5m]) > 0.9 * 300", "max_over_time(count without (gpu) (up)[18m:15s]) > "
+                                                                   "0.9 * 300"),
     ("max_over_time(rate(x[5m])[1h:])", "max_over_time(rate(x[15s])[3m:])"),
     ('x{kind="[10m]", code=~"46|48"}[2m] offset -1m', 'x{kind="[10m]", code=~"46|48"}[6s] offset -3s'),
     ("changes(y[ 5m ])", "changes(y[15s])"),

@@ -1,8 +1,8 @@
 """`gpudiag screen` end to end, as the timer and a Slurm prolog run it: real gpudiag processes over a fake HGX H200
-(tests/support/screen_node.py) whose process lists are live, fake workers over the fake CUDA runtime, and "jobs" that are real
-processes. A screen of idle GPUs is recorded (state, journal, history, textfile metrics, check); a job that opens a
-GPU, or `gpudiag screen --stop`, preempts it within seconds and the run is recorded preempted; a GPU held by a job is
-not screened; an injected (validation-only) SM flip fails the screen, names the SM and drains the node."""
+(tests/support/screen_node.py) whose process lists are live, fake workers over the fake CUDA runtime, and "jobs" that
+are real processes. A screen of idle GPUs is recorded (state, journal, history, textfile metrics, check); a job that
+opens a GPU, or `gpudiag screen --stop`, preempts it within seconds and the run is recorded preempted; a GPU held by a
+job is not screened; an injected (validation-only) SM flip fails the screen, names the SM and drains the node."""
 
 from __future__ import annotations
 
@@ -30,8 +30,16 @@ class Node:
         self.env = worker_env(fake_config(self.registry, gpus, **config))
 
     def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "tests.support.screen_node", str(self.root), str(self.registry), str(self.gpus), "--",
-                *args]
+        return [
+            sys.executable,
+            "-m",
+            "tests.support.screen_node",
+            str(self.root),
+            str(self.registry),
+            str(self.gpus),
+            "--",
+            *args,
+        ]
 
     def run(self, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self.command(*args), cwd=REPO, env={**self.env, **(env or {})}, capture_output=True,

@@ -24,10 +24,11 @@ from gpudiag.active.screen.supervisor import Settings
 from gpudiag.checks import run_checks
 from gpudiag.cli.screen.tick import ScreenPaths, tick
 from gpudiag.exporter.node_metrics import add_snapshot
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model import DeviceSnapshot, GpuProcess, MemoryUsage, NodeSnapshot, Status, Utilization, Vendor
-from gpudiag.model.screen import PREEMPTED, VERIFIED, ScreeningInfo, ScreenRun, load_state
+from gpudiag.model.screen import PREEMPTED, VERIFIED, ScreeningInfo, ScreenRun
+from gpudiag.model.screen_file import load_state
 from gpudiag.model import normalize_pci_bus_id
 from tests.support.fakes.fake_nvml import HGX_BUS_IDS
 from tests.support.paths import REPO
@@ -123,7 +124,7 @@ def overdue_series(paths: ScreenPaths, week: Week) -> dict[int, float]:
     snapshot = NodeSnapshot(hostname="n1", devices=week.devices(),
                             screening=ScreeningInfo(path=str(paths.state), state=load_state(paths.state),
                                                     read_at=week.now))
-    fs = FamilySet()
+    fs = MetricSet()
     add_snapshot(fs, snapshot)  # as the exporter renders them (the family's module found by its name)
     text = fs.exposition().decode()
     return {int(gpu): float(value) for gpu, value in

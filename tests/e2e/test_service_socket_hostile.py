@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.service import socket_path, state_dir
+from gpudiag.service import socket_path
 from tests.support.as_user import (GPUDIAG_GROUP, MEMBER, STRANGER, needs_root, shared_tmp, start_as_user,
                                    with_group_file)
 from tests.support.exporter import wait_for

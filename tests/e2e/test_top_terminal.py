@@ -135,9 +135,28 @@ def test_through_the_service_a_pipe_gets_values_this_process_could_not_read(tmp_
     node = nvidia_node(4, fault=1)
     node_root(tmp_path, "nvidia", node)
     with installed(node), running_service(tmp_path):
-        done = subprocess.run([sys.executable, "-m", "tests.support.top_node", str(tmp_path), "nvidia", "4", "--no-library",
-                               "--", "top", "-c", "2", "-i", "1,2"], capture_output=True, text=True, timeout=60,
-                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.top_node",
+                str(tmp_path),
+                "nvidia",
+                "4",
+                "--no-library",
+                "--",
+                "top",
+                "-c",
+                "2",
+                "-i",
+                "1,2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     assert done.returncode == 0 and done.stderr == ""
     lines = done.stdout.splitlines()
     assert [line[0] for line in lines] == ["#", "#", " ", " ", " ", " "]

@@ -90,7 +90,8 @@ def units(snapshot, expect):
 CHECKS = (Check("toy.units", units, "The toy units the profile expects, none faulted."),)
 FAMILY = Family(
     "toy", order=990, checks=CHECKS,
-    verdicts={"toy.units": {Status.FAIL: ("drain", "GPUDIAG-TOY-UNITS"), Status.UNKNOWN: ("watch", "GPUDIAG-TOY-UNREAD")}},
+    verdicts={"toy.units": {Status.FAIL: ("drain", "GPUDIAG-TOY-UNITS"),
+                            Status.UNKNOWN: ("watch", "GPUDIAG-TOY-UNREAD")}},
     reference={"toy.units": ("<root>/etc/toy/units and toydrv kernel-log records", "Replace the faulted toy unit.")},
     settings={"toy.units": ("toy_units",)},
     probe_parts={"toy": ("toy.",), "kernel_log": ("toy.",)},
@@ -131,13 +132,13 @@ from pathlib import Path
 from gpudiag import checks, expect, probe
 from gpudiag.checks import DRIFT_FACTS
 from gpudiag.exporter.metric_modules import all_metrics
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_snapshot
 from gpudiag.model import NodeSnapshot
 from gpudiag.probe.kernel_log.events import parse_event
 from tools.alert_rules import alert_groups
 snapshot = NodeSnapshot(parts={"toy": {"units": 3}})
-fs = FamilySet()
+fs = MetricSet()
 add_snapshot(fs, snapshot)
 print(json.dumps({
     "checks": sorted(checks.CHECK_IDS), "parts": sorted(probe.FAMILY_PARTS),

@@ -33,8 +33,12 @@ def test_load_test_figures_are_exported_in_base_units(measured):
     text = render_textfile(measured, run_checks(measured), finished_at=1_800_000_000.0)
     first = measured.devices[0]
     gpu0 = {"gpu": "0", "uuid": first.uuid, "pci_bus_id": first.pci_bus_id}
-    assert value(text, "gpudiag_active_copy_bandwidth_bytes_per_second", direction="h2d", **gpu0) == pytest.approx(55.45e9)
-    assert value(text, "gpudiag_active_copy_bandwidth_bytes_per_second", direction="d2h", **gpu0) == pytest.approx(55.3e9)
+    assert value(text, "gpudiag_active_copy_bandwidth_bytes_per_second", direction="h2d", **gpu0) == pytest.approx(
+        55.45e9
+    )
+    assert value(text, "gpudiag_active_copy_bandwidth_bytes_per_second", direction="d2h", **gpu0) == pytest.approx(
+        55.3e9
+    )
     assert value(text, "gpudiag_active_p2p_bandwidth_bytes_per_second", peer_gpu="1", **gpu0) == pytest.approx(394.48e9)
     assert value(text, "gpudiag_active_memtest_mismatched_words", **gpu0) == 0
     assert value(text, "gpudiag_active_memtest_tested_bytes", **gpu0) > 130e9
@@ -65,7 +69,9 @@ def test_promtool_accepts_the_load_test_series(measured):
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
 
-RECORDED_METRICS = sorted((H200X2.parent).glob("*/recorded/*.prom")) + sorted(H200X2.parent.glob("*/recorded/*.metrics.txt"))
+RECORDED_METRICS = sorted((H200X2.parent).glob("*/recorded/*.prom")) + sorted(
+    H200X2.parent.glob("*/recorded/*.metrics.txt")
+)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")

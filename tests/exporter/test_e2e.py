@@ -19,7 +19,7 @@ import pynvml
 import pytest
 
 import gpudiag.probe
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from tests.support.exporter import series, value, wait_for
@@ -31,22 +31,22 @@ from tests.support.paths import REPO
 GPU1 = "0000:3b:00.0"
 
 
-def scrape(exporter: Exporter, path: str = "/metrics") -> str:
+def scrape(exporter: ServeDaemon, path: str = "/metrics") -> str:
     with urllib.request.urlopen(exporter.url + path, timeout=5) as response:
         return response.read().decode()
 
 
-def run_exporter(root: Path, timeout: float = 1.0, interval: float = 0.1) -> tuple[Exporter, Collector]:
+def run_exporter(root: Path, timeout: float = 1.0, interval: float = 0.1) -> tuple[ServeDaemon, Collector]:
     collector = Collector(CollectOptions(root=root, timeout_seconds=timeout))
-    exporter = Exporter("127.0.0.1:0", WebConfig(), collector.collect, interval, timeout).start()
+    exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collector.collect, interval, timeout).start()
     return exporter, collector
 
 
-def collections(exporter: Exporter) -> float:
+def collections(exporter: ServeDaemon) -> float:
     return value(scrape(exporter), "gpudiag_collections_total", outcome="complete") or 0
 
 
-def after_next_collections(exporter: Exporter, count: int = 2) -> str:
+def after_next_collections(exporter: ServeDaemon, count: int = 2) -> str:
     """The body once `count` more collections have completed (so it reflects a change made before the call)."""
     target = collections(exporter) + count
     wait_for(lambda: collections(exporter) >= target, timeout=10)
@@ -144,7 +144,9 @@ def test_xids_are_counted_from_nvml_events_and_the_log_once_each(tmp_path):
             nvml_events(lib).emit(0, 48)
             tree.add_kmsg([xid_line(2, 2_000_000, node.gpus[0].bus_id, 48)])
             # GPU 1: only the log has it
-            tree.add_kmsg([xid_line(3, 3_000_000, node.gpus[1].bus_id, 94), xid_line(4, 3_000_001, node.gpus[1].bus_id, 94)])
+            tree.add_kmsg(
+                [xid_line(3, 3_000_000, node.gpus[1].bus_id, 94), xid_line(4, 3_000_001, node.gpus[1].bus_id, 94)]
+            )
             text = after_next_collections(exporter)
             text = after_next_collections(exporter)  # and again: nothing counted twice
             assert xid_counts(text) == {("0", "79"): 1, ("0", "48"): 1, ("1", "94"): 2}

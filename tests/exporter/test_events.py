@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from gpudiag.exporter.events import BASELINE, LOG, NVML, EventTally, KernelLogFollower
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.model import KernelEvent, Vendor
 from gpudiag.probe.nvml.events import XidWatcher
 from tests.support.exporter import series, wait_for
@@ -79,7 +79,7 @@ def test_tally_labels_counts_with_the_last_known_identity():
     tally.add("0000:19:00.0", "xid", 79)
     tally.add(None, "xid", None)
     tally.add("0000:05:00.0", "ring_timeout")
-    fs = FamilySet()
+    fs = MetricSet()
     tally.add_to(fs, {"0000:19:00.0": ("0", "GPU-a")})
     text = fs.exposition().decode()
     assert series(text, "gpudiag_gpu_xid_errors_total", code="79") == [

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from gpudiag.exporter import catalog, metric_modules
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_snapshot
 from tests.support.snapshots import nvidia_h200_node
 from tests.support.tools import load_tool
@@ -33,7 +33,7 @@ def toy_metrics(monkeypatch):
 
 
 def test_a_family_s_add_renders_with_the_snapshot(toy_metrics):
-    fs, snapshot = FamilySet(), nvidia_h200_node()
+    fs, snapshot = MetricSet(), nvidia_h200_node()
     assert len(snapshot.devices) == 2
     add_snapshot(fs, snapshot)
     body = fs.exposition().decode()

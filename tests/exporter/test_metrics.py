@@ -191,7 +191,10 @@ def test_collector_runs_and_kernel_log_readability():
 def test_probe_errors_count_node_and_device_errors_by_kind():
     snapshot = nvidia_h200_node()
     snapshot.errors.append(ProbeError("sysfs:/sys/bus/pci", ErrorKind.NO_PERMISSION, "EACCES"))
-    snapshot.devices[0].errors += [ProbeError("nvml.a", ErrorKind.ERROR, "x"), ProbeError("nvml.b", ErrorKind.ERROR, "y")]
+    snapshot.devices[0].errors += [
+        ProbeError("nvml.a", ErrorKind.ERROR, "x"),
+        ProbeError("nvml.b", ErrorKind.ERROR, "y"),
+    ]
     text = render(snapshot)
     assert value(text, "gpudiag_probe_errors", gpu="", kind="no_permission") == 1
     assert value(text, "gpudiag_probe_errors", kind="error", **GPU0) == 2
@@ -229,9 +232,9 @@ def test_amd_only_series():
 
 
 def test_sample_values_round_trip_through_the_prometheus_parser():
-    from gpudiag.exporter.families import FamilySet
+    from gpudiag.exporter.metric_set import MetricSet
 
-    fs = FamilySet()
+    fs = MetricSet()
     spec = catalog.POWER
     inputs = [True, 0, 7, 585.4, 9.1e8, 1e20, 2.5e-7, 1.7960375145220861e9, float("inf")]
     for index, number in enumerate(inputs):

@@ -1,5 +1,5 @@
-"""The gpudiag_nic_* series (exporter/metrics_network.py) over the fake NIC trees: each fault shows on its NIC's series, the
-text passes prometheus_client's parser and `promtool check metrics`, and what was not read has no series."""
+"""The gpudiag_nic_* series (exporter/metrics_network.py) over the fake NIC trees: each fault shows on its NIC's series,
+the text passes prometheus_client's parser and `promtool check metrics`, and what was not read has no series."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.metrics_network import SPECS, add
 from gpudiag.model.network import NetworkInfo
 from tests.support import rdma_tree
@@ -19,7 +19,7 @@ from tests.support.rdma_tree_amd import mi355x_pollara
 
 
 def exposition(snap) -> str:
-    fs = FamilySet()
+    fs = MetricSet()
     add(fs, snap)
     return fs.exposition().decode()
 

@@ -114,8 +114,8 @@ def test_render_is_cached_until_something_changes(monkeypatch):
     state, poller = make(Scripted())
     state.on_cycle(poller.run_cycle())
     built = []
-    real = state.families
-    monkeypatch.setattr(state, "families", lambda *a: built.append(1) or real(*a))
+    real = state.metric_set
+    monkeypatch.setattr(state, "metric_set", lambda *a: built.append(1) or real(*a))
     first = state.render()
     assert state.render().split(b"# HELP process_")[0] == first.split(b"# HELP process_")[0]
     assert len(built) == 1  # the second scrape reused the body

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.exporter.families import FamilySet
+from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_snapshot
 from gpudiag.model import ErrorKind, ProbeError
 from gpudiag.model.screen import ScreeningInfo
@@ -11,7 +11,7 @@ from tests.support.snapshots import nvidia_h200_node
 
 
 def metrics(snapshot) -> str:
-    fs = FamilySet()
+    fs = MetricSet()
     add_snapshot(fs, snapshot)  # as the exporter renders them (the family's module found by its name)
     return fs.exposition().decode()
 

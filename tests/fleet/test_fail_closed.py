@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.checks import run_checks
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
 from tests.support.exporter import wait_for
 from tests.support.fleet import run, statuses
@@ -61,7 +61,7 @@ class _Overrunning:
 @pytest.mark.slow
 def test_no_collection_yet_and_overrunning_collections_are_silent_not_pass(capsys, tmp_path):
     procs, prometheus, overrun = [], None, _Overrunning()
-    exporter = Exporter("127.0.0.1:0", WebConfig(), overrun, 0.3, 0.1, judge=run_checks, watcher_factory=None)
+    exporter = ServeDaemon("127.0.0.1:0", WebConfig(), overrun, 0.3, 0.1, judge=run_checks, watcher_factory=None)
     try:
         healthy_proc, healthy_target = _serve(tmp_path / "healthy", "--", "--listen", "127.0.0.1:0", "--interval",
                                               "0.5", "--timeout", "2")

@@ -12,7 +12,8 @@ import pytest
 from gpudiag.fleet.jsonstream import Malformed, Reader
 
 DOCUMENT = ('{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"instance": "n1:9858", '
-            '"model": "NVIDIA H200 \\u00e9\\ud83d\\ude00"}, "value": [1764626643.123, "2.5e+3"]}, 12345678901234567890, '
+            '"model": "NVIDIA H200 \\u00e9\\ud83d\\ude00"}, "value": [1764626643.123, "2.5e+3"]}, '
+            '12345678901234567890, '
             '-0.5e-7, true, null, NaN, -Infinity, [], {}]}, "warnings": ["a \\"quoted\\" one"]}')
 
 

@@ -107,7 +107,9 @@ def test_fleet_names_the_failing_gpu_and_the_drifting_driver_from_a_real_prometh
             (facts.model, facts.properties, reported, facts.bus_ids), name
         assert set(facts.gpu_properties[0]) - set(reported[0]) == {"firmware:inforom_ecc", "firmware:inforom_image",
                                                                    "firmware:inforom_oem"}
-        assert [(f.check, f.gpu, f.action) for f in seen.failures] == [(f.check, f.gpu, f.action) for f in facts.failures]
+        assert [(f.check, f.gpu, f.action) for f in seen.failures] == [
+            (f.check, f.gpu, f.action) for f in facts.failures
+        ]
     assert by_instance[targets["downtrained"]].failures and by_instance[targets["healthy"]].gpu_properties[1] == {
         "vbios_version": "96.00.A5.00.01", "pcie_slot_max": "Gen5 x16", "power_limit": "700 W", "ecc_mode": "enabled"}
 

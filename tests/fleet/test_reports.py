@@ -113,7 +113,9 @@ def test_junit_has_a_suite_per_node_and_validates(capsys, fleet64):
     assert code == 1
     xmlschema.XMLSchema(str(XSD)).validate(out)
     assert out.count("<testsuite ") == 64
-    assert 'name="drift.firmware:inforom_image[GPUs 0, 1]"' in out and 'name="lag.copy_h2d[GPU 1 (0000:3b:00.0)]"' in out
+    assert (
+        'name="drift.firmware:inforom_image[GPUs 0, 1]"' in out and 'name="lag.copy_h2d[GPU 1 (0000:3b:00.0)]"' in out
+    )
     assert '<testsuites name="gpudiag.fleet" tests="64" failures="2" errors="0"' in out
 
 

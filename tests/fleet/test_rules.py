@@ -32,7 +32,9 @@ def test_fleet_rules_are_valid_and_pass_their_unit_tests():
 
 def test_every_fleet_alert_fires_in_a_unit_test_and_stays_quiet_in_another():
     alerts = {rule["alert"] for rule in _rules() if "alert" in rule}
-    cases = [case for test in yaml.safe_load(RULE_TESTS.read_text())["tests"] for case in test.get("alert_rule_test", [])]
+    cases = [
+        case for test in yaml.safe_load(RULE_TESTS.read_text())["tests"] for case in test.get("alert_rule_test", [])
+    ]
     assert alerts == {c["alertname"] for c in cases if c["exp_alerts"]} == {c["alertname"] for c in cases
                                                                              if not c["exp_alerts"]}
     assert alerts == {"GpudiagFleetDriverSkew", "GpudiagFleetCopyBandwidthBelowMedian"}

@@ -68,9 +68,19 @@ def build(classes):
     plain, frozen, child, own, holder = classes
     looped = holder()
     looped.inner = looped  # a dataclass that holds itself: repr says "..."
-    return [plain("a", 2, ["x"], "secret", 0.5), plain("a", 2, ["x"], "other", 9.0), plain("b"),
-            frozen("k"), frozen("k", note="n", unhashed=3), frozen("k", 2.0), child("a", 2, ["x"]), child("a", extra=True),
-            own(1), own(2), looped]
+    return [
+        plain("a", 2, ["x"], "secret", 0.5),
+        plain("a", 2, ["x"], "other", 9.0),
+        plain("b"),
+        frozen("k"),
+        frozen("k", note="n", unhashed=3),
+        frozen("k", 2.0),
+        child("a", 2, ["x"]),
+        child("a", extra=True),
+        own(1),
+        own(2),
+        looped,
+    ]
 
 
 def test_repr_equality_and_hashing_are_the_standard_ones():

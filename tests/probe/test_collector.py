@@ -113,7 +113,9 @@ def _pci(bus_id, vendor=Vendor.NVIDIA):
 
 
 def _device(index, bus_id=None):
-    return DeviceSnapshot(index=index, vendor=Vendor.NVIDIA, source="nvml", pci_bus_id=bus_id, reachable=bus_id is not None)
+    return DeviceSnapshot(
+        index=index, vendor=Vendor.NVIDIA, source="nvml", pci_bus_id=bus_id, reachable=bus_id is not None
+    )
 
 
 @pytest.mark.parametrize("known, buses, expected", [

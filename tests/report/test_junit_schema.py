@@ -78,7 +78,9 @@ def test_each_testcase_is_one_result_about_one_thing(tmp_path):
     names = set()
     for snap in (nvidia_h200_8x(), with_nics):
         results = run_checks(snap)
-        cases = [(c.get("classname"), c.get("name")) for c in ET.fromstring(render_junit(snap, results)).iter("testcase")]
+        cases = [
+            (c.get("classname"), c.get("name")) for c in ET.fromstring(render_junit(snap, results)).iter("testcase")
+        ]
         assert len(cases) == len(results) == len(set(cases))
         names |= {name for _, name in cases}
     assert "driver.device_bound[0000:19:00.0]" in names and "network.nics[mlx5_4 port 1]" in names

@@ -173,8 +173,10 @@ def test_history_shows_an_xid_and_a_check_that_failed_and_recovered_and_survives
             seen = exporter.collections.latest
             node.gpus[1].pcie_generation = 4
             tree.add_kmsg([xid_line(7, 5_000_000, node.gpus[0].bus_id, 79)])
-            wait_for(lambda: any(e.get("check") == "pcie.link_generation" for e in exporter.service.keeper.open_checks()),
-                     timeout=5)
+            wait_for(
+                lambda: any(e.get("check") == "pcie.link_generation" for e in exporter.service.keeper.open_checks()),
+                timeout=5,
+            )
             code, report, _ = check_json(capsys, tmp_path)
             failing = [r for r in report["results"] if r["check"] == "pcie.link_generation" and r["status"] == "fail"]
             assert code == 1 and failing and failing[0]["since"].endswith("+00:00")
@@ -182,8 +184,10 @@ def test_history_shows_an_xid_and_a_check_that_failed_and_recovered_and_survives
             text, _ = capsys.readouterr()
             assert "failing since " in text
             node.gpus[1].pcie_generation = 5
-            wait_for(lambda: not any(e["check"] == "pcie.link_generation" for e in exporter.service.keeper.open_checks()),
-                     timeout=5)
+            wait_for(
+                lambda: not any(e["check"] == "pcie.link_generation" for e in exporter.service.keeper.open_checks()),
+                timeout=5,
+            )
             assert seen is not exporter.collections.latest
         # the service is stopped: history reads the journal file
         assert cli.main(["history", "--root", str(tmp_path), "--format", "json"]) == 0

@@ -2,8 +2,8 @@
 MI300X: each builder returns a fresh snapshot for a test to break.
 
 Each carries its fabric NICs, as the shipped profiles expect them (docs/acceptance.md, "The fabric NICs"), read by
-the real probes from the NIC trees of tests/support/rdma_tree*.py laid out around the snapshot's GPUs: eight ConnectX-7 NDR
-HCAs (GPUd's recorded H100 node, counters cleared, plus its BlueField-3 front end) below the HGX GPUs' switches;
+the real probes from the NIC trees of tests/support/rdma_tree*.py laid out around the snapshot's GPUs: eight ConnectX-7
+NDR HCAs (GPUd's recorded H100 node, counters cleared, plus its BlueField-3 front end) below the HGX GPUs' switches;
 eight Broadcom THOR2 on the MI300X and MI325X nodes; eight Pensando Pollara 400 on the MI355X node. The GPUs' PCI
 paths are the trees' (so that topology.gpu_nic_affinity sees each GPU's NIC below its switch)."""
 

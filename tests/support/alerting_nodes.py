@@ -112,7 +112,8 @@ def _screens(gpu1: str, buses: tuple[str, str]) -> Callable:
         import time
 
         from gpudiag.model import SmMismatch
-        from gpudiag.model.screen import FAILED, VERIFIED, ScreenGpu, ScreenRun, ScreenState, state_to_json
+        from gpudiag.model.screen import FAILED, VERIFIED, ScreenGpu, ScreenRun, ScreenState
+        from gpudiag.model.screen_file import state_to_json
 
         now, day = time.time(), 86400.0
         state = ScreenState(every_seconds=7 * day, updated_at=now)
@@ -140,7 +141,8 @@ SCENARIOS = [
              fault=_gpu1(lambda g: g.pcie_downtrained(generation=5, width=8))),
     Scenario("nvidia-pcie-gen4-idle", "nvidia", "GpudiagPcieLinkGenerationDowngraded",
              fault=_gpu1(lambda g: g.pcie_downtrained(generation=4, width=16))),
-    Scenario("nvidia-thermal-slowdown", "nvidia", "GpudiagThermalSlowdown", fault=_gpu1(lambda g: g.thermal_slowdown())),
+    Scenario("nvidia-thermal-slowdown", "nvidia", "GpudiagThermalSlowdown",
+             fault=_gpu1(lambda g: g.thermal_slowdown())),
     Scenario("nvidia-power-brake", "nvidia", "GpudiagPowerBrake", fault=_gpu1(lambda g: g.power_brake())),
     Scenario("nvidia-nvlink-down", "nvidia", "GpudiagNvlinkDown", fault=_gpu1(lambda g: g.nvlink_down(3))),
     Scenario("nvidia-ecc-uncorrected", "nvidia", "GpudiagEccUncorrectedErrors", fault=_gpu1(_ecc)),
@@ -166,7 +168,8 @@ SCENARIOS = [
     Scenario("nvidia-sram-threshold", "nvidia", "GpudiagGpuMemoryUnrepairable",
              fault=_nvml("health.sram", {"bThresholdExceeded": 1})),
     # idle-time screening (gpudiag screen): a GPU kept busy past its period, and a screen that found wrong results
-    Scenario("nvidia-screen-overdue", "nvidia", "GpudiagScreeningOverdue", "warning", host=_screens("never", NVIDIA_GPUS)),
+    Scenario("nvidia-screen-overdue", "nvidia", "GpudiagScreeningOverdue", "warning",
+             host=_screens("never", NVIDIA_GPUS)),
     Scenario("nvidia-screen-sdc", "nvidia", "GpudiagSilentDataCorruption", host=_screens("failed", NVIDIA_GPUS)),
     Scenario("nvidia-driver-not-loaded", "nvidia", "GpudiagBackendDown", gpu_labels=False,
              fault=lambda node: setattr(node, "init_error", pynvml.NVML_ERROR_DRIVER_NOT_LOADED)),

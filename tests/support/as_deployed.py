@@ -1,5 +1,6 @@
-"""gpudiag run as the shipped systemd units run it, and as root, over one fake node (tests/support/as_deployed_nodes.py):
-the privileges, the file-system view and the commands of the units themselves, read from systemd/*.service.
+"""gpudiag run as the shipped systemd units run it, and as root, over one fake node
+(tests/support/as_deployed_nodes.py): the privileges, the file-system view and the commands of the units themselves,
+read from systemd/*.service.
 
 As the units (`unit_run`), per command line of the unit:
 - `ExecStartPre=+…` runs as root with every privilege and none of the sandbox, as systemd.service(5) says of "+";
@@ -140,7 +141,8 @@ class Runtime:
         for candidate in (sys.executable, "/usr/bin/python3"):
             probe = subprocess.run(["setpriv", f"--reuid={GPUDIAG}", f"--regid={GPUDIAG}", "--clear-groups",
                                     "--inh-caps=-all", "--bounding-set=-all", "sh", "-c", 'exec "$@"', "sh",
-                                    candidate, "-c", "import json, sqlite3, gpudiag.cli.app, tests.support.as_deployed_nodes"],
+                                    candidate, "-c", "import json, sqlite3, gpudiag.cli.app, "
+                                                     "tests.support.as_deployed_nodes"],
                                    capture_output=True, text=True, timeout=60, env=self.env(Path("/")), cwd="/")
             if probe.returncode == 0:
                 return candidate
@@ -235,9 +237,25 @@ class Deployment:
             return command
         private = ["--private-network"] if unit.one("PrivateNetwork") == "yes" else []
         umask = int(unit.one("UMask", "0022"), 8)
-        return ["unshare", "--mount", "--propagation", "private", "--", self.runtime.python, "-m", "tests.support.unit_view",
-                str(self.root), *private, "--", *_setpriv(unit), "sh", "-c", f'umask {umask:04o}; exec "$@"',
-                "sh", *command]
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            self.runtime.python,
+            "-m",
+            "tests.support.unit_view",
+            str(self.root),
+            *private,
+            "--",
+            *_setpriv(unit),
+            "sh",
+            "-c",
+            f'umask {umask:04o}; exec "$@"',
+            "sh",
+            *command,
+        ]
 
     def _env(self) -> dict[str, str]:
         return self.runtime.env(self.state if self.side == "unit" else Path("/root"))
@@ -259,7 +277,9 @@ class Deployment:
         self._pre(unit)
         done = subprocess.run(self._wrap(unit, self._command(unit, unit.start)), env=self._env(),
                               capture_output=True, text=True, timeout=180, cwd="/")
-        assert done.returncode in (0, 3), f"{self.node} textfile as {self.side}: {done.returncode} {done.stderr[-3000:]}"
+        assert done.returncode in (0, 3), (
+            f"{self.node} textfile as {self.side}: {done.returncode} {done.stderr[-3000:]}"
+        )
         text = (self.state / "gpudiag.prom").read_text()
         return {(labels["check"], labels["pci_bus_id"] or None): labels["status"]
                 for name, labels, value in parse(text) if name == "gpudiag_check_status" and value == 1}

@@ -1,8 +1,8 @@
 """Every fake node the tests build, by name, for judging each one as the shipped units run gpudiag and as root
-(tests/e2e/test_as_deployed.py): the single-fault nodes of both vendors (tests/support/alerting_nodes.py), the 8-GPU cases of
-tests/support/checklist_scenarios.py, the nodes with their fabric NICs (tests/support/fabric_nodes.py, tests/support/rdma_tree*.py) with the
-NIC faults of tests/probe/network/test_end_to_end.py, and the AMD variants of tests/support/fakes/amd_node.py (other parts, SR-IOV,
-partitions, the amdgpu sysfs backend without libamd_smi.so).
+(tests/e2e/test_as_deployed.py): the single-fault nodes of both vendors (tests/support/alerting_nodes.py), the 8-GPU
+cases of tests/support/checklist_scenarios.py, the nodes with their fabric NICs (tests/support/fabric_nodes.py,
+tests/support/rdma_tree*.py) with the NIC faults of tests/probe/network/test_end_to_end.py, and the AMD variants of
+tests/support/fakes/amd_node.py (other parts, SR-IOV, partitions, the amdgpu sysfs backend without libamd_smi.so).
 
 A node is two things: its tree (written once, as root, under a root directory) and its fake vendor library (a Python
 object the gpudiag process installs over pynvml/amdsmi). `make(root)` writes the tree and returns the library's node;
@@ -55,8 +55,8 @@ def _alerting(scenario: alerting_nodes.Scenario) -> DeployedNode:
 
 
 def _hgx8(lost: Optional[int] = None) -> Callable[[Optional[Path]], object]:
-    """tests/support/checklist_scenarios.py's 8x H200 (nvidia_uvm loaded, its NICs: as the profiles require); `lost`: that GPU
-    fell off the bus before the first collection, with its Xid 79 in the log."""
+    """tests/support/checklist_scenarios.py's 8x H200 (nvidia_uvm loaded, its NICs: as the profiles require); `lost`:
+    that GPU fell off the bus before the first collection, with its Xid 79 in the log."""
 
     def make(root: Optional[Path]):
         node = FakeNode.hgx_h200(8)
@@ -77,8 +77,9 @@ XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU h
 
 def _xid79_in_three_boots(root: Optional[Path]):
     """GPU 1 fell off the bus in this boot (its Xid 79 in the log, NVML still answering) and in the two boots before,
-    which only the systemd journal remembers (tests/support/fakes/journalctl.py: journald's modes): a fault that came back after
-    the reboots that should have cleared it, rma for whoever reads the journal (tests/probe/kernel_log/test_boot_history.py)."""
+    which only the systemd journal remembers (tests/support/fakes/journalctl.py: journald's modes): a fault that came
+    back after the reboots that should have cleared it, rma for whoever reads the journal
+    (tests/probe/kernel_log/test_boot_history.py)."""
     node = FakeNode.hgx_h200(2)
     if root is not None:
         tree = fake_root(root, node, kmsg=(xid_line(2, 41_000_000, node.gpus[1].bus_id, 79),))

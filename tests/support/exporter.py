@@ -12,7 +12,9 @@ Labels = dict[str, str]
 
 def parse(text: str) -> list[tuple[str, Labels, float]]:
     """Every sample as (name, labels, value), through prometheus_client's own parser (so a malformed body fails)."""
-    return [(s.name, dict(s.labels), s.value) for family in text_string_to_metric_families(text) for s in family.samples]
+    return [
+        (s.name, dict(s.labels), s.value) for family in text_string_to_metric_families(text) for s in family.samples
+    ]
 
 
 def series(text: str, name: str, **match: str) -> list[tuple[Labels, float]]:

@@ -1,12 +1,13 @@
 """Whole fake nodes with their GPU fabric NICs: the fake vendor library's GPUs (tests/fakes) placed on the PCI layout of
-tests/support/rdma_tree*.py's NIC trees, so that NVML/amdsmi, the PCI bus and /sys/class/infiniband describe the same node.
+tests/support/rdma_tree*.py's NIC trees, so that NVML/amdsmi, the PCI bus and /sys/class/infiniband describe the same
+node.
 
 - hgx_h200: 8 H200s at the GPU bus IDs of the bare-metal HGX H200 of nccl-tests issue 256 (rdma_tree.HGX_GPUS), each
   with its 400 Gb/s ConnectX-7 below the same PCIe switch — InfiniBand (GPUd's recorded HCAs, counters cleared) or
-  RoCE (rdma_tree.h200_roce) — and the nvidia host tree of tests/support/nvidia_node.py (module, /proc version, kernel log).
-  The driver is the one the NIC tree's nvidia_peermem and /proc/driver/nvidia/version name (580.65.06).
-- mi300x_thor2 / mi355x_pollara: the fake amdsmi MI300X / MI355X nodes (tests/support/fakes/amd_node.py) whose OAMs sit where
-  rdma_tree_amd.py puts them, each beside its Broadcom THOR2 / Pensando Pollara 400 NIC, with amdgpu's sysfs.
+  RoCE (rdma_tree.h200_roce) — and the nvidia host tree of tests/support/nvidia_node.py (module, /proc version, kernel
+  log). The driver is the one the NIC tree's nvidia_peermem and /proc/driver/nvidia/version name (580.65.06).
+- mi300x_thor2 / mi355x_pollara: the fake amdsmi MI300X / MI355X nodes (tests/support/fakes/amd_node.py) whose OAMs sit
+  where rdma_tree_amd.py puts them, each beside its Broadcom THOR2 / Pensando Pollara 400 NIC, with amdgpu's sysfs.
 
 Each builder returns the fake library's node and writes the tree when given a root; `node_only` callers (a process
 that only installs the fake over a tree another process wrote) pass root=None.

@@ -18,13 +18,14 @@ What is recorded and what is constructed, node by node:
   (recorded in deepep-38-ibv-devinfo-h100-roce.json's sibling issue), netdev names enp<bus>s0np0 as the node's own
   enp218s0np0 (recorded for da, constructed for the rest), rate "400 Gb/sec (4X NDR)" (mlx5's 400GbE mapping;
   constructed), MTU and carrier_changes (constructed).
-- mi300x_thor2 (rdma_tree_amd.py): an MI300X node with 8 Broadcom BCM57608 (THOR2, PCI 0x14e4:0x1760, bnxt_en bnxt_pci_tbl) RoCE NICs,
-  the design Juniper validated on Dell XE9680 and Supermicro AS-8125GS-TNMR2 MI300X servers (mi300x-node-nic-
-  specs.json). Device files from ucx issue 11048's bnxt_re (fw 231.0.154.0, hca_type "Broadcom NetXtreme-C/E RoCE
-  Driver HCA", hw_rev 0x14e4, node GUID pattern; recorded), hw_counters named as bnxt_re's hw_counters.c names them
-  (Broadcom/linux-rdma-nxt), no counters/ directory (bnxt_re has no PMA: drivers/infiniband/core/sysfs.c creates
-  counters/ only for devices with process_mad), rate "400 Gb/sec (4X NDR)" (ib_get_width_and_speed for 400GbE over 4
-  lanes; constructed); the GPU bus IDs are tests/support/snapshots.py's MI300X node, the PCI layout constructed.
+- mi300x_thor2 (rdma_tree_amd.py): an MI300X node with 8 Broadcom BCM57608 (THOR2, PCI 0x14e4:0x1760, bnxt_en
+  bnxt_pci_tbl) RoCE NICs, the design Juniper validated on Dell XE9680 and Supermicro AS-8125GS-TNMR2 MI300X servers
+  (mi300x-node-nic- specs.json). Device files from ucx issue 11048's bnxt_re (fw 231.0.154.0, hca_type "Broadcom
+  NetXtreme-C/E RoCE Driver HCA", hw_rev 0x14e4, node GUID pattern; recorded), hw_counters named as bnxt_re's
+  hw_counters.c names them (Broadcom/linux-rdma-nxt), no counters/ directory (bnxt_re has no PMA:
+  drivers/infiniband/core/sysfs.c creates counters/ only for devices with process_mad), rate "400 Gb/sec (4X NDR)"
+  (ib_get_width_and_speed for 400GbE over 4 lanes; constructed); the GPU bus IDs are tests/support/snapshots.py's MI300X
+  node, the PCI layout constructed.
 - mi355x_pollara (rdma_tree_amd.py): AMD Pensando Pollara 400 (driver ionic) as ROCm's amd-smi and Omnistat describe it
   (amd-ainic-pollara.json): rocep<bus>s0 device names, fw 1.110.1-a-1, counters/ empty, byte counters under
   hw_counters; 8 of them, one per MI355X (rocm-aic PR 61), PCI ID 0x1dd8:0x1002 (ionic.h
@@ -117,8 +118,18 @@ class RdmaTree:
         # add only their NICs and bridges.
         self.gpus = gpus
 
-    def add_gpu(self, bdf: str, *, bridges: tuple[str, ...], upstream: str, vendor: str = "0x10de",
-                device: str = "0x2335", class_code: str = "0x030200", driver: str = "nvidia", numa_node: int = 0) -> None:
+    def add_gpu(
+        self,
+        bdf: str,
+        *,
+        bridges: tuple[str, ...],
+        upstream: str,
+        vendor: str = "0x10de",
+        device: str = "0x2335",
+        class_code: str = "0x030200",
+        driver: str = "nvidia",
+        numa_node: int = 0,
+    ) -> None:
         self.sys.add_pci_gpu(bdf, vendor=vendor, device=device, class_code=class_code, driver=driver,
                              numa_node=numa_node, upstream=(upstream, "32.0 GT/s PCIe", 16), bridges=bridges)
 

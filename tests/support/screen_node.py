@@ -6,8 +6,8 @@ and the bench's --fake mode:
 
 ROOT gets the node's sysfs tree (tests/nvidia_node.py), REGISTRY the processes each GPU lists: the fake workers
 register themselves there while their context exists, and a test's "job" does the same with its own PID. The fake
-workers read their configuration from GPUDIAG_TEST_SCREEN (tests/support/screen_worker.py); `fake_config` builds one that
-matches this node.
+workers read their configuration from GPUDIAG_TEST_SCREEN (tests/support/screen_worker.py); `fake_config` builds one
+that matches this node.
 """
 
 from __future__ import annotations

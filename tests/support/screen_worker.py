@@ -1,5 +1,5 @@
-"""A screen worker over the fake runtimes, for the tests: `python -m tests.support.screen_worker REQUEST RESULT`, configured
-by the JSON in GPUDIAG_TEST_SCREEN (tests/support/screen.py):
+"""A screen worker over the fake runtimes, for the tests: `python -m tests.support.screen_worker REQUEST RESULT`,
+configured by the JSON in GPUDIAG_TEST_SCREEN (tests/support/screen.py):
 
     {"vendor": "nvidia" | "amd",
      "devices": [{"pci_bus_id": "0000:3B:00.0", "total_bytes": ..., "reserved_bytes": ..., "faulty_sms": [3]}, ...],

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from gpudiag.service import socket_path, state_dir
@@ -21,9 +21,11 @@ from tests.support.exporter import wait_for
 
 
 @contextlib.contextmanager
-def running_service(root: Path, timeout: float = 1.0, interval: float = 0.2, **service: object) -> Iterator[Exporter]:
+def running_service(
+    root: Path, timeout: float = 1.0, interval: float = 0.2, **service: object
+) -> Iterator[ServeDaemon]:
     collector = Collector(CollectOptions(root=root, timeout_seconds=timeout))
-    exporter = Exporter("127.0.0.1:0", WebConfig(), collector.collect, interval, timeout,
+    exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collector.collect, interval, timeout,
                         socket_path=socket_path(root), state_dir=state_dir(root), service_options=service)
     exporter.start()
     try:
@@ -56,14 +58,14 @@ def verdicts(report: dict) -> list[tuple]:
     return sorted((r["check"], r["status"], (r["device"] or {}).get("index")) for r in report["results"])
 
 
-def collections_done(exporter: Exporter) -> Optional[float]:
+def collections_done(exporter: ServeDaemon) -> Optional[float]:
     latest = exporter.collections.latest
     return latest.finished_at if latest else None
 
 
-def stand_in(path: Path, answers: list[dict]) -> threading.Thread:
+def stand_in(path: Path, answers: list[dict], requests: Optional[list] = None) -> threading.Thread:
     """A stand-in service at `path` that answers each request with the next of `answers`, then closes (a
-    collection that failed or went stale, an older service)."""
+    collection that failed or went stale, an older service); the requests it got are appended to `requests`."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(len(answers))
@@ -71,7 +73,9 @@ def stand_in(path: Path, answers: list[dict]) -> threading.Thread:
     def serve():
         for answer in answers:
             conn, _ = listener.accept()
-            conn.recv(MAX_REQUEST_BYTES)
+            request = conn.recv(MAX_REQUEST_BYTES)
+            if requests is not None:
+                requests.append(json.loads(request))
             conn.sendall(json.dumps(answer).encode() + b"\n")
             conn.close()
         listener.close()

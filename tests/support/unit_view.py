@@ -1,7 +1,8 @@
 """The file-system view of a shipped unit's sandbox over a fake tree, set up as root inside a fresh mount namespace
-(`unshare --mount`) just before the credentials change: `python -m tests.support.unit_view ROOT [--private-network] -- COMMAND`
-overmounts what the kernel shows that unit's process differently from root, then runs COMMAND in that view
-(tests/support/as_deployed.py runs `setpriv … gpudiag …` as COMMAND). Standard library only: it runs before anything else.
+(`unshare --mount`) just before the credentials change: `python -m tests.support.unit_view ROOT [--private-network] --
+COMMAND` overmounts what the kernel shows that unit's process differently from root, then runs COMMAND in that view
+(tests/support/as_deployed.py runs `setpriv … gpudiag …` as COMMAND). Standard library only: it runs before anything
+else.
 
 - A PCI function's `config` gives a reader without CAP_SYS_ADMIN its first 64 bytes (drivers/pci/pci-sysfs.c,
   pci_read_config: `if (!capable(CAP_SYS_ADMIN)) size = 64` past the header it may read): each one is overmounted

@@ -1,8 +1,8 @@
 """Runs the screens of one batch of GPUs and gives each GPU back the moment a job wants it.
 
 One worker process per GPU (worker.py). A reader thread polls the GPUs' process lists every `poll_seconds` (100 ms:
-probe/screening/gpu_users.py) and the supervisor loop, as often, compares them with the screen's own processes: any other
-process on a screened GPU is a job, and that GPU's worker is told to stop (SIGTERM). The worker ends at its next
+probe/screening/gpu_users.py) and the supervisor loop, as often, compares them with the screen's own processes: any
+other process on a screened GPU is a job, and that GPU's worker is told to stop (SIGTERM). The worker ends at its next
 launch boundary, frees its memory, releases its context and exits; one that has not exited `kill_after_seconds`
 later is killed (SIGKILL: the driver frees what a dead process held). The screen counts as gone when its process has
 exited *and* the process list no longer shows it, which is when its memory is free for the job.

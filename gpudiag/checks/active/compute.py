@@ -91,7 +91,9 @@ def _judge(snapshot: NodeSnapshot) -> Callable[[DeviceSnapshot, StressResult], C
                            expected=EXPECTED, remediation="Run the stress for longer (--stress-seconds).")
         siblings, findings = _sibling_findings(snapshot, device, stress)
         observed = _observed(v, stress, siblings)
-        sms = ", ".join(f"{s.location} ({s.launches} launch{'es' if s.launches != 1 else ''})" for s in v.mismatched_sms)
+        sms = ", ".join(
+            f"{s.location} ({s.launches} launch{'es' if s.launches != 1 else ''})" for s in v.mismatched_sms
+        )
         if v.mismatched_blocks:
             more = len(v.mismatched_sms) < v.blocks_per_launch and len(v.mismatched_sms) == 16
             where = f" on {sms}{' and more' if more else ''}" if sms else " (no majority to place them against)"

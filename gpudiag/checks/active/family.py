@@ -88,7 +88,8 @@ _REFERENCE = {
         "A slow pair: check its links (topology.links_up, link_errors), the fabric manager, and the IOMMU."),
     "active.hbm_bandwidth": (
         "the device-to-device copy bandwidth of each GPU's HBM, against the part's nominal bandwidth and its siblings'",
-        "Slow HBM: check memory clocks and throttling under load, compare with a sibling; a repeatable straggler is RMA."),
+        "Slow HBM: check memory clocks and throttling under load, compare with a sibling; a repeatable straggler is "
+        "RMA."),
     "active.memtest": (
         "the memory test's mismatched words and the ECC counters before and after",
         "Mismatches or new ECC errors: drain the GPU, reset it and test again; repeatable errors are an RMA case."),

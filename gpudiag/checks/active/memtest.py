@@ -24,15 +24,22 @@ def _judge_memtest(device: DeviceSnapshot, memtest: MemtestResult) -> CheckResul
     if memtest.mismatched_words:
         return failed(check_id, device, (
             f"{device.label}: {memtest.mismatched_words} words read back wrong in {memtest.bytes_tested / 1e9:.1f} GB "
-            f"(first at device address {memtest.first_error_address:#x}, flipped bits {memtest.flipped_bits_mask:#010x})"),
+            f"(first at device address {memtest.first_error_address:#x}, flipped bits "
+            f"{memtest.flipped_bits_mask:#010x})"),
             observed=observed, expected=expected, remediation=rma)
     if memtest.passes_completed == 0:
         return _not_judged(check_id, device, "memory test", memtest.error)
     uncorrected = _rise(memtest.ecc_uncorrected_before, memtest.ecc_uncorrected_after)
     corrected = _rise(memtest.ecc_corrected_before, memtest.ecc_corrected_after)
     if uncorrected:
-        return failed(check_id, device, f"{device.label}: {uncorrected} uncorrectable ECC errors during the memory test",
-                      observed=observed, expected=expected, remediation=rma)
+        return failed(
+            check_id,
+            device,
+            f"{device.label}: {uncorrected} uncorrectable ECC errors during the memory test",
+            observed=observed,
+            expected=expected,
+            remediation=rma,
+        )
     summary = (f"{memtest.bytes_tested / 1e9:.1f} GB of {(memtest.total_bytes or 0) / 1e9:.1f} GB in "
                f"{memtest.passes_completed} passes, {memtest.seconds} s")
     if corrected:

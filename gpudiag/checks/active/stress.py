@@ -193,7 +193,8 @@ def _figures_text(stress: StressResult, mine: StressFigures, node: dict) -> str:
     power = (f"{mine.mean_power_watts:g} W of {mine.power_limit_watts:g} W ({mine.power_ratio:.0%})"
              if mine.power_ratio is not None else f"{mine.mean_power_watts} W (limit unknown)")
     return (f"{stress.seconds} s at {beside(mine.tflops, 'tflops')} {(mine.precision or '').upper()} TFLOPS, steady "
-            f"{power}, SM clock min/median {mine.sm_clock_min_mhz}/{beside(mine.sm_clock_median_mhz, 'sm_clock_median_mhz')}"
+            f"{power}, SM clock min/median "
+            f"{mine.sm_clock_min_mhz}/{beside(mine.sm_clock_median_mhz, 'sm_clock_median_mhz')}"
             f" MHz, {mine.start_temperature_celsius}->{mine.max_temperature_celsius} °C")
 
 
@@ -224,16 +225,20 @@ def _judge_hbm(snapshot: NodeSnapshot, limits: ActiveExpectations
         target = nominal / 2 * limits.hbm_efficiency if nominal else None
         observed = {"gb_per_second": hbm.gb_per_second, "bytes_per_copy": hbm.bytes_per_copy,
                     "traffic_gb_per_second": round(2 * hbm.gb_per_second, 1), "node_median_gb_per_second": theirs}
-        expected = {"nominal_gb_per_second": nominal, "expected_copy_gb_per_second": round(target, 1) if target else None,
-                    "warn_below_gb_per_second": round(target * limits.hbm_warn_ratio, 1) if target else None,
-                    "fail_below_gb_per_second": round(target * limits.hbm_fail_ratio, 1) if target else None,
-                    "max_below_node_median_ratio": limits.stress_straggler_ratio}
+        expected = {
+            "nominal_gb_per_second": nominal,
+            "expected_copy_gb_per_second": round(target, 1) if target else None,
+            "warn_below_gb_per_second": round(target * limits.hbm_warn_ratio, 1) if target else None,
+            "fail_below_gb_per_second": round(target * limits.hbm_fail_ratio, 1) if target else None,
+            "max_below_node_median_ratio": limits.stress_straggler_ratio,
+        }
         findings: list[tuple[Status, str]] = []
         if target:
             ratio = hbm.gb_per_second / target
             if ratio < limits.hbm_warn_ratio:
                 findings.append((Status.FAIL if ratio < limits.hbm_fail_ratio else Status.WARN,
-                                 f"{ratio:.0%} of the {target:.0f} GB/s a healthy copy reaches ({nominal:g} GB/s nominal)"))
+                                 f"{ratio:.0%} of the {target:.0f} GB/s a healthy copy reaches ({nominal:g} GB/s "
+                                 "nominal)"))
         if theirs and hbm.gb_per_second < (1 - limits.stress_straggler_ratio) * theirs:
             findings.append((Status.WARN, f"{1 - hbm.gb_per_second / theirs:.1%} below its siblings' median of "
                                           f"{theirs:g} GB/s"))

@@ -58,7 +58,9 @@ def figures_of(stress: StressResult) -> StressFigures:
     limits = _values(stress.samples, "power_limit_watts")
     temperatures = _values(stress.samples, "temperature_celsius")
     all_powers = _values(stress.samples, "power_watts")
-    import statistics  # here, not at import: only a --level 2|3 check has stress figures; importing statistics (with decimal and fractions) costs a few ms
+    # here, not at import: only a --level 2|3 check has stress figures; importing statistics (with decimal and
+    # fractions) costs a few ms
+    import statistics
 
     return StressFigures(
         tflops=stress.tflops if stress.tflops is not None else stress.fp32_tflops,

@@ -184,7 +184,9 @@ def port_events(snapshot: NodeSnapshot, vendor: Vendor) -> list[KernelEvent]:
         if event.kind not in GHES_EVENT_KINDS:
             continue
         for gpu in snapshot.pci_gpus:
-            below = event.pci_bus_id in (gpu.pci_bus_id, gpu.upstream_pci_bus_id) or event.pci_bus_id in gpu.upstream_ports
+            below = (
+                event.pci_bus_id in (gpu.pci_bus_id, gpu.upstream_pci_bus_id) or event.pci_bus_id in gpu.upstream_ports
+            )
             if gpu.vendor == vendor and below:
                 picked.append(dataclasses.replace(event, vendor=vendor, pci_bus_id=gpu.pci_bus_id))
     return picked

@@ -309,7 +309,8 @@ _SLOT_ACTION = ("The GPU is gone from the PCIe bus: drain the node and power-cyc
 
 def slot_finding(event: KernelEvent) -> Finding:
     if event.vendor is None:  # no GPU known below the port
-        return Finding(Status.WARN, f"PCIe hot-plug slot lost its {'link' if event.kind == 'slot_link_down' else 'card'}",
+        return Finding(Status.WARN, "PCIe hot-plug slot lost its "
+                                    f"{'link' if event.kind == 'slot_link_down' else 'card'}",
                        "A hot-plug slot lost its link or card. If it held a GPU, that GPU has fallen off the bus: "
                        "see inventory.* for the GPU that is missing, drain the node and power-cycle it.",
                        "watch", "GPUDIAG-PCIE-SLOT-LOST")

@@ -103,13 +103,15 @@ _VERDICTS = {
 }
 _REFERENCE = {
     "kernel_log.xid": (
-        "NVIDIA Xid lines in the kernel log (/dev/kmsg or --kernel-log; every saved format, docs/kernel-log-formats.md), "
+        "NVIDIA Xid lines in the kernel log (/dev/kmsg or --kernel-log; every saved format, "
+        "docs/kernel-log-formats.md), "
         "judged by the Xid catalog and what the line says (Xid 144-150 Fatal/Nonfatal, Xid 154's new action); the "
         "driver's fallen-off-the-bus, NVLink training and RmInitAdapter records; earlier boots' faults",
         "Follow the Xid's resolution bucket (the result names it): restart the application, reset the GPU, reboot, "
         "or RMA; confirm with `dmesg -T | grep -i xid`."),
     "kernel_log.sxid": (
-        "NVSwitch SXid lines in the kernel log (`nvidia-nvswitchN: SXid (PCI:…): NNNNN, Fatal|Non-fatal, …`), judged by "
+        "NVSwitch SXid lines in the kernel log (`nvidia-nvswitchN: SXid (PCI:…): NNNNN, Fatal|Non-fatal, …`), judged "
+        "by "
         "the line's own word and NVIDIA's Fabric Manager SXid tables",
         "A fatal SXid: drain the node and reboot it (the NVSwitches and GPUs must be reset together); an always-fatal "
         "one or one that recurs after reboots: hardware inspection of the baseboard. Non-fatal: watch."),

@@ -129,10 +129,18 @@ _FABRIC_REBOOT = ("Drain the node and reboot it: the NVSwitches and GPUs of the 
                   "(NVIDIA Fabric Manager guide, NVSwitch SXid errors); then check `nvidia-smi nvlink -s` and "
                   "topology.fabric. A fatal SXid that recurs is a baseboard for hardware inspection.")
 _SXID_LEVELS = {
-    sxid_catalog.ALWAYS_FATAL: (Status.FAIL, "reboot", "always fatal to the fabric: restart the host. " + _FABRIC_REBOOT),
+    sxid_catalog.ALWAYS_FATAL: (
+        Status.FAIL,
+        "reboot",
+        "always fatal to the fabric: restart the host. " + _FABRIC_REBOOT,
+    ),
     "fatal": (Status.FAIL, "reboot", _FABRIC_REBOOT),
-    "nonfatal": (Status.WARN, "watch", "Non-fatal NVSwitch error: the fabric carries on, the job on that link may have "
-                                       "failed; watch for recurrence and for Xid 74/45 on the GPUs."),
+    "nonfatal": (
+        Status.WARN,
+        "watch",
+        "Non-fatal NVSwitch error: the fabric carries on, the job on that link may have "
+        "failed; watch for recurrence and for Xid 74/45 on the GPUs.",
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Optional
 
 from gpudiag.checks.common import failed, skipped, unknown
 from gpudiag.expect.network_settings import NetworkSettings
-from gpudiag.model import CheckResult, NodeSnapshot, ProbeError, Status
+from gpudiag.model import CheckResult, NodeSnapshot, ProbeError
 from gpudiag.model.network import NetworkInfo, RdmaDevice, RdmaPort
 
 NICS = "network.nics"

@@ -25,26 +25,42 @@ from gpudiag.cli.shared.options import (BaselineOption, KernelLogOption, OutputF
 def check(
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f", help="Output format."),
     as_json: bool = typer.Option(False, "--json", help="Short for --format json."),
-    only: Optional[List[str]] = typer.Option(None, "--only", autocompletion=complete_checks, help="Run only these check IDs or families (repeat or comma-separate)."),
-    skip: Optional[List[str]] = typer.Option(None, "--skip", autocompletion=complete_checks, help="Skip these check IDs or families."),
-    gpu: Optional[List[str]] = typer.Option(None, "--gpu", "-i", help="Judge only these GPUs: index, PCI bus ID or UUID (repeat or comma-separate); the node-level checks (driver, host, GPU count, kernel log) still count."),
+    only: Optional[List[str]] = typer.Option(
+        None, "--only", autocompletion=complete_checks, help="Run only these check IDs or families (repeat or "
+                                                             "comma-separate)."
+    ),
+    skip: Optional[List[str]] = typer.Option(
+        None, "--skip", autocompletion=complete_checks, help="Skip these check IDs or families."
+    ),
+    gpu: Optional[List[str]] = typer.Option(
+        None, "--gpu", "-i", help="Judge only these GPUs: index, PCI bus ID or UUID (repeat or comma-separate); the "
+                                  "node-level checks (driver, host, GPU count, kernel log) still count."
+    ),
     timeout: Optional[float] = LevelTimeoutOption,
     root: Path = RootOption,
     kernel_log: Optional[Path] = KernelLogOption,
     replay: Optional[Path] = typer.Option(None, "--replay", help="Judge a recorded snapshot instead of this node."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List passing checks one by one."),
-    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the checklist (default: when a terminal)."),
+    color: Optional[bool] = typer.Option(
+        None, "--color/--no-color", help="Colour the checklist (default: when a terminal)."
+    ),
     level: int = typer.Option(
         1, "--level", min=1, max=3,
-        help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, HBM, memory test, stress at the power limit). 3: the soak (10-minute stress, memory test with moving inversions).",
+        help="1: read the node (passive, fast). 2: also load-test idle GPUs (copy bandwidth, P2P, HBM, memory test, "
+             "stress at the power limit). 3: the soak (10-minute stress, memory test with moving inversions).",
     ),
     stress_seconds: Optional[float] = StressSecondsOption,
     profile: Optional[str] = ProfileOption,
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
-    direct: bool = typer.Option(False, "--direct", help="Probe the GPUs in this process even when the service answers."),
+    direct: bool = typer.Option(
+        False, "--direct", help="Probe the GPUs in this process even when the service answers."
+    ),
     socket: Optional[Path] = SocketOption,
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Read the service's journal and the screens' record here, probing in this process (default /var/lib/gpudiag, or the service's)."),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="Read the service's journal and the screens' record here, probing in this process "
+                                  "(default /var/lib/gpudiag, or the service's)."
+    ),
 ) -> None:
     """Run every check and print the troubleshooting checklist (through the running service when one answers)."""
     from gpudiag.checks import probe_parts_for

@@ -16,19 +16,28 @@ import os
 import sys
 import time
 
+from gpudiag import DEFAULT_DEADLINE_SECONDS, more_wait
 from gpudiag.exitcodes import ExitCode
 
 DEFAULT_SOCKET = "/run/gpudiag/gpudiag.sock"  # gpudiag/service/__init__.py; a test keeps the two equal
 MAX_REQUEST_BYTES = 4096  # gpudiag/service/protocol.py
-MAX_ANSWER_BYTES = (16 << 20) + (1 << 20)  # the service's cap on a report (gpudiag/service/check_answers.py) and the JSON
+MAX_ANSWER_BYTES = (16 << 20) + (
+    1 << 20
+)  # the service's cap on a report (gpudiag/service/check_answers.py) and the JSON
 CONNECT_TIMEOUT_SECONDS = 0.25  # gpudiag/service/client.py
 FORMATS = ("text", "json", "junit")
 # option -> the request field it sets; a value option takes the next argument or `--opt=value`
 VALUE_OPTIONS = {"--format": "format", "-f": "format", "--only": "only", "--skip": "skip", "--profile": "profile",
                  "--param": "params", "-p": "params", "--socket": "socket", "--root": "root", "--timeout": "timeout",
                  "--level": "level"}
-FLAGS = {"--json": ("json", True), "--direct": ("direct", True), "--verbose": ("verbose", True), "-v": ("verbose", True),
-         "--color": ("color", True), "--no-color": ("color", False)}
+FLAGS = {
+    "--json": ("json", True),
+    "--direct": ("direct", True),
+    "--verbose": ("verbose", True),
+    "-v": ("verbose", True),
+    "--color": ("color", True),
+    "--no-color": ("color", False),
+}
 # `check`'s options this module leaves to the full CLI (they need this machine's files, typer's help, or a load test).
 # With VALUE_OPTIONS and FLAGS they are every option of gpudiag/cli/check/command.py: tests/cli/check/test_options.py
 # says so.
@@ -85,14 +94,15 @@ def _request(opts: dict) -> "dict | None":
             return None
         if not 0.1 <= timeout < float("inf"):
             return None  # typer's own message for what it refuses (min=0.1)
-    wait = 10.0 if timeout is None else min(timeout, 10.0)
+    wait = DEFAULT_DEADLINE_SECONDS if timeout is None else min(timeout, DEFAULT_DEADLINE_SECONDS)
     split = [[part.strip() for v in opts[key] for part in v.split(",") if part.strip()] for key in ("only", "skip")]
     if opts["only"] and not split[0]:
         return None  # `--only ''`: a usage error, which the full CLI words
     color = opts.get("color")
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    # As `gpudiag check` through the service waits: the service's probe deadline and a second more.
+    # As `gpudiag check` through the service waits: the default deadline and a second more (then the service's own,
+    # should it say its collection is still running: main()).
     return {"op": "check", "format": fmt or "text", "only": split[0], "skip": split[1], "params": opts["params"],
             "profile": profile, "verbose": bool(opts.get("verbose")), "color": color, "wait": wait + 1.0,
             "_socket": opts.get("socket") or _under_root(opts.get("root")), "_root": opts.get("root") or "/",
@@ -175,6 +185,9 @@ def main(argv: "list | None" = None) -> "int | None":
         return _direct(request, root, timeout)
     try:
         answer = ask(path, request, timeout=request["wait"] + 5.0)
+        more = more_wait(answer, timeout) if answer is not None and answer.get("fallback") == "stale" else None
+        if more is not None:  # its collection is still running: wait for that one, as long as the service says
+            answer = ask(path, {**request, "wait": more}, timeout=more + 5.0)
     except NotListening:
         return _direct(request, root, timeout)
     if answer is None:
@@ -189,7 +202,11 @@ def main(argv: "list | None" = None) -> "int | None":
                          f"probing directly\n")
         return _direct(request, root, timeout)
     stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("exit")
-    if not isinstance(stdout, str) or not isinstance(stderr, str) or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.NOTHING_PROBED):
+    if (
+        not isinstance(stdout, str)
+        or not isinstance(stderr, str)
+        or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.NOTHING_PROBED)
+    ):
         return None
     from gpudiag import stdout as out
 

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from gpudiag import DEFAULT_DEADLINE_SECONDS, more_wait
+
 
 log = logging.getLogger("gpudiag")
 
@@ -29,11 +31,14 @@ def obtain(root: Path, socket: Optional[Path], timeout: Optional[float], level: 
     from gpudiag.service.client import ServiceError, ask
 
     path = socket_path(root, socket)
-    # A collection already running when we ask ends within the service's own probe deadline (10 s by default):
-    # wait that long and a second more, no longer.
-    wait = (10.0 if timeout is None else min(timeout, 10.0)) + 1.0
+    # First the default deadline and a second more; a service still collecting then says its own deadline, and
+    # (without our own --timeout) we wait that long for its collection rather than probe beside it.
+    wait = (DEFAULT_DEADLINE_SECONDS if timeout is None else min(timeout, DEFAULT_DEADLINE_SECONDS)) + 1.0
     try:
         answer = ask(path, {"op": "snapshot", "wait": wait}, timeout=wait + 1.0)
+        more = more_wait(answer, timeout) if answer is not None and not answer.get("fresh") else None
+        if more is not None:
+            answer = ask(path, {"op": "snapshot", "wait": more}, timeout=more + 1.0)
     except ServiceError as exc:
         log.warning("the service at %s could not collect (%s): probing directly", path, exc)
         answer = None

@@ -34,9 +34,17 @@ def listen_addresses(given: Optional[List[str]], environ=os.environ) -> list[str
 def serve(
     listen: Optional[List[str]] = typer.Option(
         None, "--listen", "--web.listen-address",
-        help="HOST:PORT to serve /metrics, /healthz, /livez and a landing page at / on; :PORT is every interface. Repeat it (or comma-separate) to serve on several; one that cannot be bound refuses them all. Default: $GPUDIAG_LISTEN, else :9858."),
-    systemd_socket: bool = typer.Option(False, "--web.systemd-socket", help="Serve on the listening socket(s) systemd passes (socket activation: gpudiag.socket owns the port) instead of --listen / $GPUDIAG_LISTEN."),
-    web_config: Optional[Path] = typer.Option(None, "--web-config", "--web.config.file", help="TLS, basic auth, rate limit, headers (exporter-toolkit web-config YAML)."),
+        help="HOST:PORT to serve /metrics, /healthz, /livez and a landing page at / on; :PORT is every interface. "
+             "Repeat it (or comma-separate) to serve on several; one that cannot be bound refuses them all. Default: "
+             "$GPUDIAG_LISTEN, else :9858."),
+    systemd_socket: bool = typer.Option(
+        False, "--web.systemd-socket", help="Serve on the listening socket(s) systemd passes (socket activation: "
+                                            "gpudiag.socket owns the port) instead of --listen / $GPUDIAG_LISTEN."
+    ),
+    web_config: Optional[Path] = typer.Option(
+        None, "--web-config", "--web.config.file", help="TLS, basic auth, rate limit, headers (exporter-toolkit "
+                                                        "web-config YAML)."
+    ),
     interval: float = typer.Option(15.0, "--interval", min=0.5, callback=finite, help="Seconds between collections."),
     timeout: Optional[float] = TimeoutOption,
     root: Path = RootOption,
@@ -45,9 +53,19 @@ def serve(
     params: Optional[List[str]] = ParamOption,
     baseline_file: Optional[Path] = BaselineOption,
     socket: Optional[Path] = SocketOption,
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
-    log_level: LogLevel = typer.Option(LogLevel.info, "--log.level", help="The least severe lines logged on stderr: debug, info (every change told once: a GPU lost and back, a check failing and passing again), warn (only what went wrong), error."),
-    log_format: LogFormat = typer.Option(LogFormat.logfmt, "--log.format", help="Log lines as logfmt (key=value, as node_exporter writes them) or one JSON object each."),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="Keep the event journal here (default /var/lib/gpudiag; under --root DIR, "
+                                  "DIR/var/lib/gpudiag)."
+    ),
+    log_level: LogLevel = typer.Option(
+        LogLevel.info, "--log.level", help="The least severe lines logged on stderr: debug, info (every change told "
+                                           "once: a GPU lost and back, a check failing and passing again), warn (only "
+                                           "what went wrong), error."
+    ),
+    log_format: LogFormat = typer.Option(
+        LogFormat.logfmt, "--log.format", help="Log lines as logfmt (key=value, as node_exporter writes them) or one "
+                                               "JSON object each."
+    ),
 ) -> None:
     """Serve Prometheus metrics until SIGTERM; collection runs in the background, so a scrape never waits on a GPU."""
     from gpudiag.cli.serve.log_format import daemon_logging

@@ -50,7 +50,7 @@ def judge_against(expectations: Optional["Expectations"]) -> Callable[[NodeSnaps
     return lambda snapshot: run_checks(snapshot, expectations)
 
 
-class Exporter:
+class ServeDaemon:
     """Everything `gpudiag serve` runs, startable and stoppable in-process (tests and benchmarks use it so)."""
 
     def __init__(
@@ -141,7 +141,7 @@ class Exporter:
             found.append(f"{self.scheme}://{f'[{host}]' if ':' in host else host}:{port}")
         return found
 
-    def start(self) -> "Exporter":
+    def start(self) -> "ServeDaemon":
         if self.service is not None:
             self.service.start()
         self.poller.start()
@@ -193,7 +193,7 @@ def serve(listen: Union[str, Sequence[str]], web_config: Optional[Path], options
         return ExitCode.USAGE
     collector = Collector(options)
     try:
-        exporter = Exporter(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
+        exporter = ServeDaemon(listen, web, collector.collect, interval_seconds, options.timeout_seconds,
                             judge=judge_against(expectations), socket_path=socket_path, state_dir=state_dir,
                             socket_required=socket_required, service_options={"expect": expectations},
                             listening=listening)

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
+from gpudiag import DEFAULT_DEADLINE_SECONDS
 from gpudiag.exitcodes import ExitCode
 
-PASSIVE_DEFAULT_TIMEOUT = 10.0
 
 
 class UsageProblem(Exception):
@@ -82,7 +82,7 @@ def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[fl
     from gpudiag.probe import PROBE_PARTS, CollectOptions
     from gpudiag.service import state_dir as journal_dir
 
-    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
+    timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
     if not (root / "sys").is_dir() and root != Path("/"):
         raise UsageProblem(f"--root {root}: no sys/ directory under it")
     if kernel_log is not None:
@@ -123,10 +123,10 @@ def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], le
         from gpudiag.active.options import default_deadline
 
         timeout = default_deadline(level, stress_seconds)
-    timeout = PASSIVE_DEFAULT_TIMEOUT if timeout is None else timeout
+    timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
     started = time.monotonic()
     # The passive probe keeps its usual deadline; the load tests get the rest.
-    options = collect_options(root, kernel_log, min(timeout, PASSIVE_DEFAULT_TIMEOUT) if level >= 2 else timeout,
+    options = collect_options(root, kernel_log, min(timeout, DEFAULT_DEADLINE_SECONDS) if level >= 2 else timeout,
                                parts, state_dir)
     with stdout_to_stderr(), Collector(options) as collector:
         snapshot = collector.collect()

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import typer
 
+from gpudiag import DEFAULT_DEADLINE_SECONDS
 from gpudiag.cli.shared.completion import complete_profile
 from gpudiag.cli.shared.node_collect import UsageProblem
 
@@ -49,18 +50,37 @@ KernelLogOption = typer.Option(
     None, "--kernel-log", help="Scan this saved dmesg / kmsg / journalctl -k text instead of the live kernel log."
 )
 # Only the commands with --level (check, textfile) mention it: the others have no load tests to wait for.
-TimeoutOption = typer.Option(None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the node (default 10).")
+TimeoutOption = typer.Option(None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the "
+                                                                               "node (default "
+                                                                               f"{DEFAULT_DEADLINE_SECONDS:g}).")
 LevelTimeoutOption = typer.Option(
-    None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the node (default 10; 600 with --level 2; the stress + 300 with --level 3)."
+    None, "--timeout", min=0.1, callback=finite, help="Deadline in seconds for probing the node (default "
+                                                      f"{DEFAULT_DEADLINE_SECONDS:g}; 600 with --level 2; the stress + "
+                                                      "300 with --level 3)."
 )
 # What the node should be: `check`, `serve` and `textfile` judge against the same expectations (node_collect.py).
-ProfileOption = typer.Option(None, "--profile", autocompletion=complete_profile, help="Node profile: a shipped profile's name (h200-8x, mi300x-8x, …), or a TOML file named with a slash or a .toml suffix (./site, site.toml).")
+ProfileOption = typer.Option(None, "--profile", autocompletion=complete_profile, help="Node profile: a shipped "
+                                                                                      "profile's name (h200-8x, "
+                                                                                      "mi300x-8x, …), or a TOML file "
+                                                                                      "named with a slash or a .toml "
+                                                                                      "suffix (./site, site.toml).")
 ParamOption = typer.Option(None, "--param", "-p", help="Override one profile setting: KEY=VALUE (repeatable).")
-StressSecondsOption = typer.Option(None, "--stress-seconds", min=1.0, max=86400.0, callback=finite, help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).")
-BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every drift from it.")
+StressSecondsOption = typer.Option(
+    None,
+    "--stress-seconds",
+    min=1.0,
+    max=86400.0,
+    callback=finite,
+    help="How long the stress runs with --level 2|3 (default 30; 600 at level 3).",
+)
+BaselineOption = typer.Option(None, "--baseline", help="Golden baseline (gpudiag baseline --output): fail on every "
+                                                       "drift from it.")
 # Where the service keeps its journal and `gpudiag screen` its record (read for earlier boots' faults and the screens).
-StateDirOption = typer.Option(None, "--state-dir", help="Read the service's journal and the screens' record here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag).")
-SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
+StateDirOption = typer.Option(None, "--state-dir", help="Read the service's journal and the screens' record here "
+                                                        "(default /var/lib/gpudiag; under --root DIR, "
+                                                        "DIR/var/lib/gpudiag).")
+SocketOption = typer.Option(None, "--socket", help="The service's Unix socket (default /run/gpudiag/gpudiag.sock; "
+                                                   "under --root DIR, DIR/run/gpudiag/gpudiag.sock).")
 
 
 def split_ids(values: Optional[List[str]]) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from gpudiag import DEFAULT_DEADLINE_SECONDS
 from gpudiag.cli.shared.node_collect import UsageProblem
 
 log = logging.getLogger("gpudiag")
@@ -87,7 +88,8 @@ class Sampler:
         """(the view, when it was read, why not the service's) — the view None where this sample is direct."""
         from gpudiag.service.client import ServiceError, ask
 
-        wait = (10.0 if self.timeout is None else min(self.timeout, 10.0)) + 1.0  # as check waits
+        # as check waits
+        wait = (DEFAULT_DEADLINE_SECONDS if self.timeout is None else min(self.timeout, DEFAULT_DEADLINE_SECONDS)) + 1.0
         request = {"op": "top", "max_age": min(MAX_AGE_SECONDS, self.interval / 2), "wait": wait}
         try:
             answer = ask(self._socket, request, timeout=wait + 1.0)

@@ -134,7 +134,8 @@ _PATTERNS: list[tuple[str, re.Pattern, Optional[str]]] = [
     ("init_failed", _p(r"Fatal error during GPU init"), None),
 ]
 # How every body above starts: most amdgpu lines are chatter, and one test turns them away before the list is tried.
-_ANY_BODY = _p(r"ring |GPU reset|Mode[12] reset|ASIC reset|[Uu]ncorrectable hardware|[0-9]|poison is|Poison is|aca entry"
+_ANY_BODY = _p(r"ring |GPU reset|Mode[12] reset|ASIC reset|[Uu]ncorrectable hardware|[0-9]|poison is|Poison is|aca "
+               r"entry"
                r"|ACA\[|Saved bad|RAS |\[[a-z0-9]{0,16}hub|WARN: GPU|Fatal error|MODE1 |GPU (?:smu |psp )?mode1 "
                r"|VRAM is lost|The cp might|qcm fence|MES|IP block:|Ring |Error Address")
 _PAGE_FAULT_PROCESS = lazy_compile(r"for process ([^ ]{0,64}) pid ([0-9]{1,10})\b", re.ASCII)

@@ -21,7 +21,6 @@ The log is hostile input (any local user can get text into it: a program's name 
 from __future__ import annotations
 
 import importlib
-import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
@@ -33,9 +32,21 @@ from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, Malfo
 from gpudiag.probe.kernel_log.index import RECORD_MODULES
 from gpudiag.probe.patterns import lazy_compile
 
-__all__ = ["AMDGPU_EVENT_KINDS", "EventReader", "LogLine", "MAX_RECORD_CHARS", "MalformedRecord",
-           "FAMILY_EVENT_KINDS", "FAMILY_MARKERS", "KEPT_IN", "NVIDIA_EVENT_KINDS", "PCIE_SLOT_EVENT_KINDS",
-           "nvidia_gpu_uuid", "parse_event", "split_line"]
+__all__ = [
+    "AMDGPU_EVENT_KINDS",
+    "EventReader",
+    "FAMILY_EVENT_KINDS",
+    "FAMILY_MARKERS",
+    "KEPT_IN",
+    "LogLine",
+    "MAX_RECORD_CHARS",
+    "MalformedRecord",
+    "NVIDIA_EVENT_KINDS",
+    "PCIE_SLOT_EVENT_KINDS",
+    "nvidia_gpu_uuid",
+    "parse_event",
+    "split_line",
+]
 
 # ---------------------------------------------------------------------------------------------------------------
 # PCIe hot-plug (drivers/pci/hotplug/pciehp_ctrl.c, ctrl_info → pci_info on the port: "pcieport <port>: pciehp: …"):

@@ -283,7 +283,9 @@ def journal_entry(fields: dict) -> Optional[LogLine]:
     if transport is not None:
         kernel = transport == "kernel"
     else:
-        kernel = fields.get("SYSLOG_IDENTIFIER", "kernel") == "kernel" and str(fields.get("SYSLOG_FACILITY", "0")) == "0"
+        kernel = (
+            fields.get("SYSLOG_IDENTIFIER", "kernel") == "kernel" and str(fields.get("SYSLOG_FACILITY", "0")) == "0"
+        )
     seconds = _journal_number(fields.get("_SOURCE_MONOTONIC_TIMESTAMP") or fields.get("__MONOTONIC_TIMESTAMP"))
     wall = _journal_number(fields.get("_SOURCE_REALTIME_TIMESTAMP") or fields.get("__REALTIME_TIMESTAMP"))
     boot = fields.get("_BOOT_ID") if isinstance(fields.get("_BOOT_ID"), str) else None

@@ -164,6 +164,7 @@ class NvrmReader:
         if probe:
             self._pending, self._lines = probe[1], 0
             return None
-        if message == _PROBE_FALLEN:  # its first line was lost (cut from a saved log): a GPU fell off, which one is unknown
+        # its first line was lost (cut from a saved log): a GPU fell off, which one is unknown
+        if message == _PROBE_FALLEN:
             return _event("fallen_off_bus", message, None, seconds, detail="probe")
         return nvrm_event(message, seconds)

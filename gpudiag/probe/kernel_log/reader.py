@@ -43,7 +43,9 @@ PERMISSION_HINT = (
 )
 
 
-def read_kernel_log(root: Path = Path("/"), file: Optional[Path] = None, until: Optional[float] = None) -> KernelLogInfo:
+def read_kernel_log(
+    root: Path = Path("/"), file: Optional[Path] = None, until: Optional[float] = None
+) -> KernelLogInfo:
     """Scan the kernel log for GPU events. Never raises: an unreadable log is `readable=False` with the reason.
     `until` (time.monotonic()) bounds the scan: past it, the scan stops and says so in `incomplete`."""
     if file is not None:

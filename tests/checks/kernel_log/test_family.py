@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from gpudiag.checks.kernel_log import family as kernel_log, amdgpu as kernel_log_amdgpu
+from gpudiag.checks.kernel_log import amdgpu as kernel_log_amdgpu
 from gpudiag.checks.kernel_log.xid_catalog import XID_CATALOG, xid_severity
 from gpudiag.expect import Expectations
 from gpudiag.model import ErrorKind, KernelEvent, ProbeError, Status, Vendor
@@ -166,7 +166,8 @@ def test_amdgpu_event_on_a_partition_lands_on_its_physical_gpu():
     assert [r.device.pci_bus_id for r in failed] == ["0000:26:00.0"]
 
 
-# -- boundaries (issue 16: mutation survivors in gpudiag/checks/kernel_log/family.py) -----------------------------------
+# -- boundaries (issue 16: mutation survivors in gpudiag/checks/kernel_log/family.py)
+# -----------------------------------
 
 def _booted(snap, seconds_before_collection):
     """Boot `seconds_before_collection` before the snapshot's collection time (its collected_at)."""

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from gpudiag.checks import VERDICTS
-from gpudiag.checks.network import family as network, affinity as network_affinity, counters as network_counters
+from gpudiag.checks.network import family as network, affinity as network_affinity
 from gpudiag.checks.verdicts import assign
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.expect.network_settings import NetworkSettings

@@ -83,8 +83,17 @@ def test_a_healthy_node_passes_through_the_fast_path(tmp_path):
 def test_the_fast_path_imports_no_typer_model_checks_or_vendor_library(tmp_path):
     node = FakeNode.hgx_h200(2)
     fake_root(tmp_path, node)
-    heavy = ("typer", "click", "gpudiag.cli.app", "gpudiag.model", "gpudiag.checks", "gpudiag.report", "pynvml", "amdsmi",
-             "psutil")
+    heavy = (
+        "typer",
+        "click",
+        "gpudiag.cli.app",
+        "gpudiag.model",
+        "gpudiag.checks",
+        "gpudiag.report",
+        "pynvml",
+        "amdsmi",
+        "psutil",
+    )
     probe = ("import json, sys\nfrom gpudiag.cli.check.fastpath import main\ncode = main(sys.argv[1:])\n"
              f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]), file=sys.stderr)\nsys.exit(code)\n")
     with installed(node), running_service(tmp_path):

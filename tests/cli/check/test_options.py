@@ -29,7 +29,9 @@ def test_the_fast_path_knows_every_option_of_check_and_no_other():
 
 def test_a_flag_is_a_flag_on_both_sides():
     typer_options = _check_options()
-    assert {name: typer_options[name] for name in fastpath.VALUE_OPTIONS} == dict.fromkeys(fastpath.VALUE_OPTIONS, False)
+    assert {name: typer_options[name] for name in fastpath.VALUE_OPTIONS} == dict.fromkeys(
+        fastpath.VALUE_OPTIONS, False
+    )
     assert {name: typer_options[name] for name in fastpath.FLAGS} == dict.fromkeys(fastpath.FLAGS, True)
 
 

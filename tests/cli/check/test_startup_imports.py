@@ -13,9 +13,20 @@ import sys
 from tests.support.exporter_node import fake_node, fake_root
 from tests.support.paths import REPO
 
-LEVEL_2_ONLY = ("gpudiag.active", "gpudiag.active.options", "statistics", "fractions", "decimal", "gpudiag.model.active",
-                "gpudiag.checks.active.copies", "gpudiag.checks.active.memtest", "gpudiag.checks.active.stress",
-                "gpudiag.checks.active.stress_figures", "gpudiag.checks.active.compute", "gpudiag.checks.active.links")
+LEVEL_2_ONLY = (
+    "gpudiag.active",
+    "gpudiag.active.options",
+    "statistics",
+    "fractions",
+    "decimal",
+    "gpudiag.model.active",
+    "gpudiag.checks.active.copies",
+    "gpudiag.checks.active.memtest",
+    "gpudiag.checks.active.stress",
+    "gpudiag.checks.active.stress_figures",
+    "gpudiag.checks.active.compute",
+    "gpudiag.checks.active.links",
+)
 RUNNER = ("import json, sys; from tests.support.exporter_node import fake_node; "
           "from tests.support.fakes.fake_nvml import installed; "
           "fake = installed(fake_node(2)); fake.__enter__(); "
@@ -46,7 +57,8 @@ FAST_PATH_RUNNER = (
     "compiled = sorted(f'{m.__name__}.{c.__name__}' for m in list(sys.modules.values())\n"
     "                  if getattr(m, '__name__', '').startswith('gpudiag') for c in vars(m).values()\n"
     "                  if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__\n"
-    "                  and getattr(c.__eq__, '__code__', None) is not None and c.__eq__.__code__.co_filename == '<string>')\n"
+    "                  and getattr(c.__eq__, '__code__', None) is not None and c.__eq__.__code__.co_filename == "
+    "'<string>')\n"
     "print(json.dumps({'code': code, 'collected_by': json.loads(out.getvalue())['collected_by'],\n"
     f"                  'imported': sorted(m for m in {LEVEL_2_ONLY + ONLY_WHEN_USED!r} if m in sys.modules),\n"
     "                  'compiled': compiled}))\n")

@@ -17,7 +17,7 @@ import pytest
 
 from gpudiag.cli import app as cli
 from gpudiag.cli.serve.command import listen_addresses
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
 from tests.support.exporter import wait_for
 from tests.support.paths import REPO
@@ -78,7 +78,7 @@ def test_serve_reads_gpudiag_listen_itself_and_a_flag_overrides_it(tmp_path, cap
 
 
 def test_every_address_given_is_served():
-    exporter = Exporter(["127.0.0.1:0", "127.0.0.2:0"], WebConfig(), nvidia_h200_node, interval_seconds=60,
+    exporter = ServeDaemon(["127.0.0.1:0", "127.0.0.2:0"], WebConfig(), nvidia_h200_node, interval_seconds=60,
                         collect_timeout_seconds=2, judge=lambda s: [], watcher_factory=None).start()
     try:
         wait_for(lambda: exporter.state.health()[0])

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 
 import gpudiag.probe
 from gpudiag.cli.serve.log_format import daemon_logging
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
 from gpudiag.probe import CollectOptions, Collector
 from tests.support.exporter import value, wait_for
@@ -128,7 +127,7 @@ def told(err: str) -> list[tuple[str, dict]]:
     return [(line["msg"], line) for line in records(err)]
 
 
-def completed(exporter: Exporter, outcome: str = "complete") -> float:
+def completed(exporter: ServeDaemon, outcome: str = "complete") -> float:
     return value(exporter.state.render().decode(), "gpudiag_collections_total", outcome=outcome) or 0
 
 
@@ -140,7 +139,7 @@ def test_a_backend_down_then_up_and_checks_changing_status_are_one_line_each(tmp
     tree = fake_root(tmp_path, node)
     with installed(node), daemon_logging("info", "logfmt"):
         collector = Collector(CollectOptions(root=tmp_path, timeout_seconds=1))
-        exporter = Exporter("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 1, watcher_factory=None).start()
+        exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collector.collect, 0.1, 1, watcher_factory=None).start()
         try:
             def after(count: int) -> None:
                 start = completed(exporter)
@@ -186,7 +185,7 @@ def test_a_collection_overrunning_or_failing_is_one_line_and_one_when_they_compl
         return nvidia_h200_node()
 
     with daemon_logging("info", "logfmt"):
-        exporter = Exporter("127.0.0.1:0", WebConfig(), collect, 0.1, 0.1, watcher_factory=None).start()
+        exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collect, 0.1, 0.1, watcher_factory=None).start()
         try:
             wait_for(lambda: completed(exporter, "overrun") >= 5, timeout=15)  # 2.1 s deadline, then one a cycle
             release.set()
@@ -254,7 +253,7 @@ def test_a_failure_repeated_every_collection_is_held_to_the_bound_with_its_trace
         raise ValueError("a check module's bug, every collection")
 
     with daemon_logging("info", "logfmt"):
-        exporter = Exporter("127.0.0.1:0", WebConfig(), nvidia_h200_node, 0.1, 0.1, judge=broken_checks,
+        exporter = ServeDaemon("127.0.0.1:0", WebConfig(), nvidia_h200_node, 0.1, 0.1, judge=broken_checks,
                             watcher_factory=None).start()
         try:
             wait_for(lambda: completed(exporter) >= 12, timeout=15)

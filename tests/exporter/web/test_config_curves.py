@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.exporter_process import ExporterProcess
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import load_web_config
 from tests.exporter.web.test_config_toolkit import REFUSED, TOOLKIT, client, get
 from tests.support.exporter import wait_for
@@ -59,7 +59,7 @@ def test_one_curve_or_several_limit_the_handshake(tmp_path, monkeypatch, curves,
         raise AssertionError(f"set_ecdh_curve({name!r}) called: a single curve must take the groups-list path")
 
     monkeypatch.setattr(ssl.SSLContext, "set_ecdh_curve", not_this_path)
-    exporter = Exporter("127.0.0.1:0", load_web_config(web_config(tmp_path, *curves)), nvidia_h200_node,
+    exporter = ServeDaemon("127.0.0.1:0", load_web_config(web_config(tmp_path, *curves)), nvidia_h200_node,
                         interval_seconds=60, collect_timeout_seconds=2, judge=lambda s: [],
                         watcher_factory=None).start()
     monkeypatch.undo()

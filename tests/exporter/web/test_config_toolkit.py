@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web import errors as E
 from gpudiag.exporter.web import openssl_ctx
 from gpudiag.exporter.web.config import WebConfigError, load_web_config
@@ -102,8 +102,8 @@ def test_a_missing_config_file_is_no_such_file(tmp_path):
 # -- the toolkit's server cases, against the exporter -----------------------------------------------------------
 
 
-def start(config: Path) -> Exporter:
-    exporter = Exporter("127.0.0.1:0", load_web_config(config), nvidia_h200_node, interval_seconds=60,
+def start(config: Path) -> ServeDaemon:
+    exporter = ServeDaemon("127.0.0.1:0", load_web_config(config), nvidia_h200_node, interval_seconds=60,
                         collect_timeout_seconds=2, judge=lambda s: [], watcher_factory=None).start()
     wait_for(lambda: exporter.state.health()[0])
     return exporter
@@ -128,7 +128,7 @@ def client(cert: str = "", ciphers: str = "", curve: str = "", max_version=None)
     return context
 
 
-def get(exporter: Exporter, context=None, path="/metrics", headers=None):
+def get(exporter: ServeDaemon, context=None, path="/metrics", headers=None):
     host, port = exporter.address
     conn = (http.client.HTTPSConnection("localhost", port, timeout=5, context=context) if context is not None
             else http.client.HTTPConnection(host, port, timeout=5))
@@ -272,7 +272,7 @@ def test_basic_auth_as_the_toolkit():
 # -- certificate rotation ---------------------------------------------------------------------------------------
 
 
-def _served_certificate(exporter: Exporter) -> bytes:
+def _served_certificate(exporter: ServeDaemon) -> bytes:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     with socket.create_connection(exporter.address, timeout=5) as raw:
@@ -332,13 +332,16 @@ def test_serve_with_the_toolkit_inline_config_answers_https(tmp_path):
         proc.wait(timeout=15)
 
 
-@pytest.mark.parametrize("prefer,chosen", [(True, "ECDHE-RSA-AES256-GCM-SHA384"), (False, "ECDHE-RSA-AES128-GCM-SHA256")])
+@pytest.mark.parametrize(
+    "prefer,chosen", [(True, "ECDHE-RSA-AES256-GCM-SHA384"), (False, "ECDHE-RSA-AES128-GCM-SHA256")]
+)
 def test_prefer_server_cipher_suites_is_enforced(tmp_path, prefer, chosen):
     for name in ("server.crt", "server.key"):
         shutil.copy(TOOLKIT / name, tmp_path / name)
     config = tmp_path / "web.yml"
     config.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  max_version: TLS12\n"
-                      "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
+                      "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, "
+                      "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
                       f"  prefer_server_cipher_suites: {str(prefer).lower()}\n")
     exporter = start(config)
     try:  # the client prefers AES-128; the server's order prefers AES-256

@@ -15,7 +15,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from gpudiag.cli.serve.serving import Exporter, serve
+from gpudiag.cli.serve.serving import ServeDaemon, serve
 from gpudiag.exporter.web.config import WebConfig, WebConfigError, load_web_config
 from gpudiag.exporter.web.listen import DEFAULT_LISTEN, parse_listen
 from gpudiag.probe import CollectOptions
@@ -26,8 +26,8 @@ from tests.support.snapshots import nvidia_h200_node
 TLS = FIXTURES / "tls"
 
 
-def start(web: WebConfig = WebConfig(), collect=nvidia_h200_node, **kwargs) -> Exporter:
-    exporter = Exporter("127.0.0.1:0", web, collect, interval_seconds=60, collect_timeout_seconds=2,
+def start(web: WebConfig = WebConfig(), collect=nvidia_h200_node, **kwargs) -> ServeDaemon:
+    exporter = ServeDaemon("127.0.0.1:0", web, collect, interval_seconds=60, collect_timeout_seconds=2,
                         judge=lambda s: [], watcher_factory=None, **kwargs).start()
     return exporter
 
@@ -40,7 +40,7 @@ def exporter():
     exporter.stop()
 
 
-def request(exporter: Exporter, method: str, path: str, headers=None, context=None):
+def request(exporter: ServeDaemon, method: str, path: str, headers=None, context=None):
     host, port = exporter.address
     if context is None:
         conn = http.client.HTTPConnection(host, port, timeout=5)
@@ -179,7 +179,7 @@ def test_a_trickling_client_is_cut_off_when_its_request_takes_too_long(first, ch
         exporter.stop()
 
 
-def served(exporter: Exporter) -> bool:
+def served(exporter: ServeDaemon) -> bool:
     try:
         return request(exporter, "GET", "/healthz")[0].status == 200
     except (ConnectionError, http.client.HTTPException):

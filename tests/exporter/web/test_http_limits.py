@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig, load_web_config
 from tests.support.exporter import wait_for
 from tests.support.http_attacks import read_all
@@ -48,7 +48,7 @@ def test_a_thread_that_fails_to_start_does_not_leak_its_slot(monkeypatch):
 
 
 def test_the_listen_backlog_holds_a_burst_of_connections():
-    exporter = Exporter("127.0.0.1:0", WebConfig(), nvidia_h200_node, interval_seconds=60, collect_timeout_seconds=2,
+    exporter = ServeDaemon("127.0.0.1:0", WebConfig(), nvidia_h200_node, interval_seconds=60, collect_timeout_seconds=2,
                         judge=lambda s: [], watcher_factory=None)  # not started: nothing accepts, the backlog fills
     socks = []
     try:
@@ -67,7 +67,7 @@ def test_the_listen_backlog_holds_a_burst_of_connections():
         exporter.stop()
 
 
-def exchange(exporter: Exporter, data: bytes) -> bytes:
+def exchange(exporter: ServeDaemon, data: bytes) -> bytes:
     sock = socket.create_connection(exporter.address, timeout=5)
     sock.sendall(data)
     return read_all(sock)

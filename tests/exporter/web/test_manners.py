@@ -12,19 +12,19 @@ import zlib
 import pytest
 
 from gpudiag import __version__
-from gpudiag.cli.serve.serving import Exporter
+from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
 from gpudiag.exporter.web.responses import GzipCache, accepts_gzip
 from tests.support.exporter import parse, value, wait_for
 from tests.support.snapshots import amd_mi300x_node, nvidia_h200_node
 
 
-def start(collect=nvidia_h200_node, **kwargs) -> Exporter:
-    return Exporter("127.0.0.1:0", WebConfig(), collect, interval_seconds=60, collect_timeout_seconds=2,
+def start(collect=nvidia_h200_node, **kwargs) -> ServeDaemon:
+    return ServeDaemon("127.0.0.1:0", WebConfig(), collect, interval_seconds=60, collect_timeout_seconds=2,
                     watcher_factory=None, **kwargs).start()
 
 
-def request(exporter: Exporter, method: str, path: str, headers=None):
+def request(exporter: ServeDaemon, method: str, path: str, headers=None):
     host, port = exporter.address
     conn = http.client.HTTPConnection(host, port, timeout=5)
     try:

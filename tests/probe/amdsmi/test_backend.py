@@ -334,7 +334,10 @@ def test_enumeration_failure_reports_it_and_shuts_the_library_down():
     node.failing_calls = {"amdsmi_get_socket_handles": 18}  # AMDSMI_STATUS_INIT_ERROR
     probed = probe(node)
     assert not probed.info.available
-    assert (probed.info.error.source, probed.info.error.kind) == ("amdsmi.amdsmi_get_processor_handles", ErrorKind.ERROR)
+    assert (probed.info.error.source, probed.info.error.kind) == (
+        "amdsmi.amdsmi_get_processor_handles",
+        ErrorKind.ERROR,
+    )
     assert "INIT_ERROR" in probed.info.error.message
     assert probed.library.calls.count("amdsmi_shut_down") == 1
 

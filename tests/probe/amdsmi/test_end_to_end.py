@@ -121,7 +121,9 @@ def test_gpu_reset_in_the_kernel_log_is_reported_on_that_gpu(tmp_path):
     findings = [r for r in only(results, "kernel_log.amdgpu_errors") if r.status != Status.PASS]
     assert [r.device.pci_bus_id for r in findings] == ["0000:85:00.0"]
     # A reset that succeeded warns (its jobs were killed); only a failed reset fails (kernel_log.amdgpu_errors).
-    assert [(r.status, r.action, r.fault_code) for r in findings] == [(Status.WARN, "watch", "GPUDIAG-AMDGPU-GPU-RESET")]
+    assert [(r.status, r.action, r.fault_code) for r in findings] == [
+        (Status.WARN, "watch", "GPUDIAG-AMDGPU-GPU-RESET")
+    ]
 
 
 def test_lost_gpu_is_unknown_never_a_pass(tmp_path):

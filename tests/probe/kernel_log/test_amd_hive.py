@@ -201,7 +201,8 @@ def test_a_reset_long_after_a_fatal_error_elsewhere_is_not_blamed_on_it():
 
 def test_a_mode1_reset_after_a_hang_is_judged_as_the_gpus_own():
     """ValveSoftware/SteamOS#2802 / wayvr-org/wayvr#650: MES stops answering, the ring reset fails, MODE1 reset."""
-    lines = ["amdgpu 0000:2d:00.0: MES failed to respond to msg=RESET", "amdgpu 0000:2d:00.0: Ring gfx_0.0.0 reset failed",
+    lines = ["amdgpu 0000:2d:00.0: MES failed to respond to msg=RESET", "amdgpu 0000:2d:00.0: Ring gfx_0.0.0 reset "
+                                                                        "failed",
              "amdgpu 0000:2d:00.0: MODE1 reset", "amdgpu 0000:2d:00.0: VRAM is lost due to GPU reset!"]
     snap = _node(["0000:2d:00.0"])
     snap.kernel_log.events = [parse_event(line) for line in lines]
@@ -256,7 +257,11 @@ def test_a_fatal_ghes_record_fails_the_gpu_and_one_on_another_port_is_not_a_gpus
     fatal = GHES.replace("event severity: recoverable", "event severity: fatal")
     snap = _ghes_node(tmp_path, fatal, ["0000:54:01.0"])
     result = for_gpu(run(snap, "kernel_log.amdgpu_errors"), 0)
-    assert (result.status, result.action, result.fault_code) == (Status.FAIL, "reboot", "GPUDIAG-AMDGPU-GHES-PCIE-FATAL")
+    assert (result.status, result.action, result.fault_code) == (
+        Status.FAIL,
+        "reboot",
+        "GPUDIAG-AMDGPU-GHES-PCIE-FATAL",
+    )
     elsewhere = _ghes_node(tmp_path, fatal, ["0000:40:01.1"])  # a NIC's or a drive's root port
     assert {r.status for r in run(elsewhere, "kernel_log.amdgpu_errors")} == {Status.PASS}
 

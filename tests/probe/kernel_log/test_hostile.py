@@ -190,7 +190,9 @@ def test_a_five_digit_vmd_domain_is_kept():
 
 def test_non_ascii_digits_are_not_numbers():
     assert parse_event("NVRM: Xid (PCI:0000:19:00): \u0667\u0669, pid=1, name=x, y") is None
-    assert parse_event("amdgpu 0000:c1:00.0: amdgpu: \u0663 uncorrectable hardware errors detected in umc block") is None
+    assert (
+        parse_event("amdgpu 0000:c1:00.0: amdgpu: \u0663 uncorrectable hardware errors detected in umc block") is None
+    )
     assert split_line("[ \u0661.0] x").seconds is None
 
 
@@ -207,7 +209,11 @@ def test_a_scan_that_misses_the_deadline_is_unknown_and_the_gpus_are_unaffected(
     snapshot, elapsed = collect_node(tmp_path, [f"6,{i},{i},-;NVRM: loading" for i in range(20_000)], 1.5)
     assert elapsed < 2.5
     assert [d.reachable for d in snapshot.devices] == [True, True]
-    assert "deadline" in (snapshot.kernel_log.incomplete or ""), (snapshot.kernel_log.error, snapshot.kernel_log.lines_scanned, snapshot.collectors)
+    assert "deadline" in (snapshot.kernel_log.incomplete or ""), (
+        snapshot.kernel_log.error,
+        snapshot.kernel_log.lines_scanned,
+        snapshot.collectors,
+    )
     results = run_checks(snapshot, only=["kernel_log.xid"])
     assert {r.status for r in results} == {Status.UNKNOWN}
     assert all("scan incomplete" in r.message and "--timeout" in r.remediation for r in results)

@@ -305,7 +305,7 @@ def test_drain_is_bounded_against_a_log_storm_and_endless_epipe():
     def always_epipe():
         raise BrokenPipeError(32, "Broken pipe")
 
-    assert drain_kmsg(always_epipe, max_reads=50) == ([], f"stopped after 50 reads; newer records were not scanned")
+    assert drain_kmsg(always_epipe, max_reads=50) == ([], "stopped after 50 reads; newer records were not scanned")
     assert MAX_KMSG_READS >= 100_000  # the real bound leaves room for a full 32 MiB ring buffer of short records
 
 

@@ -128,7 +128,8 @@ FAULTS = {  # fault -> (what makes it, check, status, fault code, the NIC named)
     "firmware-outlier": (_firmware, "network.firmware", "warn", "GPUDIAG-NETWORK-FIRMWARE-MISMATCH", "mlx5_4"),
 }
 # A one-shot check judges a counter as a rate since boot, and under --root the boot time is still this machine's
-# (the live /proc), not the fake node's: 65,535 symbol errors are above the default 10/s only on a machine up for less than
+# (the live /proc), not the fake node's: 65,535 symbol errors are above the default 10/s only on a machine up for less
+# than
 # 1.8 h. A fail bound of 0.001/s makes the verdict the same on any test machine (up to two years of uptime).
 EXTRA_ARGS = {"symbol-errors": ("-p", "nic_symbol_error_fail_per_second=0.001")}
 
@@ -146,8 +147,12 @@ def test_each_nic_fault_fails_or_warns_on_its_nic(tmp_path, fault):
 
 def test_a_flapping_port_fails_from_the_kernel_log(tmp_path):
     healthy_h100(tmp_path / "root")
+    # a saved log's times are seconds since this machine's boot (under --root the live /proc's): the flaps a minute
+    # ago, inside the 12 h window whatever the test machine's uptime (at 100 s after boot they were outside it on
+    # a machine up for 15 h)
+    recent = max(float(Path("/proc/uptime").read_text().split()[0]) - 60.0, 10.0)
     line = "[{:10.6f}] mlx5_core 0000:3b:00.0 mlx5_4: Port: 1 Link {}\n"
-    log = QUIET_LOG + "".join(line.format(100.0 + i, state) for i, state in enumerate(("DOWN", "ACTIVE") * 3))
+    log = QUIET_LOG + "".join(line.format(recent + i, state) for i, state in enumerate(("DOWN", "ACTIVE") * 3))
     _, report = check_json(tmp_path / "root", tmp_path, log=log)
     (finding,) = bad(report)
     assert (finding["check"], finding["status"], finding["observed"]["nic"]) == ("network.flaps", "fail", "mlx5_4")

@@ -34,7 +34,7 @@ def all_errors(info: NetworkInfo) -> list:
 
 
 def test_hgx_h100_every_recorded_value_is_read_as_recorded(tmp_path):
-    node = hgx_h100_ib(tmp_path)
+    hgx_h100_ib(tmp_path)
     info = read(tmp_path)
     assert info.readable and info.class_present and not all_errors(info) and info.incomplete is None
     assert [d.name for d in info.devices] == sorted([*GPUD_HCAS, "mlx5_bond_0"])
@@ -141,7 +141,10 @@ def test_netdev_is_found_below_the_pci_function_when_the_gid_table_names_none(tm
     info = read(tmp_path)
     for name in ("mlx5_0", "mlx5_1"):
         netdev = info.device(name).ports[0].netdev
-        assert netdev.found_by == "device/net" and netdev.name == f"enp{int(node.pairs[int(name[-1])].nic.bdf[5:7], 16)}s0np0"
+        assert (
+            netdev.found_by == "device/net"
+            and netdev.name == f"enp{int(node.pairs[int(name[-1])].nic.bdf[5:7], 16)}s0np0"
+        )
 
 
 def test_front_end_bond_has_no_pci_function_behind_its_netdev(tmp_path):

@@ -259,7 +259,7 @@ def _pair(a: int, b: int) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def installed(node: FakeNode) -> Iterator["FakeNvmlLib"]:
+def installed(node: FakeNode) -> Iterator["FakeNvmlLib"]:  # noqa: F821 - imported below, where it is used
     """Serve `node` through pynvml for the duration; pynvml's module state is restored afterwards."""
     from tests.support.fakes.fake_nvml_lib import FakeNvmlLib
 

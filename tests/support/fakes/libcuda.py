@@ -199,8 +199,12 @@ class FakeCuda(SimRuntime):
     def c_cuLaunchKernel(self, function: Any, gx: Any, gy: Any, gz: Any, bx: Any, by: Any, bz: Any, shared: Any,
                          stream: Any, params: Any, extra: Any) -> int:
         name = self._functions_by_handle[value(function)]
-        assert (kernels.NAMES + tensor_kernels.CUDA_MMA.kernels + tensor_kernels.CUDA_WGMMA.kernels
-                + tensor_kernels.CUDA_COPY.kernels).count(name) == 1 and value(gy) == value(gz) == value(by) == value(bz) == 1
+        assert (
+            kernels.NAMES
+            + tensor_kernels.CUDA_MMA.kernels
+            + tensor_kernels.CUDA_WGMMA.kernels
+            + tensor_kernels.CUDA_COPY.kernels
+        ).count(name) == 1 and value(gy) == value(gz) == value(by) == value(bz) == 1
         self.node.run_kernel(name, params, value(gx), value(bx), value(stream))
         return CUDA_SUCCESS
 

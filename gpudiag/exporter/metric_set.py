@@ -1,4 +1,4 @@
-"""A set of metric families under construction, written straight to the Prometheus text format (0.0.4).
+"""A set of metrics under construction, written straight to the Prometheus text format (0.0.4).
 
 A value of None adds nothing: an unsupported reading has no series, never a 0 (docs/architecture.md). A family with no
 samples is not emitted at all.
@@ -21,7 +21,7 @@ from gpudiag.model import DeviceSnapshot
 Number = Union[int, float, bool]
 
 
-class FamilySet:
+class MetricSet:
     def __init__(self) -> None:
         self._lines: dict[str, list[str]] = {}  # metric name → its sample lines, in the order added
         self._specs: dict[str, MetricSpec] = {}
