@@ -108,13 +108,15 @@ def expect_index() -> str:
 
 def exporter_index() -> str:
     return ('"""The families\' metric modules (metrics_<family>.py of gpudiag.exporter), for metric_modules.py to\n'
-            'import by name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
+            'import by name: written by tools/gen_registry_index.py, checked current by\n'
+            'tests/test_registry_index.py."""\n\n'
             + HEADER + _tuple("METRIC_MODULES", metric_modules()))
 
 
 def kernel_log_index() -> str:
     return ('"""The kernel-log record kinds families add (gpudiag/probe/<part>/kernel_log.py), for events.py to\n'
-            'import by name: written by tools/gen_registry_index.py, checked current by tests/test_registry_index.py."""\n\n'
+            'import by name: written by tools/gen_registry_index.py, checked current by\n'
+            'tests/test_registry_index.py."""\n\n'
             + HEADER + _tuple("RECORD_MODULES", record_modules()))
 
 
