@@ -32,6 +32,7 @@ BY_STATUS = '{{ if eq $labels.status "fail" }}critical{{ else }}warning{{ end }}
 
 # Checks an alert stands for although its expression reads other series (the device, library and GPU counts).
 RELATED_CHECKS = {
+    "GpudiagGpuLost": ("inventory.gpus_visible", "kernel_log.xid"),
     "GpudiagGpuDown": ("inventory.gpus_visible",),
     "GpudiagGpuMissing": ("inventory.gpu_count", "inventory.gpus_visible"),
     "GpudiagNoGpuLeft": ("inventory.gpus_visible", "inventory.gpu_count"),
@@ -176,10 +177,8 @@ def alerts_page() -> str:
 def _matches(matchers: list[str], name: str) -> bool:
     for matcher in matchers:
         label, op, value = re.fullmatch(r'(\w+)\s*(=~|!~|!=|=)\s*"(.*)"', matcher).groups()
-        if label == "severity":
-            continue  # a condition on the source, not a name: inhibitions() shows it
         if label != "alertname":
-            raise ValueError(f"the docs read alertname and severity matchers only: {matcher}")
+            continue  # a condition on a label (the source's severity, the target's nic): inhibitions() shows it
         if not {"=": value == name, "!=": value != name, "=~": re.fullmatch(value, name) is not None,
                 "!~": re.fullmatch(value, name) is None}[op]:
             return False
@@ -200,9 +199,12 @@ def inhibitions(grouped: dict[str, list[dict]]) -> tuple[dict[str, list[str]], d
     inhibited_by: dict[str, list[str]] = {n: [] for n in names}
     for rule in yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]:
         same = f"same {', '.join(rule['equal'])}"
-        when = [m.replace('"', "") for m in rule["source_matchers"] if m.startswith("severity")]
+        when = [m.replace('"', "") for m in rule["source_matchers"] if not m.startswith("alertname")]
         if when:
             same += f"; while {' and '.join(when)}"
+        only = [m.replace('"', "") for m in rule["target_matchers"] if not m.startswith("alertname")]
+        if only:
+            same += f"; those with {' and '.join(only)}"
         sources = [n for n in names if _matches(rule["source_matchers"], n)]
         targets = [n for n in names if _matches(rule["target_matchers"], n) and n not in sources
                    and set(rule["equal"]) - {"instance"} <= _labels_used(grouped[n])]

@@ -1,5 +1,5 @@
 """What a check result is about, read from the result's own fields, in one place for every output that names it or
-keys by it (the text checklist, the exporter's series, serve's log of changes, the history):
+keys by it (the text checklist, the exporter's series, serve's log of changes, the history). It is one of:
 
 - a GPU (the result's device: its index, bus ID, vendor);
 - a NIC port, or a NIC (the network family's results carry no device: their observed value names the RDMA device
