@@ -116,11 +116,16 @@ def _lost_live(node, tree, lib) -> None:
     node.gpus[1].lost = True
 
 
-def _nic_port_down_live(node, tree, lib) -> None:
-    """mlx5_4's port 1 loses its link while watched (rdma_tree.port_down: State DOWN, Disabled)."""
+def _nic_port_down(tree) -> None:
+    """mlx5_4's port 1 without a link (rdma_tree.port_down: State DOWN, Disabled); `tree`: the rdma_tree.Node."""
     from tests.support import rdma_tree
 
     rdma_tree.port_down(tree, FABRIC_NIC)
+
+
+def _nic_port_down_live(node, tree, lib) -> None:
+    """mlx5_4's port 1 loses its link while watched."""
+    _nic_port_down(tree)
 
 
 def _prochot_hot(gpu) -> None:
@@ -186,6 +191,8 @@ SCENARIOS = [
     Scenario("nvidia-nic-port-down-watched", "nvidia", "GpudiagNicDown", gpu_labels=False, fabric=True,
              live=_nic_port_down_live, evidence=f'gpudiag_nic_check_status{{check="network.nics",nic="{FABRIC_NIC}",status="fail"}}',
              pages_once={"alertname": "GpudiagNicDown", "nic": FABRIC_NIC, "port": "1", "pci_bus_id": FABRIC_NIC_BUS}),
+    Scenario("nvidia-nic-port-down", "nvidia", "GpudiagNicDown", gpu_labels=False, fabric=True, host=_nic_port_down,
+             pages_once={"alertname": "GpudiagNicDown", "nic": FABRIC_NIC, "port": "1", "pci_bus_id": FABRIC_NIC_BUS}),
     Scenario("nvidia-xid48-live", "nvidia", "GpudiagXidCritical", live=_xid48_live,
              evidence='gpudiag_gpu_xid_errors_total{code="48"}'),
     Scenario("nvidia-xid13-logged", "nvidia", "GpudiagXidError", "warning",
@@ -247,7 +254,10 @@ def build(scenario: Scenario, root: Path):
     if scenario.fabric:
         from tests.support.fabric_nodes import hgx_h200
 
-        return hgx_h200(root)
+        node, tree = hgx_h200(root)
+        if scenario.host is not None:
+            scenario.host(tree)
+        return node, tree
     node = node_of(scenario)
     tree = fake_root(root, node) if scenario.vendor == "nvidia" else amd_tree(root, node)
     if scenario.host is not None:
