@@ -123,7 +123,8 @@ def add_checks(fs: FamilySet, results: Iterable[CheckResult]) -> None:
     say) shows the worst of them, since Prometheus rejects duplicate series. gpudiag_check_ok is keyed by (check,
     gpu) alone; gpudiag_check_status is the state set of the worst status per (check, GPU) and per GPU on the PCI bus
     that no library lists (its bus ID, gpu=""), one series per status; a NIC's results are the node's there (its bus
-    ID is no GPU's) and, named, in gpudiag_nic_check_status, so that an alert names the NIC and port (issue 36 item 2)."""
+    ID is no GPU's) and, named, in gpudiag_nic_check_status, so that an alert names the NIC and port (issue 36
+    item 2)."""
     worst: dict[tuple[str, str], CheckResult] = {}
     by_subject: dict[tuple[str, ...], CheckResult] = {}
     by_nic: dict[tuple[str, ...], CheckResult] = {}

@@ -11,8 +11,9 @@ A first sight is told only where it is a problem (a GPU already lost at start, a
 backends, whose state at start is worth a line either way; a check's first line has no `previous` (it was never
 seen: issue 36 item 3). A check's state is kept per check and what its result is about (gpudiag/report/subject.py:
 a GPU, a GPU on the bus no library lists, a NIC port), so that the results of one check on eight NICs are eight
-states, not one that each overwrites: one port down was 38 contradictory lines in 5 minutes. Results that follow from another (gpudiag/report/causes.py:
-the unknown checks of a GPU that does not answer, the GPU count it makes short) are not told: their cause is, once.
+states, not one that each overwrites: one port down was 38 contradictory lines in 5 minutes. Results that follow
+from another (gpudiag/report/causes.py: the unknown checks of a GPU that does not answer, the GPU count it makes
+short) are not told: their cause is, once.
 A check that goes between pass and skip is not told either. At most MAX_LINES_PER_CYCLE lines a cycle; what is past
 that is told in later cycles (its state is not marked told), with one line saying how many were put off. How often
 one thing may be told over time is bounded apart (gpudiag/cli/serve/log_bound.py).
