@@ -191,6 +191,15 @@ def _labels_used(rules: list[dict]) -> set[str]:
             for label in re.findall(r"\$labels\.(\w+)", text)}
 
 
+def _other_device(equal: list[str], sources: list[list[dict]], target: list[dict]) -> bool:
+    """Whether `equal` compares a bus ID that names another kind of device on each side: a NIC alert's pci_bus_id
+    is its NIC's (it names `nic`), never equal to a GPU's, so a GPU's inhibition by bus ID never reaches it."""
+    if "pci_bus_id" not in equal:
+        return False
+    nic = "nic" in _labels_used(target)
+    return all(("nic" in _labels_used(rules)) != nic for rules in sources)
+
+
 def inhibitions(grouped: dict[str, list[dict]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """alert → what it inhibits (the rule's target matchers), alert → the alerts that inhibit it; an inhibition
     on a label (`equal`) the alert does not carry leaves it alone and is not listed."""
@@ -202,12 +211,14 @@ def inhibitions(grouped: dict[str, list[dict]]) -> tuple[dict[str, list[str]], d
         when = [m.replace('"', "") for m in rule["source_matchers"] if not m.startswith("alertname")]
         if when:
             same += f"; while {' and '.join(when)}"
-        only = [m.replace('"', "") for m in rule["target_matchers"] if not m.startswith("alertname")]
+        only = [re.sub(r'^(\w+)=""$', r"no \1", m).replace('"', "") for m in rule["target_matchers"]
+                if not m.startswith("alertname")]
         if only:
             same += f"; those with {' and '.join(only)}"
         sources = [n for n in names if _matches(rule["source_matchers"], n)]
         targets = [n for n in names if _matches(rule["target_matchers"], n) and n not in sources
-                   and set(rule["equal"]) - {"instance"} <= _labels_used(grouped[n])]
+                   and set(rule["equal"]) - {"instance"} <= _labels_used(grouped[n])
+                   and not _other_device(rule["equal"], [grouped[s] for s in sources], grouped[n])]
         for source in sources:
             inhibits[source].append(f"{', '.join(f'`{t}`' for t in targets)} ({same})")
         for target in targets:
