@@ -228,3 +228,15 @@ def test_the_shipped_profiles_nics_pass_their_healthy_node_and_a_slow_port_fails
     rdma_tree.half_rate(node, fabric[0]["observed"]["nic"])
     _, report = check_json(tmp_path / "root", tmp_path, "--profile", profile)
     assert [(r["check"], r["status"]) for r in bad(report)] == [("network.rate", "fail")]
+
+
+def test_the_checklist_calls_a_nic_a_nic(tmp_path):
+    """Issue 36 item 4: a port down was `FAIL  network.nics  GPU at 0000:3b:00.0`, naming mlx5_4 as a GPU."""
+    _port_down(healthy_h100(tmp_path / "root"))
+    (tmp_path / "dmesg.txt").write_text(QUIET_LOG)
+    done = subprocess.run([sys.executable, "-m", "gpudiag", "check", "--root", str(tmp_path / "root"),
+                           "--kernel-log", str(tmp_path / "dmesg.txt"), "--only", ",".join(FAMILY)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    heads = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
+    assert heads == ["FAIL  network.nics  NIC mlx5_4 (0000:3b:00.0) port 1"], done.stdout
+    assert "GPU at 0000:3b:00.0" not in done.stdout
