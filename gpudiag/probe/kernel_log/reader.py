@@ -21,7 +21,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
 from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
-from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
+from gpudiag.probe.kernel_log.formats import (_KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind,
+                                              wall_seconds)
 from gpudiag.probe.patterns import lazy_compile
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
     if kind is not None:
         return _scan_structured(lines, kind, info, until)
     reader = EventReader()
-    context: Optional[LogLine] = None  # the last record read, which an indented line continues
+    context: Optional[LogLine] = None  # the last driver record read, whose continuation lines may finish it
+    head: Optional[str] = None  # the last line that began a record: an indented line at its message column continues it
     boot, last_seconds = 0, None
     for number, line in enumerate(lines):
         if number % _CLOCK_EVERY == 0 and until is not None and time.monotonic() > until:
@@ -77,11 +79,15 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
         if line[:1] == " ":
             if line[1:2] != " " and _KMSG_PROPERTY.match(line):
                 continue  # a kmsg dictionary line ( KEY=value): not a record
-            if context is not None and line[1:2] == " " and _has_marker(line):
+            if head is not None and line[1:2] == " " and _continues(head, line):
+                # dmesg and journalctl print a record's later lines indented to its message column: they are that
+                # record's text, whoever wrote it (a segfault report's file name), never a record (issue 32, item 1)
                 info.lines_scanned += 1
-                _read(context._replace(message=line.strip(), fmt=context.fmt or "continuation"), info, reader)
+                if context is not None and _has_marker(line):
+                    _read_continuation(context, line, info, reader)
                 continue
         info.lines_scanned += 1
+        head = line
         if not _has_marker(line):
             context = None
             if "Linux version " in line and number and _is_boot_banner(line):
@@ -140,6 +146,35 @@ def _is_boot_banner(line: str) -> bool:
     except Exception:  # noqa: BLE001
         return False
     return split is not None and split.kernel and split.message.startswith("Linux version ")
+
+
+def _continues(head: str, line: str) -> bool:
+    """Whether an indented `line` is a later line of the record `head` began: indented to exactly its message column,
+    as dmesg (util-linux print_record's indent) and journalctl (the short modes' continuation lines) print one."""
+    indent = len(line) - len(line.lstrip(" "))
+    try:
+        split = split_line(head)
+    except Exception:  # noqa: BLE001 - hostile input: a head that cannot be split opens no column
+        return False
+    if split is None:
+        return False
+    column = len(head.rstrip("\r\n")[:MAX_RECORD_CHARS]) - len(split.message)
+    return indent == column and column >= 2
+
+
+def _read_continuation(context: LogLine, line: str, info: KernelLogInfo, reader: EventReader) -> None:
+    if not context.kernel:
+        return
+    try:
+        event = reader.continue_record(line.strip(), context.seconds)
+    except Exception as exc:  # noqa: BLE001 - hostile input: one bad record must not hide the others
+        info.records_skipped += 1
+        log.debug("kernel log record skipped: %s", exc)
+        return
+    if event is not None:
+        if context.wall_time is not None or context.boot is not None:
+            event.wall_time, event.boot = wall_seconds(context.wall_time), context.boot
+        (info.nic_events if event.kind in NIC_EVENT_KINDS else info.events).append(event)
 
 
 def _read(split: LogLine, info: KernelLogInfo, reader: EventReader) -> None:
