@@ -156,7 +156,9 @@ def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, f
     for _ in range(3):
         first = message[:1]
         if first == "[":
-            stamp = _MONOTONIC.match(message)
+            # One since-boot stamp: the kernel's. A second "[0] " is the message's text (a program named "[0] NVRM"
+            # must not turn the clock back and make a reboot of it: issue 32, item 4).
+            stamp = _MONOTONIC.match(message) if seconds is None else None
             if stamp:
                 seconds, message, stamped = float(stamp[1]), message[stamp.end():], True
                 fmt = fmt or "dmesg"

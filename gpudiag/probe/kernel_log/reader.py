@@ -145,7 +145,14 @@ def _is_boot_banner(line: str) -> bool:
         split = split_line(line)
     except Exception:  # noqa: BLE001
         return False
-    return split is not None and split.kernel and split.message.startswith("Linux version ")
+    return split is not None and split.kernel and _BANNER.match(split.message) is not None
+
+
+# init/version.c linux_banner: "Linux version " UTS_RELEASE " (" LINUX_COMPILE_BY "@" LINUX_COMPILE_HOST ") ("
+# LINUX_COMPILER ") " UTS_VERSION (Talos builds leave LINUX_COMPILE_BY empty). A segfault report of a program named
+# "Linux version x" (facility 0 too) has "[pid]: segfault" right after the 15-byte name, where the release would be.
+_BANNER = lazy_compile(r"Linux version [^ \[\]]{1,64} \([^()\[\]]{0,128}@[^()\[\]]{1,128}\) \(.{1,256}?\) #[0-9]",
+                       re.ASCII)
 
 
 def _continues(head: str, line: str) -> bool:
