@@ -261,16 +261,36 @@ MAX_STRUCTURED_RECORD = 64 * 1024  # one journal entry (export block, json-prett
 _JSON_FIELD = lazy_compile(r' {0,16}"(pri|fac|time|caller|msg)": {0,8}(.{0,8192}?),?$', _A)
 
 
+# A journal cursor as sd_journal_get_cursor() writes it (src/libsystemd/sd-journal/sd-journal.c): seqnum ID, seqnum,
+# boot ID, monotonic, realtime, xor hash, each in hex.
+_CURSOR = lazy_compile(r"__CURSOR=s=[0-9a-f]{32};i=[0-9a-f]{1,16};b=[0-9a-f]{32};m=[0-9a-f]{1,16};t=[0-9a-f]{1,16};"
+                       r"x=[0-9a-f]{1,16}\r?\n?$", _A)
+_TIMESTAMP_FIELD = lazy_compile(r"__(?:REALTIME|MONOTONIC)_TIMESTAMP=[0-9]{1,20}\r?\n?$", _A)
+
+
 def structured_kind(first: str) -> Optional[str]:
-    """The structured form a log is in, from its first non-empty line, or None for line formats."""
-    if first.startswith(("__CURSOR=", "__REALTIME_TIMESTAMP=", "__MONOTONIC_TIMESTAMP=")):
+    """The structured form a log is in, from its first non-empty line, or None for line formats. The line must
+    truly be structured (issue 32, item 3): a cursor of the journal's shape, a JSON object that parses. A segfault
+    report of a program named `__CURSOR=x` or `{"MESSAGE"` (the oldest record of a ring buffer) is a line of text:
+    the kernel prints "[pid]: segfault at …" right after the name."""
+    if first.startswith("__") and (_CURSOR.match(first) or _TIMESTAMP_FIELD.match(first)):
         return "journal-export"
     stripped = first.strip().lstrip("\x1e")
     if stripped.startswith("{") and ('"__CURSOR"' in stripped or '"MESSAGE"' in stripped or '"_BOOT_ID"' in stripped):
-        return "journal-json"
+        return "journal-json" if isinstance(_json_loads(stripped), dict) else None
     if stripped == "{":
         return "json-document"  # json-pretty (journal) or dmesg --json: told apart by their first field
     return None
+
+
+def _json_loads(text: str) -> object:
+    """JSON text → its value, or None where it is no JSON, too long, or nested deeper than the parser's stack."""
+    if len(text) > MAX_STRUCTURED_RECORD:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[…" a few thousand deep
+        return None
 
 
 def journal_entry(fields: dict) -> Optional[LogLine]:
@@ -356,10 +376,7 @@ def json_records(lines: Iterable[str], bad: list[str]) -> Iterator[LogLine]:
 
 
 def _json_object(text: str, bad: list[str]) -> Iterator[LogLine]:
-    try:
-        fields = json.loads(text) if len(text) <= MAX_STRUCTURED_RECORD else None
-    except ValueError:
-        fields = None
+    fields = _json_loads(text)
     entry = journal_entry(fields) if isinstance(fields, dict) else None
     if entry is None:
         bad.append(text[:200])
@@ -373,7 +390,7 @@ def _dmesg_json_item(item: dict[str, str]) -> Optional[LogLine]:
         seconds = float(item["time"]) if "time" in item else None
         priority = json.loads(item.get("pri", "0"))
         facility = json.loads(item.get("fac", '"kern"'))
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, RecursionError):  # RecursionError: a field nested thousands deep
         return None
     if not isinstance(message, str):
         return None
