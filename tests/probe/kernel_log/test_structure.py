@@ -14,7 +14,8 @@ from gpudiag.probe.kernel_log.reader import read_kernel_log
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 # The kernel's segfault report (arch/x86/mm/fault.c show_signal_msg) as dmesg prints it: the task's comm, at most 15
 # bytes, then "[pid]: segfault at ...". Shape from tests/fixtures/kmsg-hostile/segfault-newline-name.dmesg.
-SEGFAULT = "[   12.000000] {name}[9377]: segfault at 0 ip 0000555bf4527132 sp 00007ffc92c9cd00 error 6 in s[132,55d5+1000]"
+SEGFAULT = ("[   12.000000] {name}[9377]: segfault at 0 ip 0000555bf4527132 sp 00007ffc92c9cd00 error 6 in "
+            "s[132,55d5+1000]")
 CURSOR = ("__CURSOR=s=739ad463348b4ceca5a9e69c95a3c93f;i=4ece7;b=6c7c6013a8f84c0abbbd4b4f1d3b4e01;m=e9a65b2;"
           "t=5e2c6b3c0b5c0;x=4e8e0bd0f5bfb153")
 
