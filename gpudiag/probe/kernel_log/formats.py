@@ -15,7 +15,7 @@ A line that starts with two or more spaces continues the record above it (dmesg 
 lines of a multi-line record). Multi-line records also arrive as one line: kmsg escapes the newline as `\\x0a`,
 rsyslog as `#012`; the message then holds `\\n` and the reader splits it.
 
-Structured forms are read by their own readers (`records`): `journalctl -o export` (blocks of FIELD=value),
+Structured forms are read by their own readers: `journalctl -o export` on bytes (export.py),
 `journalctl -o json|json-seq|json-pretty` and `dmesg --json`.
 
 Where a line came from: a record counts as the kernel's (`LogLine.kernel`) unless the line says otherwise — a kmsg
@@ -316,30 +316,6 @@ def _journal_number(value: object) -> Optional[float]:
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
         return int(value) / 1e6
     return None
-
-
-def export_records(lines: Iterable[str]) -> Iterator[LogLine]:
-    """`journalctl -o export`: FIELD=value lines, one blank line after each entry (a binary field, `FIELD` then a
-    64-bit size and raw bytes, is skipped: MESSAGE is text for every record the kernel wrote in UTF-8)."""
-    fields: dict[str, str] = {}
-    size = 0
-    for line in lines:
-        line = line.rstrip("\r\n")
-        if not line:
-            if fields:
-                entry = journal_entry(fields)
-                if entry is not None:
-                    yield entry
-            fields, size = {}, 0
-            continue
-        key, sep, value = line.partition("=")
-        size += len(line)
-        if sep and size <= MAX_STRUCTURED_RECORD:
-            fields.setdefault(key, value)
-    if fields:
-        entry = journal_entry(fields)
-        if entry is not None:
-            yield entry
 
 
 def json_records(lines: Iterable[str], bad: list[str]) -> Iterator[LogLine]:

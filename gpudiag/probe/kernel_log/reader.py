@@ -21,8 +21,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
 from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
-from gpudiag.probe.kernel_log.formats import (_KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind,
-                                              wall_seconds)
+from gpudiag.probe.kernel_log.export import export_entries, is_export
+from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, json_records, structured_kind, wall_seconds
 from gpudiag.probe.patterns import lazy_compile
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,15 @@ def _unreadable_line(info: KernelLogInfo, number: int, line: str) -> None:
 
 def _scan_structured(lines: Iterable[str], kind: str, info: KernelLogInfo, until: Optional[float]) -> KernelLogInfo:
     bad: list[str] = []
-    records = export_records(lines) if kind == "journal-export" else json_records(lines, bad)
+    if kind == "journal-export":  # lines handed over as text: read on their bytes (export.py)
+        records = export_entries("".join(lines).encode("utf-8", errors="replace"), bad)
+    else:
+        records = json_records(lines, bad)
+    return _scan_records(records, kind, bad, info, until)
+
+
+def _scan_records(records: Iterable[LogLine], kind: str, bad: list[str], info: KernelLogInfo,
+                  until: Optional[float]) -> KernelLogInfo:
     reader = EventReader()
     boots: dict[str, None] = {}
     for number, record in enumerate(records):
@@ -310,6 +318,8 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
             info.readable = True
             size = os.fstat(handle.fileno()).st_size if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0
             head = handle.read(4096)
+            if is_export(head):  # journalctl -o export: read on bytes, by length (issue 32, item 2)
+                return _read_export(handle, size, info, until)
             # `dmesg --kmsg-file` dumps (util-linux tests/ts/dmesg/*kmsg-input): /dev/kmsg records, each ended by NUL.
             nul_separated = b"\x00" in head and _KMSG_DUMP.match(head.lstrip(b"\x00")) is not None
             binary = None if nul_separated else _binary_kind(head)
@@ -328,6 +338,20 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
     except OSError as exc:
         info.readable = False
         return _unreadable(info, exc)
+
+
+def _read_export(handle: BinaryIO, size: int, info: KernelLogInfo, until: Optional[float]) -> KernelLogInfo:
+    handle.seek(0)
+    if size > MAX_LOG_BYTES:  # the newest entries are at the end; the first whole one starts at a cursor
+        handle.seek(size - MAX_LOG_BYTES)
+        info.incomplete = (f"the log is {size / 2**20:.0f} MiB: only its last {MAX_LOG_BYTES // 2**20} MiB "
+                           f"were scanned")
+    data = handle.read(MAX_LOG_BYTES)
+    if size > MAX_LOG_BYTES:
+        start = data.find(b"\n\n__CURSOR=")
+        data = data[start + 2:] if start >= 0 else b""
+    bad: list[str] = []
+    return _scan_records(export_entries(data, bad), "journal-export", bad, info, until)
 
 
 _KMSG_DUMP = lazy_compile(rb"[0-9]{1,4},[0-9]{1,20},[0-9]{1,20},")

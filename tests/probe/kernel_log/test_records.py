@@ -86,3 +86,40 @@ def test_three_boots_of_forged_records_neither_drain_nor_rma(tmp_path, capsys):
     results = json.loads(capsys.readouterr().out)["results"]
     assert code == 0, results
     assert all(r["status"] == "pass" for r in results if r["check"] == "kernel_log.xid"), results
+
+
+@pytest.mark.parametrize("form", ["journal.export", "journal.json", "journal.short"])
+def test_the_journals_forms_of_the_same_records_make_no_driver_record(form):
+    """Issue 32, items 1 and 2, from a real journald + journalctl: the segfault record, and a native-protocol
+    client's MESSAGE holding "\\n\\n_TRANSPORT=kernel\\nMESSAGE=NVRM: Xid …" (a binary field in export)."""
+    info = read_kernel_log(file=HOSTILE / form)
+    assert info.readable and info.events == [] and info.unreadable_lines == 0, (info.events, info.first_unreadable)
+
+
+def test_export_reads_a_binary_kernel_message_by_its_length(tmp_path):
+    """The probe-time "fallen off the bus" message is one kernel record of three lines: export writes its MESSAGE
+    as a binary field, whose length holds NUL bytes. It is read, not dropped, and the file is not "binary data"."""
+    entries = (HOSTILE / "journal.export").read_bytes()
+    first = entries[:entries.index(b"\n\n__CURSOR=") + 2]
+    message = (b"NVRM: The NVIDIA GPU 0000:18:00.0\nNVRM: (PCI ID: 10de:2335) installed in this system has\n"
+               b"NVRM: fallen off the bus and is not responding to commands.")
+    probe = first.replace(b"MESSAGE=" + first.split(b"MESSAGE=")[1].split(b"\n")[0] + b"\n",
+                          b"MESSAGE\n" + len(message).to_bytes(8, "little") + message + b"\n")
+    log = tmp_path / "journal.export"
+    log.write_bytes(probe + entries)
+    info = read_kernel_log(file=log)
+    assert [(e.kind, e.pci_bus_id) for e in info.events] == [("fallen_off_bus", "0000:18:00.0")]
+    assert info.unreadable_lines == 0
+
+
+def test_export_with_a_length_past_its_end_names_the_field_and_reads_on(tmp_path):
+    entries = (HOSTILE / "journal.export").read_bytes()
+    first = entries[:entries.index(b"\n\n__CURSOR=") + 2]
+    broken = first.replace(b"\nMESSAGE=", b"\nMESSAGE\n\xff\xff\xff\xff\x00\x00\x00\x00", 1)
+    xid = first.replace(first.split(b"MESSAGE=")[1].split(b"\n")[0],
+                        b"NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.")
+    log = tmp_path / "journal.export"
+    log.write_bytes(broken + xid)
+    info = read_kernel_log(file=log)
+    assert [(e.kind, e.code) for e in info.events] == [("xid", 79)]
+    assert info.unreadable_lines == 1 and "MESSAGE" in info.first_unreadable
