@@ -90,6 +90,7 @@ class EventReader:
                 return []
             if line.wall_time is not None or line.boot is not None:
                 event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
+            event.seq = line.seq
             return [event]
         head, *rest = message.split("\n")
         head = head[:MAX_RECORD_CHARS]
@@ -105,6 +106,7 @@ class EventReader:
         for event in events:
             if line.wall_time is not None or line.boot is not None:
                 event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
+            event.seq = line.seq
         return events
 
     def continue_record(self, piece: str, seconds: Optional[float]) -> Optional[KernelEvent]:

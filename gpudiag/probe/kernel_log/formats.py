@@ -48,6 +48,7 @@ class LogLine(NamedTuple):
     # line that turns out to hold an event (wall_seconds); a calendar conversion per line costs more than the rest.
     wall_time: object = None
     boot: Optional[str] = None  # the boot the record belongs to, where the format says (journal _BOOT_ID)
+    seq: Optional[int] = None  # the kmsg sequence number, where the format carries it (kmsg records)
 
 
 # -- whole-line frames -------------------------------------------------------------------------------------------
@@ -113,9 +114,9 @@ def split_line(line: str) -> Optional[LogLine]:
         record = _KMSG_RECORD.match(line)
         if record:
             facility = bounded_int(record[1], "kmsg priority", 10) >> 3  # syslog priority = facility * 8 + level
-            bounded_int(record[2], "kmsg sequence number")
+            seq = bounded_int(record[2], "kmsg sequence number")
             microseconds = bounded_int(record[3], "kmsg timestamp")
-            return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg")
+            return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg", seq=seq)
     if first == "<":
         frame = _RFC5424.match(line)
         if frame:

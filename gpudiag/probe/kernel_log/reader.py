@@ -88,6 +88,8 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
                 continue
         info.lines_scanned += 1
         head = line
+        if line[:1].isdigit():
+            _note_seq(line, info)
         if not _has_marker(line):
             context = None
             if "Linux version " in line and number and _is_boot_banner(line):
@@ -155,6 +157,17 @@ _BANNER = lazy_compile(r"Linux version [^ \[\]]{1,64} \([^()\[\]]{0,128}@[^()\[\
                        re.ASCII)
 
 
+_KMSG_SEQ = lazy_compile(r"[0-9]{1,10},([0-9]{1,20}),[0-9]{1,20},[^;]{0,64};", re.ASCII)
+
+
+def _note_seq(line: str, info: KernelLogInfo) -> None:
+    """The highest kmsg sequence number so far (any record): the cursor the daemon follows the log by."""
+    record = _KMSG_SEQ.match(line)
+    if record:
+        seq = int(record[1])
+        info.last_seq = seq if info.last_seq is None else max(info.last_seq, seq)
+
+
 def _continues(head: str, line: str) -> bool:
     """Whether an indented `line` is a later line of the record `head` began: indented to exactly its message column,
     as dmesg (util-linux print_record's indent) and journalctl (the short modes' continuation lines) print one."""
@@ -181,6 +194,7 @@ def _read_continuation(context: LogLine, line: str, info: KernelLogInfo, reader:
     if event is not None:
         if context.wall_time is not None or context.boot is not None:
             event.wall_time, event.boot = wall_seconds(context.wall_time), context.boot
+        event.seq = context.seq
         (info.nic_events if event.kind in NIC_EVENT_KINDS else info.events).append(event)
 
 
