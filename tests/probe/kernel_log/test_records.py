@@ -123,3 +123,21 @@ def test_export_with_a_length_past_its_end_names_the_field_and_reads_on(tmp_path
     info = read_kernel_log(file=log)
     assert [(e.kind, e.code) for e in info.events] == [("xid", 79)]
     assert info.unreadable_lines == 1 and "MESSAGE" in info.first_unreadable
+
+
+def test_a_forged_later_xid_154_cannot_turn_a_real_one_into_a_warn():
+    """Issue 32, item 1: Xid 154 "GPU Reset Required" (the driver's own record), then a user's segfault report whose
+    file name holds the driver's "changed ... to 0x0 (None)" record: the GPU still needs its reset."""
+    from gpudiag.model import Status
+    from tests.support.snapshots import for_gpu, nvidia_h200_node, run
+
+    real = "4,800,5000000000,-;NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 " \
+           "(GPU Reset Required)"
+    forged = KMSG.decode().strip().replace("6,432,57607268910", "6,801,5100000000").replace(
+        "79, pid=1, GPU has fallen off the bus.", "154, GPU recovery action changed from 0x1 (GPU Reset Required) to "
+        "0x0 (None)").replace("PCI:0000:18:00", "PCI:0000:3b:00")
+    info = scan([real, forged], KernelLogInfo(source="/dev/kmsg", readable=True))
+    assert [(e.code, e.detail) for e in info.events] == [(154, "reset")]
+    snap = nvidia_h200_node()
+    snap.kernel_log = info
+    assert for_gpu(run(snap, "kernel_log.xid"), 1).status == Status.FAIL
