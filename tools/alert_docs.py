@@ -32,6 +32,7 @@ BY_STATUS = '{{ if eq $labels.status "fail" }}critical{{ else }}warning{{ end }}
 
 # Checks an alert stands for although its expression reads other series (the device, library and GPU counts).
 RELATED_CHECKS = {
+    "GpudiagGpuLost": ("inventory.gpus_visible", "kernel_log.xid"),
     "GpudiagGpuDown": ("inventory.gpus_visible",),
     "GpudiagGpuMissing": ("inventory.gpu_count", "inventory.gpus_visible"),
     "GpudiagNoGpuLeft": ("inventory.gpus_visible", "inventory.gpu_count"),
@@ -176,10 +177,8 @@ def alerts_page() -> str:
 def _matches(matchers: list[str], name: str) -> bool:
     for matcher in matchers:
         label, op, value = re.fullmatch(r'(\w+)\s*(=~|!~|!=|=)\s*"(.*)"', matcher).groups()
-        if label == "severity":
-            continue  # a condition on the source, not a name: inhibitions() shows it
         if label != "alertname":
-            raise ValueError(f"the docs read alertname and severity matchers only: {matcher}")
+            continue  # a condition on a label (the source's severity, the target's nic): inhibitions() shows it
         if not {"=": value == name, "!=": value != name, "=~": re.fullmatch(value, name) is not None,
                 "!~": re.fullmatch(value, name) is None}[op]:
             return False
@@ -192,6 +191,15 @@ def _labels_used(rules: list[dict]) -> set[str]:
             for label in re.findall(r"\$labels\.(\w+)", text)}
 
 
+def _other_device(equal: list[str], sources: list[list[dict]], target: list[dict]) -> bool:
+    """Whether `equal` compares a bus ID that names another kind of device on each side: a NIC alert's pci_bus_id
+    is its NIC's (it names `nic`), never equal to a GPU's, so a GPU's inhibition by bus ID never reaches it."""
+    if "pci_bus_id" not in equal:
+        return False
+    nic = "nic" in _labels_used(target)
+    return all(("nic" in _labels_used(rules)) != nic for rules in sources)
+
+
 def inhibitions(grouped: dict[str, list[dict]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """alert → what it inhibits (the rule's target matchers), alert → the alerts that inhibit it; an inhibition
     on a label (`equal`) the alert does not carry leaves it alone and is not listed."""
@@ -200,12 +208,17 @@ def inhibitions(grouped: dict[str, list[dict]]) -> tuple[dict[str, list[str]], d
     inhibited_by: dict[str, list[str]] = {n: [] for n in names}
     for rule in yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]:
         same = f"same {', '.join(rule['equal'])}"
-        when = [m.replace('"', "") for m in rule["source_matchers"] if m.startswith("severity")]
+        when = [m.replace('"', "") for m in rule["source_matchers"] if not m.startswith("alertname")]
         if when:
             same += f"; while {' and '.join(when)}"
+        only = [re.sub(r'^(\w+)=""$', r"no \1", m).replace('"', "") for m in rule["target_matchers"]
+                if not m.startswith("alertname")]
+        if only:
+            same += f"; those with {' and '.join(only)}"
         sources = [n for n in names if _matches(rule["source_matchers"], n)]
         targets = [n for n in names if _matches(rule["target_matchers"], n) and n not in sources
-                   and set(rule["equal"]) - {"instance"} <= _labels_used(grouped[n])]
+                   and set(rule["equal"]) - {"instance"} <= _labels_used(grouped[n])
+                   and not _other_device(rule["equal"], [grouped[s] for s in sources], grouped[n])]
         for source in sources:
             inhibits[source].append(f"{', '.join(f'`{t}`' for t in targets)} ({same})")
         for target in targets:

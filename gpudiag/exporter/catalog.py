@@ -100,13 +100,23 @@ CHECK_OK = _define(
     ("check", "gpu"),
 )
 # The state set behind gpudiag_check_ok: which of pass/warn/fail/skip/unknown each (check, gpu) is in, so that a skip
-# or an unknown is not read as a pass. Same (check, gpu) series as gpudiag_check_ok, plus the GPU's uuid and
-# pci_bus_id (empty for node-level checks) to join without gpudiag_gpu_info.
+# or an unknown is not read as a pass. The (check, gpu) series of gpudiag_check_ok, plus the GPU's uuid and
+# pci_bus_id to join without gpudiag_gpu_info; node-level results are split by the GPU on the PCI bus that no library
+# lists they are about (gpu="", its pci_bus_id; issue 33 item 8), the rest of the node's with all three empty.
 CHECK_STATUS = _define(
     "gpudiag_check_status",
     "gauge",
     "1 for the check's current status (pass, warn, fail, skip, unknown), 0 for the other statuses.",
     ("check", "gpu", "uuid", "pci_bus_id", "status"),
+)
+# The same state set for what the network family judges per NIC and port (gpudiag/report/subject.py): a NIC's bus ID
+# is its own, so it has its own series rather than gpudiag_check_status's pci_bus_id, which names GPUs. A network
+# check's node-level results (the count of NICs) stay in gpudiag_check_status only.
+NIC_CHECK_STATUS = _define(
+    "gpudiag_nic_check_status",
+    "gauge",
+    "1 for the check's current status on this NIC port (pass, warn, fail, skip, unknown), 0 for the other statuses.",
+    ("check", "nic", "pci_bus_id", "port", "status"),
 )
 # Node-level and always present after a collection, even with no GPU at all: what a "no GPU left" alert needs, since
 # count() over per-GPU series of a node that lost every GPU is no series at all.

@@ -13,6 +13,7 @@ from gpudiag.exporter import catalog as m
 from gpudiag.exporter.device_metrics import add_aer, add_device
 from gpudiag.exporter.families import NO_GPU, FamilySet, gpu_labels
 from gpudiag.model import STATUS_SEVERITY, CheckResult, CollectorRun, ComputeVerification, NodeSnapshot, Status
+from gpudiag.report.subject import subject
 
 # gpudiag_check_ok: what an operator can rely on. Unknown is not ok: a check that could not decide has not shown
 # the GPU healthy (docs/architecture.md).
@@ -118,22 +119,41 @@ def add_collector_runs(fs: FamilySet, runs: Iterable[CollectorRun]) -> None:
 
 
 def add_checks(fs: FamilySet, results: Iterable[CheckResult]) -> None:
-    """One series per (check, gpu): a check that reports several findings on one GPU (one per link, say) shows the
-    worst of them, since Prometheus rejects duplicate series. gpudiag_check_status is the state set of that same
-    worst status, one series per status, so that every gpudiag_check_ok series has exactly one status at 1."""
+    """One series per (check, what it is about): a check that reports several findings on one GPU (one per link,
+    say) shows the worst of them, since Prometheus rejects duplicate series. gpudiag_check_ok is keyed by (check,
+    gpu) alone; gpudiag_check_status is the state set of the worst status per (check, GPU) and per GPU on the PCI bus
+    that no library lists (its bus ID, gpu=""), one series per status; a NIC's results are the node's there (its bus
+    ID is no GPU's) and, named, in gpudiag_nic_check_status, so that an alert names the NIC and port (issue 36
+    item 2)."""
     worst: dict[tuple[str, str], CheckResult] = {}
+    by_subject: dict[tuple[str, ...], CheckResult] = {}
+    by_nic: dict[tuple[str, ...], CheckResult] = {}
     for result in results:
-        key = (result.check, "" if result.device is None else str(result.device.index))
-        previous = worst.get(key)
-        if previous is None or STATUS_SEVERITY[result.status] > STATUS_SEVERITY[previous.status]:
-            worst[key] = result
+        _keep_worst(worst, (result.check, "" if result.device is None else str(result.device.index)), result)
+        about = subject(result)
+        device = result.device
+        if device is not None:
+            ids = (str(device.index), device.uuid or "", device.pci_bus_id or "")
+        elif about is not None and not about.is_nic:
+            ids = ("", "", about.bus or "")
+        else:
+            ids = ("", "", "")
+        _keep_worst(by_subject, (result.check,) + ids, result)
+        if about is not None and about.is_nic:
+            port = "" if about.port is None else str(about.port)
+            _keep_worst(by_nic, (result.check, about.nic or "", about.bus or "", port), result)
     for key, result in worst.items():
         fs.add(m.CHECK_OK, key, int(result.status in _OK_STATUSES))
-    for key, result in worst.items():
-        device = result.device
-        ids = key + (("", "") if device is None else (device.uuid or "", device.pci_bus_id or ""))
-        for status in Status:
-            fs.add(m.CHECK_STATUS, ids + (status.value,), int(status == result.status))
+    for spec, kept in ((m.CHECK_STATUS, by_subject), (m.NIC_CHECK_STATUS, by_nic)):
+        for ids, result in kept.items():
+            for status in Status:
+                fs.add(spec, ids + (status.value,), int(status == result.status))
+
+
+def _keep_worst(kept: dict, key: tuple, result: CheckResult) -> None:
+    previous = kept.get(key)
+    if previous is None or STATUS_SEVERITY[result.status] > STATUS_SEVERITY[previous.status]:
+        kept[key] = result
 
 
 def _add_pci_functions(fs: FamilySet, snapshot: NodeSnapshot) -> None:

@@ -34,6 +34,7 @@ from gpudiag.fleet.model import (FIGURES, MAX_FAILURES, MAX_GPUS, Failure, NodeF
                                  ecc_mode, pcie_link, watts)
 from gpudiag.fleet.prometheus_api import Answer, Connection, QueryFailed, TooManySeries
 from gpudiag.model import Status
+from gpudiag.report.subject import Subject
 
 DEFAULT_SELECTOR = '{job=~"gpudiag.*"}'  # the alert rules' convention: scrape jobs named gpudiag*
 DEFAULT_STALE_AFTER = 600.0  # the textfile timer runs every 5 minutes; serve collects every 15 s
@@ -362,6 +363,7 @@ def _read_checks(q: _Queries, node: Lookup, evidence: _Evidence) -> None:
             if found is not None:
                 found.status = "unknown"
     fallen = _fallen_off_the_bus(q, failing)
+    nics = _named_nics(q, failing)
     for key, failure in failing.items():
         status = Status(failure.status)
         failure.action, failure.fault_code = TABLE.get(failure.check, {}).get(
@@ -370,6 +372,8 @@ def _read_checks(q: _Queries, node: Lookup, evidence: _Evidence) -> None:
         if key in fallen:  # the action and fault code the node's own report gives Xid 79
             failure.action, failure.fault_code = FALLEN_OFF_BUS.verdict, FALLEN_OFF_BUS.fault_code
             failure.message = "fails: Xid 79 (GPU has fallen off the bus)"
+        if key in nics:  # a network check's result is the node's: the NIC ports it is about (issue 36 item 4)
+            failure.message += f" on {', '.join(nics[key])}"
         failure.remediation = f"`gpudiag check --only {failure.check}` on the node says what was seen and what to do."
 
 
@@ -387,6 +391,24 @@ def _fallen_off_the_bus(q: _Queries, failing: dict[tuple[str, str, str], Failure
     answer = q.run(f'{q.series("gpudiag_gpu_xid_errors_total", _is("code", "=", "79"), *_narrowed(instances))} > 0',
                    "which GPUs logged Xid 79", ("instance", "gpu"), per_node=MAX_GPUS, covers=instances)
     return {(instance, XID_CHECK, gpu) for instance, gpu, _ in answer.samples} & xid
+
+
+def _named_nics(q: _Queries, failing: dict[tuple[str, str, str], Failure]) -> dict[tuple[str, str, str], list[str]]:
+    """The NIC ports a node-level failing network check is about, as the checklist names them (`NIC mlx5_4
+    (0000:3b:00.0) port 1`): gpudiag_nic_check_status, asked of the nodes with such a failure only."""
+    network = {key for key in failing if key[2] == "" and key[1].startswith("network.")}
+    if not network:
+        return {}
+    instances = {instance for instance, _, _ in network}
+    answer = q.run(f'{q.series("gpudiag_nic_check_status", _is("status", "=~", "fail|unknown"), *_narrowed(instances))}'
+                   " == 1", "which NIC ports fail", ("instance", "check", "nic", "pci_bus_id", "port"),
+                   per_node=MAX_FAILURES, covers=instances)
+    named: dict[tuple[str, str, str], list[str]] = {}
+    for instance, check, nic, bus, port, _ in answer.samples:
+        if (instance, check, "") in network and nic:
+            label = Subject(None, bus or None, nic=nic, port=int(port) if port.isdigit() else None).label
+            named.setdefault((instance, check, ""), []).append(label)
+    return {key: sorted(labels) for key, labels in named.items()}
 
 
 def _alternation(names: list[str]) -> str:

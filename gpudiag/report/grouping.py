@@ -15,6 +15,7 @@ from typing import Any, Hashable, Optional
 
 from gpudiag.model import CheckResult, Status
 from gpudiag.model.records import dataclass
+from gpudiag.report.subject import Subject, subject
 
 # Stand-ins for a GPU's own words in a text (NUL cannot survive report.text.clean, so no text from the node holds
 # one): its label "GPU 3 (0000:5d:00.0)", its bus ID, its index where a command takes it, "GPU 3" elsewhere.
@@ -22,31 +23,10 @@ LABEL, BUS, INDEX, NAMED = "\x00label\x00", "\x00bus\x00", "\x00index\x00", "\x0
 _FOR_MANY = {LABEL: "GPU <index> (<bus ID>)", BUS: "<bus ID>", INDEX: "<index>", NAMED: "GPU <index>"}
 
 
-@dataclass(frozen=True)
-class Subject:
-    """What a result is about: a GPU (its index, bus ID, vendor), or a GPU on the PCI bus that no library
-    enumerated (its bus ID alone, from the result's observed `pci_bus_id`)."""
-    index: Optional[int]
-    bus: Optional[str]
-    vendor: Optional[str] = None
-
-    @property
-    def label(self) -> str:
-        return f"GPU {self.index} ({self.bus or 'unknown bus'})"
-
-
-def subject(result: CheckResult) -> Optional[Subject]:
-    device = result.device
-    if device is not None:
-        return Subject(device.index, device.pci_bus_id, device.vendor.value)
-    observed = result.observed
-    bus = observed.get("pci_bus_id") if isinstance(observed, dict) else None
-    return Subject(None, bus) if isinstance(bus, str) and bus else None
-
-
 def generic(text: str, about: Optional[Subject]) -> str:
-    """`text` with the words of the GPU it is `about` replaced by stand-ins."""
-    if about is None or not text:
+    """`text` with the words of the GPU it is `about` replaced by stand-ins (a NIC's words stay: its name is in
+    them, so that results about two NICs are two findings)."""
+    if about is None or about.is_nic or not text:
         return text
     if about.index is not None:
         text = text.replace(about.label, LABEL)
@@ -61,7 +41,7 @@ def generic(text: str, about: Optional[Subject]) -> str:
 
 def specific(text: str, about: Optional[Subject]) -> str:
     """A generic text said of the GPU it is `about` again."""
-    if about is None:
+    if about is None or about.is_nic:
         return text
     words = {LABEL: about.label, BUS: about.bus or "", INDEX: str(about.index), NAMED: f"GPU {about.index}"}
     for stand_in, said in words.items():
@@ -136,21 +116,25 @@ class Group:
         return None if value is None else self._said(compact(value))
 
     def where(self) -> str:
-        """`node`, `GPU 3 0000:5d:00.0`, `GPU at 0000:5d:00.0` (on the bus, not enumerated), or `GPUs 0–7`."""
-        gpus = [s for s in self.subjects if s is not None]
+        """`node`, `GPU 3 0000:5d:00.0`, `GPU at 0000:5d:00.0` (on the bus, not enumerated), `GPUs 0–7`, or
+        `NIC mlx5_4 (0000:3b:00.0) port 1`."""
+        nics = [s.label for s in self.subjects if s is not None and s.is_nic]
+        gpus = [s for s in self.subjects if s is not None and not s.is_nic]
         indexed = [s.index for s in gpus if s.index is not None]
-        if not gpus:
+        if not gpus and not nics:
             return "node"
-        if len(self.subjects) == 1:
+        if len(self.subjects) == 1 and gpus:
             return f"GPU {gpus[0].index} {gpus[0].bus or ''}".rstrip() if indexed else f"GPU at {gpus[0].bus}"
         named = [f"GPUs {gpu_ranges(indexed)}"] if indexed else []
         unnamed = [s.bus for s in gpus if s.index is None]
         if unnamed:
             named.append(f"GPUs at {', '.join(unnamed)}" if len(unnamed) <= 3 else f"{len(unnamed)} GPUs on the PCI bus")
+        named.extend(nics)
         return " and ".join(named + (["node"] if None in self.subjects else []))
 
     def bus_ids(self) -> list[str]:
-        return [s.bus or f"GPU {s.index}: unknown bus" for s in self.subjects if s is not None]
+        return [(s.label if s.is_nic else s.bus) or f"GPU {s.index}: unknown bus" for s in self.subjects
+                if s is not None]
 
 
 def _key(result: CheckResult) -> tuple:

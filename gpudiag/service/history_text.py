@@ -21,7 +21,7 @@ def render_history(entries: list[dict], source: str) -> str:
 def _line(entry: dict) -> str:
     when = _local(entry.get("time"))
     gpu = entry.get("gpu")
-    where = f"GPU {gpu}" if gpu is not None else (entry.get("pci_bus_id") or "node")
+    where = f"GPU {gpu}" if gpu is not None else (entry.get("pci_bus_id") or _nic(entry) or "node")
     kind, event = entry.get("kind"), entry.get("event")
     if kind == "check":
         what = f"{entry.get('check')} {_check_event(entry)}"
@@ -75,3 +75,13 @@ def _took(entry: dict) -> str:
 def _lasted(entry: dict) -> str:
     seconds = entry.get("duration_seconds")
     return f", lasted {human_duration(seconds)}" if isinstance(seconds, (int, float)) else ""
+
+
+def _nic(entry: dict) -> str:
+    """`NIC mlx5_4 (0000:3b:00.0) port 1` for an entry about a NIC (gpudiag/report/subject.py's words), else ""."""
+    nic = entry.get("nic")
+    if not isinstance(nic, str) or not nic:
+        return ""
+    bus, port = entry.get("nic_pci_bus_id"), entry.get("port")
+    return f"NIC {nic}" + (f" ({bus})" if isinstance(bus, str) and bus else "") + (
+        f" port {port}" if isinstance(port, int) else "")

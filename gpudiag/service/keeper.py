@@ -26,7 +26,8 @@ from typing import Optional
 from gpudiag.checks.kernel_log.family import event_severity
 from gpudiag.daemon.poller import Collection
 from gpudiag.expect import Expectations
-from gpudiag.model import KernelEvent, NodeSnapshot, Status
+from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
+from gpudiag.report.subject import subject
 from gpudiag.service.journal import Journal, by_time, iso, parse_time
 
 BAD = (Status.WARN, Status.FAIL, Status.UNKNOWN)
@@ -40,7 +41,10 @@ REPEAT_WINDOW_SECONDS = 3600.0  # a warn-level event of one GPU, kind and code: 
 
 
 def _episode_key(entry: dict) -> tuple:
-    return (entry.get("kind"), entry.get("check"), entry.get("pci_bus_id"), entry.get("gpu"), entry.get("reason"))
+    """What one episode is about: a check on a GPU, on a GPU on the bus no library lists (its bus ID) or on a NIC
+    port (`nic`, `port`: absent from entries about anything else, and from journals written before them)."""
+    return (entry.get("kind"), entry.get("check"), entry.get("pci_bus_id"), entry.get("gpu"), entry.get("reason"),
+            entry.get("nic"), entry.get("port"))
 
 
 def _event_key(entry: dict) -> tuple:
@@ -125,10 +129,8 @@ class JournalKeeper:
         found: dict[tuple, dict] = {}
         for result in collection.results:
             if result.status in BAD:
-                device = result.device
                 entry = {"kind": "check", "check": result.check, "status": result.status.value,
-                         "gpu": device.index if device else None, "pci_bus_id": device.pci_bus_id if device else None,
-                         "message": result.message[:MESSAGE_CHARS]}
+                         **_about(result), "message": result.message[:MESSAGE_CHARS]}
                 found[_episode_key(entry)] = entry
         snapshot = collection.snapshot
         present = set()
@@ -285,6 +287,17 @@ class JournalKeeper:
         with self._lock:
             return [{k: e.get(k) for k in ("check", "status", "gpu", "pci_bus_id", "first_seen", "last_seen")}
                     for e in self.open.values() if e.get("kind") == "check"]
+
+
+def _about(result: CheckResult) -> dict:
+    """Where a check entry is: its GPU (index, bus ID), a GPU on the bus by its bus ID, or a NIC and port."""
+    device = result.device
+    if device is not None:
+        return {"gpu": device.index, "pci_bus_id": device.pci_bus_id}
+    about = subject(result)
+    if about is not None and about.is_nic:
+        return {"gpu": None, "pci_bus_id": None, "nic": about.nic, "port": about.port, "nic_pci_bus_id": about.bus}
+    return {"gpu": None, "pci_bus_id": about.bus if about is not None else None}
 
 
 def _seconds_between(start: str, end: str) -> Optional[float]:

@@ -176,6 +176,30 @@ def test_check_ok_is_the_worst_result_per_check_and_gpu():
     assert len(series(text, "gpudiag_check_status")) == 5 * 5  # every status of each, the others at 0
 
 
+def test_check_status_is_kept_per_what_a_node_level_result_is_about():
+    """Issue 33 item 8 / issue 36 item 2: a node-level result about a GPU on the bus that no library lists carries
+    its bus ID (the alert names it, not "GPU  ()"); one about a NIC port is the node's in gpudiag_check_status (a NIC's
+    bus ID is no GPU's) and named in gpudiag_nic_check_status, each port its own series."""
+    snapshot = nvidia_h200_node()
+    nic = {"nic": "mlx5_4", "pci_bus_id": "0000:3b:00.0", "model": "ConnectX-7", "port": 1}
+    results = [
+        CheckResult("kernel_log.xid", Status.FAIL, "GPU at 0000:9a:00.0 (not in the inventory): Xid 79",
+                    observed={"pci_bus_id": "0000:9a:00.0", "events": 1}),
+        CheckResult("kernel_log.xid", Status.PASS, "no Xid"),
+        CheckResult("network.nics", Status.FAIL, "mlx5_4 (0000:3b:00.0) port 1 is disabled", observed=nic),
+        CheckResult("network.nics", Status.PASS, "mlx5_5 (0000:5c:00.0) port 1: ACTIVE",
+                    observed={**nic, "nic": "mlx5_5", "pci_bus_id": "0000:5c:00.0"}),
+    ]
+    text = render(snapshot, results)
+    current = {(labels["check"], labels["gpu"], labels["pci_bus_id"], labels["status"])
+               for labels, v in series(text, "gpudiag_check_status") if v == 1}
+    assert current == {("kernel_log.xid", "", "0000:9a:00.0", "fail"), ("kernel_log.xid", "", "", "pass"),
+                       ("network.nics", "", "", "fail")}
+    named = {(labels["nic"], labels["pci_bus_id"], labels["port"], labels["status"])
+             for labels, v in series(text, "gpudiag_nic_check_status") if v == 1}
+    assert named == {("mlx5_4", "0000:3b:00.0", "1", "fail"), ("mlx5_5", "0000:5c:00.0", "1", "pass")}
+
+
 def test_collector_runs_and_kernel_log_readability():
     from gpudiag.model import CollectorRun
 

@@ -300,3 +300,25 @@ def test_a_selector_that_is_not_label_matchers_is_refused(capsys, selector):
 def test_bad_connection_options_are_one_line_exit_2(capsys, tmp_path, argv, fragment):
     code, out, err = run(capsys, *(arg.replace("{missing}", str(tmp_path / "missing")) for arg in argv))
     assert (code, out) == (2, "") and fragment in err and err.count("\n") == 1
+
+
+def test_a_failing_network_check_names_its_nic_port_as_the_checklist_does(capsys, stand_in):
+    """Issue 36 item 4: a network check's result is node-level (gpu=""); gpudiag_nic_check_status names the port."""
+    def answers(promql, headers):
+        if promql.startswith("up{"):
+            return _success([_sample(1, instance="n1:9858")])
+        if healthy(promql, "n1:9858"):
+            return _success(healthy(promql, "n1:9858", not_ok=("n1:9858",)))
+        if "gpudiag_check_ok" in promql:
+            return _success([_sample(0, instance="n1:9858", check="network.nics", gpu="")])
+        if "gpudiag_nic_check_status" in promql:
+            assert 'status=~"fail|unknown"' in promql, promql
+            return _success([_sample(1, instance="n1:9858", check="network.nics", nic="mlx5_4",
+                                     pci_bus_id="0000:3b:00.0", port="1")])
+        return _success([])
+
+    code, out, _ = run(capsys, "--prometheus", stand_in(answers).url, "--json")
+    (node,) = json.loads(out)["nodes"]
+    (finding,) = node["findings"]
+    assert code == 1 and finding["check"] == "network.nics" and finding["pci_bus_id"] is None
+    assert finding["message"] == "fails on NIC mlx5_4 (0000:3b:00.0) port 1"

@@ -50,10 +50,17 @@ class Scenario:
     live: Optional[Callable] = None  # (node, tree, lib) once the exporter watches
     # The series whose first sample is when the fault became visible (default: the first complete collection).
     evidence: str = "gpudiag_last_collection_timestamp_seconds"
+    serve_args: tuple[str, ...] = ()  # besides the test's own (a profile's expectations)
+    fabric: bool = False  # the fake HGX H200 with its eight ConnectX-7 (tests/support/fabric_nodes.py)
+    # One page and no more for this fault (issue 36 item 2): the alert and the labels that name its device.
+    pages_once: Optional[dict[str, str]] = None
 
     @property
     def bus_id(self) -> str:
         return NVIDIA_GPU1 if self.vendor == "nvidia" else AMD_GPU1
+
+
+FABRIC_NIC, FABRIC_NIC_BUS = "mlx5_4", "0000:3b:00.0"  # rdma_tree.hgx_h100_ib's fifth ConnectX-7, port 1
 
 
 def _gpu1(apply: Callable) -> Callable:
@@ -99,6 +106,28 @@ def _xid48_live(node, tree, lib) -> None:
     tree.add_kmsg([xid_line(3, 90_000_000, NVIDIA_GPU1, 48)])
 
 
+def _lost_live(node, tree, lib) -> None:
+    """GPU 1 falls off the bus while watched: the driver logs Xid 79 (NVML's event and the kernel log), then every
+    NVML call about it answers GPU_IS_LOST (the Xid may be seen a collection before the loss, as on a real node)."""
+    from tests.support.fakes.fake_nvml_events import nvml_events
+
+    nvml_events(lib).emit(1, 79)
+    tree.add_kmsg([xid_line(3, 90_000_000, NVIDIA_GPU1, 79)])
+    node.gpus[1].lost = True
+
+
+def _nic_port_down(tree) -> None:
+    """mlx5_4's port 1 without a link (rdma_tree.port_down: State DOWN, Disabled); `tree`: the rdma_tree.Node."""
+    from tests.support import rdma_tree
+
+    rdma_tree.port_down(tree, FABRIC_NIC)
+
+
+def _nic_port_down_live(node, tree, lib) -> None:
+    """mlx5_4's port 1 loses its link while watched."""
+    _nic_port_down(tree)
+
+
 def _prochot_hot(gpu) -> None:
     gpu.violations = {"active_prochot_thrm"}
     gpu.temperatures["hotspot"].current = gpu.temperatures["hotspot"].critical - 8
@@ -112,7 +141,8 @@ def _screens(gpu1: str, buses: tuple[str, str]) -> Callable:
         import time
 
         from gpudiag.model import SmMismatch
-        from gpudiag.model.screen import FAILED, VERIFIED, ScreenGpu, ScreenRun, ScreenState, state_to_json
+        from gpudiag.model.screen import FAILED, VERIFIED, ScreenGpu, ScreenRun, ScreenState
+        from gpudiag.model.screen_file import state_to_json
 
         now, day = time.time(), 86400.0
         state = ScreenState(every_seconds=7 * day, updated_at=now)
@@ -150,9 +180,20 @@ SCENARIOS = [
     Scenario("nvidia-pcie-replays", "nvidia", "GpudiagPcieReplayErrors", "warning", fault=_nvml("pcie_replays", 500)),
     Scenario("nvidia-aer-nonfatal", "nvidia", "GpudiagPcieUncorrectableErrors", host=_aer_nonfatal),
     # fallen off the bus: the driver logged Xid 79, NVML answers GPU_IS_LOST even for its bus ID
-    Scenario("nvidia-gpu-lost", "nvidia", "GpudiagGpuDown", fault=_nvml("lost", True),
+    Scenario("nvidia-gpu-lost", "nvidia", "GpudiagGpuLost", fault=_nvml("lost", True),
              host=_logged(xid_line(2, 41_000_000, NVIDIA_GPU1, 79))),
     Scenario("nvidia-gpu-hung", "nvidia", "GpudiagGpuDown", fault=_nvml("hang", "nvmlDeviceGetPowerUsage")),
+    # issue 36 item 2: a GPU lost while watched paged three times (its Xid 79 first, then GpudiagGpuDown, then
+    # GpudiagGpuMissing from the profile's GPU count); it pages once, as the lost GPU
+    Scenario("nvidia-gpu-lost-watched", "nvidia", "GpudiagGpuLost", live=_lost_live,
+             evidence='gpudiag_gpu_xid_errors_total{code="79"}', serve_args=("-p", "expected_gpu_count=2"),
+             pages_once={"alertname": "GpudiagGpuLost", "gpu": "1", "pci_bus_id": NVIDIA_GPU1}),
+    # and a fabric NIC's port going down: one page, naming the NIC and port
+    Scenario("nvidia-nic-port-down-watched", "nvidia", "GpudiagNicDown", gpu_labels=False, fabric=True,
+             live=_nic_port_down_live, evidence=f'gpudiag_nic_check_status{{check="network.nics",nic="{FABRIC_NIC}",status="fail"}}',
+             pages_once={"alertname": "GpudiagNicDown", "nic": FABRIC_NIC, "port": "1", "pci_bus_id": FABRIC_NIC_BUS}),
+    Scenario("nvidia-nic-port-down", "nvidia", "GpudiagNicDown", gpu_labels=False, fabric=True, host=_nic_port_down,
+             pages_once={"alertname": "GpudiagNicDown", "nic": FABRIC_NIC, "port": "1", "pci_bus_id": FABRIC_NIC_BUS}),
     Scenario("nvidia-xid48-live", "nvidia", "GpudiagXidCritical", live=_xid48_live,
              evidence='gpudiag_gpu_xid_errors_total{code="48"}'),
     Scenario("nvidia-xid13-logged", "nvidia", "GpudiagXidError", "warning",
@@ -192,7 +233,7 @@ SCENARIOS = [
     Scenario("amd-pcie-recovery", "amd", "GpudiagPcieLinkRecovery", fault=_amd(amd_node.pcie_recoveries, 500)),
     Scenario("amd-gpu-reset-logged", "amd", "GpudiagKernelGpuError", "warning",
              host=_logged(*AMD_RESET)),
-    Scenario("amd-gpu-lost", "amd", "GpudiagGpuDown", fault=_amd(amd_node.lose_gpu)),
+    Scenario("amd-gpu-lost", "amd", "GpudiagGpuLost", fault=_amd(amd_node.lose_gpu)),
     Scenario("amd-screen-overdue", "amd", "GpudiagScreeningOverdue", "warning", host=_screens("never", AMD_GPUS)),
     Scenario("amd-gpu-hung", "amd", "GpudiagGpuDown",
              fault=_gpu1(lambda g: setattr(g, "hang_in", "amdsmi_get_power_info"))),
@@ -209,7 +250,15 @@ def node_of(scenario: Scenario):
 
 
 def build(scenario: Scenario, root: Path):
-    """The scenario's node (fault applied) and its sysfs/procfs tree and kernel log under `root`."""
+    """The scenario's node (fault applied) and its sysfs/procfs tree and kernel log under `root` (a fabric node's
+    tree is its rdma_tree.Node, whose .tree is the sysfs tree)."""
+    if scenario.fabric:
+        from tests.support.fabric_nodes import hgx_h200
+
+        node, tree = hgx_h200(root)
+        if scenario.host is not None:
+            scenario.host(tree)
+        return node, tree
     node = node_of(scenario)
     tree = fake_root(root, node) if scenario.vendor == "nvidia" else amd_tree(root, node)
     if scenario.host is not None:
@@ -255,7 +304,7 @@ def main(argv: list[str]) -> int:
         threading.Thread(target=_inject_when_watched, args=(scenario, node, tree, lib), daemon=True).start()
     from gpudiag.cli.app import main as gpudiag_main
 
-    return gpudiag_main(["serve", "--root", str(root), *serve_args])
+    return gpudiag_main(["serve", "--root", str(root), *scenario.serve_args, *serve_args])
 
 
 if __name__ == "__main__":

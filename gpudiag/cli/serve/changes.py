@@ -8,8 +8,12 @@ cycle shows with what it told and makes one line for each difference, then remem
 an hour is one line when it goes and one when it returns, not one per collection.
 
 A first sight is told only where it is a problem (a GPU already lost at start, a check already failing), except the
-backends, whose state at start is worth a line either way. Results that follow from another (gpudiag/report/causes.py:
-the unknown checks of a GPU that does not answer, the GPU count it makes short) are not told: their cause is, once.
+backends, whose state at start is worth a line either way; a check's first line has no `previous` (it was never
+seen: issue 36 item 3). A check's state is kept per check and what its result is about (gpudiag/report/subject.py:
+a GPU, a GPU on the bus no library lists, a NIC port), so that the results of one check on eight NICs are eight
+states, not one that each overwrites: one port down was 38 contradictory lines in 5 minutes. Results that follow
+from another (gpudiag/report/causes.py: the unknown checks of a GPU that does not answer, the GPU count it makes
+short) are not told: their cause is, once.
 A check that goes between pass and skip is not told either. At most MAX_LINES_PER_CYCLE lines a cycle; what is past
 that is told in later cycles (its state is not marked told), with one line saying how many were put off. How often
 one thing may be told over time is bounded apart (gpudiag/cli/serve/log_bound.py).
@@ -24,7 +28,8 @@ from typing import Callable, Hashable, Iterator, Optional
 from gpudiag.cli.serve.log_bound import RateBound
 from gpudiag.daemon.poller import COMPLETE, ERROR, OVERRUN, Cycle
 from gpudiag.model import CheckResult, DeviceSnapshot, ErrorKind, NodeSnapshot, Status
-from gpudiag.report.causes import GPUS_VISIBLE, follows_from, where
+from gpudiag.report.causes import GPUS_VISIBLE, follows_from
+from gpudiag.report.subject import subject
 
 log = logging.getLogger(__name__)
 
@@ -145,18 +150,31 @@ class ChangeTracker:
             if self._told_by_its_cause(result, roots):
                 continue
             status = result.status.value
+            about = subject(result)
+            key = ("check", result.check, "node" if about is None else about.key)
 
-            def line(was, r=result, status=status):
-                if was in FINE and status in FINE:
+            def line(was, r=result, status=status, key=key):
+                if status in FINE and (was is None or was in FINE):  # no news, or a first sight that is fine
                     return None
-                device = r.device
-                return Change(("check", r.check, where(r)), logging.INFO if status in FINE else logging.WARNING,
-                              "check status changed",
-                              {"check": r.check, "status": status, "previous": was,
-                               "gpu": device.index if device else None,
-                               "bus_id": device.pci_bus_id if device else None, "message": _cut(r.message)})
+                previous = {} if was is None else {"previous": was}
+                return Change(key, logging.INFO if status in FINE else logging.WARNING, "check status changed",
+                              {"check": r.check, "status": status, **previous, **_about(r),
+                               "message": _cut(r.message)})
 
-            yield _Seen(("check", result.check, where(result)), status, Status.PASS.value, line)
+            yield _Seen(key, status, None, line)
+
+
+def _about(result: CheckResult) -> dict:
+    """The fields that say what a check's line is about: its GPU, or its NIC and port (None fields are left out)."""
+    device = result.device
+    if device is not None:
+        return {"gpu": device.index, "bus_id": device.pci_bus_id}
+    about = subject(result)
+    if about is None:
+        return {"gpu": None, "bus_id": None}
+    if about.is_nic:
+        return {"nic": about.nic, "port": about.port, "bus_id": about.bus}
+    return {"gpu": None, "bus_id": about.bus}
 
 
 def _cut(text: Optional[str]) -> Optional[str]:

@@ -146,8 +146,12 @@ def test_each_nic_fault_fails_or_warns_on_its_nic(tmp_path, fault):
 
 def test_a_flapping_port_fails_from_the_kernel_log(tmp_path):
     healthy_h100(tmp_path / "root")
+    # a saved log's times are seconds since this machine's boot (under --root the live /proc's): the flaps a minute
+    # ago, inside the 12 h window whatever the test machine's uptime (at 100 s after boot they were outside it on
+    # a machine up for 15 h)
+    recent = max(float(Path("/proc/uptime").read_text().split()[0]) - 60.0, 10.0)
     line = "[{:10.6f}] mlx5_core 0000:3b:00.0 mlx5_4: Port: 1 Link {}\n"
-    log = QUIET_LOG + "".join(line.format(100.0 + i, state) for i, state in enumerate(("DOWN", "ACTIVE") * 3))
+    log = QUIET_LOG + "".join(line.format(recent + i, state) for i, state in enumerate(("DOWN", "ACTIVE") * 3))
     _, report = check_json(tmp_path / "root", tmp_path, log=log)
     (finding,) = bad(report)
     assert (finding["check"], finding["status"], finding["observed"]["nic"]) == ("network.flaps", "fail", "mlx5_4")
@@ -223,3 +227,15 @@ def test_the_shipped_profiles_nics_pass_their_healthy_node_and_a_slow_port_fails
     rdma_tree.half_rate(node, fabric[0]["observed"]["nic"])
     _, report = check_json(tmp_path / "root", tmp_path, "--profile", profile)
     assert [(r["check"], r["status"]) for r in bad(report)] == [("network.rate", "fail")]
+
+
+def test_the_checklist_calls_a_nic_a_nic(tmp_path):
+    """Issue 36 item 4: a port down was `FAIL  network.nics  GPU at 0000:3b:00.0`, naming mlx5_4 as a GPU."""
+    _port_down(healthy_h100(tmp_path / "root"))
+    (tmp_path / "dmesg.txt").write_text(QUIET_LOG)
+    done = subprocess.run([sys.executable, "-m", "gpudiag", "check", "--root", str(tmp_path / "root"),
+                           "--kernel-log", str(tmp_path / "dmesg.txt"), "--only", ",".join(FAMILY)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    heads = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
+    assert heads == ["FAIL  network.nics  NIC mlx5_4 (0000:3b:00.0) port 1"], done.stdout
+    assert "GPU at 0000:3b:00.0" not in done.stdout
