@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from gpudiag.model import CheckResult, CollectorRun, NodeSnapshot
+from gpudiag.daemon.follower import KernelLogFollower
+from gpudiag.model import CheckResult, CollectorRun, KernelEvent, NodeSnapshot
 from gpudiag.probe import deadline
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,11 @@ class Collection:
     results: list[CheckResult]
     checks_run: CollectorRun
     finished_at: float  # Unix time
+    # The kernel-log events new since the collection before (gpudiag/daemon/follower.py: one follower for the
+    # exporter and the service journal). None where no follower ran, or the log was not read; `log_baseline`: this
+    # is the first read, whose events were all logged before the daemon started.
+    new_events: Optional[tuple[KernelEvent, ...]] = None
+    log_baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,9 +54,8 @@ class Cycle:
         return CollectorRun("collection", self.outcome == COMPLETE, round(self.duration_seconds, 4), self.error)
 
 
-def collect_and_judge(
-    collect: Callable[[], NodeSnapshot], judge: Callable[[NodeSnapshot], list[CheckResult]]
-) -> Collection:
+def collect_and_judge(collect: Callable[[], NodeSnapshot], judge: Callable[[NodeSnapshot], list[CheckResult]],
+                      follower: Optional[KernelLogFollower] = None) -> Collection:
     snapshot = collect()
     started = time.monotonic()
     try:
@@ -59,7 +64,11 @@ def collect_and_judge(
         log.exception("running the checks failed", extra={"bound": ("checks failed",)})
         results, error = [], f"{type(exc).__name__}: {exc}"
     checks_run = CollectorRun("checks", error is None, round(time.monotonic() - started, 4), error)
-    return Collection(snapshot, results, checks_run, time.time())
+    new_events, baseline = None, False
+    if follower is not None and snapshot.kernel_log.readable:
+        baseline = not follower.started
+        new_events = tuple(follower.new_events(snapshot.kernel_log.events, snapshot.kernel_log.last_seq))
+    return Collection(snapshot, results, checks_run, time.time(), new_events, baseline)
 
 
 class Poller:

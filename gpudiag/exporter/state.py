@@ -16,9 +16,10 @@ from prometheus_client import generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from gpudiag.checks.kernel_log.common import SXID_DUMP_DETAILS
+from gpudiag.daemon.follower import KernelLogFollower
 from gpudiag.daemon.poller import COMPLETE, OUTCOMES, Collection, Cycle
 from gpudiag.exporter import catalog as m
-from gpudiag.exporter.events import BASELINE, LOG, NVML, SXID, XID, EventTally, KernelLogFollower, series_bus_id
+from gpudiag.exporter.events import BASELINE, LOG, NVML, SXID, XID, EventTally, series_bus_id
 from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_build_info, add_checks, add_collector_runs, add_snapshot
 from gpudiag.model import NodeSnapshot, Vendor
@@ -52,7 +53,7 @@ class ExporterState:
 
     def on_cycle(self, cycle: Cycle) -> None:
         if cycle.collection is not None:
-            self._absorb(cycle.collection.snapshot)
+            self._absorb(cycle.collection)
         with self._lock:
             self._last_cycle = cycle
             self._outcomes[cycle.outcome] += 1
@@ -63,16 +64,22 @@ class ExporterState:
                 self._last_complete_monotonic = time.monotonic()
             self._generation += 1
 
-    def _absorb(self, snapshot: NodeSnapshot) -> None:
+    def _absorb(self, collection: Collection) -> None:
+        snapshot = collection.snapshot
         self._remember_identities(snapshot)
         self._manage_watcher(snapshot)
         if not snapshot.kernel_log.readable:
             return
-        # The first read counts what was logged before the exporter started; after it, only what is new. An Xid
-        # that NVML's event stream delivered too is still counted once (EventTally).
-        source = LOG if self._follower.started else BASELINE
+        # The first read counts what was logged before the exporter started; after it, only what is new: as the
+        # daemon's one follower says (gpudiag/daemon/follower.py), or, for a collection made without one, this
+        # state's own. An Xid that NVML's event stream delivered too is still counted once (EventTally).
         events = snapshot.kernel_log.events
-        fresh = self._follower.new_events(events)
+        if collection.new_events is not None:
+            source = BASELINE if collection.log_baseline else LOG
+            fresh = list(collection.new_events)
+        else:
+            source = LOG if self._follower.started else BASELINE
+            fresh = self._follower.new_events(events, snapshot.kernel_log.last_seq)
         for event in fresh if source == LOG else events:
             bus_id = series_bus_id(event, snapshot, self._identities)  # GPUs only: series stay bounded
             if event.kind == SXID:

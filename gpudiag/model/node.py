@@ -119,6 +119,9 @@ class KernelEvent:
     boot: Optional[str] = None  # the boot the line came from, where the log spans boots (journal _BOOT_ID, kern.log)
     decoded: Optional[str] = None  # what the line decodes to beyond its kind: an ACA STATUS's set bits, a GHES port;
     # on a NIC record (KernelLogInfo.nic_events), the netdev or RDMA device the line names
+    # The kmsg sequence number of the record (Documentation/ABI/testing/dev-kmsg), where the log carries one: the
+    # cursor the daemon follows the log by (gpudiag/daemon/follower.py; issue 34, item 3).
+    seq: Optional[int] = None
 
 
 @dataclass
@@ -142,6 +145,9 @@ class KernelLogInfo:
     # The RDMA NIC drivers' records (gpudiag/probe/network/kernel_log.py), kept apart from the GPU events above, which
     # the GPU checks, the exporter's event counts and the service journal read.
     nic_events: list[KernelEvent] = field(default_factory=list)
+    # The highest kmsg sequence number read (any record, a driver's or not), where the log carries them: the daemon's
+    # cursor, "events since N" (gpudiag/daemon/follower.py; issue 34, item 3). None for a log without them.
+    last_seq: Optional[int] = None
 
 
 @dataclass

@@ -113,7 +113,7 @@ class JournalKeeper:
             current = self._conditions(collection)
             self._pending, counted = [], False
             entries = self._episodes(current, now)
-            events, counted_events = self._events(collection.snapshot, now, collection.finished_at)
+            events, counted_events = self._events(collection, now)
             between, counted_between = self._between(collection.snapshot, now, collection.finished_at)
             entries += events + between
             for entry in entries:
@@ -211,19 +211,28 @@ class JournalKeeper:
             self._counted_upto[key] = (boot_time, entry["log_timestamp"])
         return True
 
-    def _events(self, snapshot: NodeSnapshot, now: str, moment: float) -> tuple[list[dict], bool]:
+    def _events(self, collection: Collection, now: str) -> tuple[list[dict], bool]:
+        snapshot, moment = collection.snapshot, collection.finished_at
         index_of = {d.pci_bus_id: d.index for d in snapshot.devices if d.pci_bus_id}
+        # What is new comes from the daemon's one kernel-log follower (gpudiag/daemon/follower.py: "events since N"
+        # by the kmsg sequence number, today's diff for a log without one). The first read, and a collection made
+        # without a follower, go through the whole log: the events seen (journaled before a restart too) are skipped.
+        events = snapshot.kernel_log.events
+        followed = collection.new_events is not None and not collection.log_baseline
+        new = events if not followed else list(collection.new_events or ())
         # boot_id: which boot the event was logged in, so that a fault that comes back after reboots is seen
         # (gpudiag/probe/kernel_log/boot_history.py reads these back); detail: what the line said of its severity.
         in_log = [{"kind": event.kind, "event": "event", "code": event.code, "pci_bus_id": event.pci_bus_id,
                    "gpu": index_of.get(event.pci_bus_id), "log_timestamp": event.timestamp_seconds,
                    "message": event.message[:MESSAGE_CHARS], "level": self._level(event),
                    **({"boot_id": snapshot.host.boot_id} if snapshot.host.boot_id else {}),
-                   **({"detail": event.detail} if event.detail else {})} for event in snapshot.kernel_log.events]
+                   **({"detail": event.detail} if event.detail else {})} for event in events]
+        fresh = {id(event) for event in new}
         entries, dropped, counted = [], 0, False
-        for entry in in_log:
+        for event, entry in zip(events, in_log):
             key = _event_key(entry)
-            if key in self._seen_events:
+            if key in self._seen_events or id(event) not in fresh:
+                self._seen_events.add(key)
                 continue
             self._seen_events.add(key)
             if entry["level"] == "warn" and self._count(entry, now, moment, snapshot.host.boot_time):

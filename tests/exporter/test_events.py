@@ -9,7 +9,8 @@ import time
 import pynvml
 import pytest
 
-from gpudiag.exporter.events import BASELINE, LOG, NVML, EventTally, KernelLogFollower
+from gpudiag.daemon.follower import KernelLogFollower
+from gpudiag.exporter.events import BASELINE, LOG, NVML, EventTally
 from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.model import KernelEvent, Vendor
 from gpudiag.probe.nvml.events import XidWatcher

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from gpudiag.cli.serve.changes import ChangeLog
 from gpudiag.daemon.fresh import FreshCollections
+from gpudiag.daemon.follower import KernelLogFollower
 from gpudiag.daemon.poller import Poller, collect_and_judge
 from gpudiag.exitcodes import ExitCode
 from gpudiag.exporter.state import ExporterState, WatcherFactory
@@ -76,7 +77,9 @@ class ServeDaemon:
         self.state = ExporterState(stale_after_seconds=2 * interval_seconds + cycle_deadline,
                                    watcher_factory=watcher_factory)
         # One collection at a time, shared by the poller and the socket's clients (gpudiag/daemon/fresh.py).
-        self.collections = FreshCollections(lambda: collect_and_judge(collect, judge))
+        # One kernel-log follower: the exporter's counters and the service journal take what is new from it.
+        follower = KernelLogFollower()
+        self.collections = FreshCollections(lambda: collect_and_judge(collect, judge, follower))
         self.changes = ChangeLog()  # what changed, told once per change on the log (gpudiag/cli/serve/changes.py)
         self.poller = Poller(self.collections.collect, self._on_cycle, interval_seconds, cycle_deadline)
         self.service: Optional[Service] = None

@@ -150,8 +150,26 @@ class NvrmReader:
     def __init__(self) -> None:
         self._pending: Optional[str] = None  # the bus ID of "NVRM: The NVIDIA GPU <bus>", until the record ends
         self._lines = 0
+        self._in_probe = False  # the record fed last is the probe message's first line
+
+    def continue_record(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        """A later line of one record (after its \\x0a, or dmesg's indented continuation): read only as the rest of
+        the probe-time message its first line opened, never as a record of its own (issue 32, item 1: the text
+        after a newline may be a user's, as in a segfault report's file name)."""
+        if self._pending is None:
+            # the probe message's last line after some other line inside it: a GPU fell off, which one is unknown
+            return _event("fallen_off_bus", message, None, seconds, detail="probe") if (
+                self._in_probe and message == _PROBE_FALLEN) else None
+        self._lines += 1
+        if message == _PROBE_FALLEN:
+            bus_id, self._pending = self._pending, None
+            return _event("fallen_off_bus", message, bus_id, seconds, detail="probe")
+        if not (_PROBE_PCI_ID.match(message) and self._lines < 2):
+            self._pending = None
+        return None
 
     def feed(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        self._in_probe = message.startswith("NVRM: The NVIDIA GPU ")  # this record may go on over lines
         if self._pending is not None:
             self._lines += 1
             if message == _PROBE_FALLEN:
