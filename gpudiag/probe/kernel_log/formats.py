@@ -60,7 +60,10 @@ _ISO = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})
 # Syslog and journal stamps: `Nov 30 11:08:44` (RFC 3164, journalctl -o short; `.123456` with short-precise), ISO 8601
 # with a point (rsyslog's RSYSLOG_FileFormat, short-iso, short-iso-precise) — dmesg --time-format iso writes a comma,
 # and no host or identifier follows it — and `Tue 2026-11-30 11:08:44 UTC` (short-full).
-_SYSLOG_STAMP = (r"[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+# journalctl and rsyslog print the month with strftime's %b, in the reader's locale (systemd logs-show.c): `Jan`, but
+# also `jan.` (nb_NO), `фев` (ru_RU), `6月` (zh_CN), `april`; any word of letters or an `N月`/`N월` is taken for one.
+_MONTH = r"(?:[0-9]{1,2}[\u6708\uc6d4]|[^\x00-\x40\[\]\\^_`{|}~\x7f]{2,12}\.?)"
+_SYSLOG_STAMP = (rf"{_MONTH} [ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}(?:\.[0-9]{{1,9}})?"
                  r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
                  r"|[A-Z][a-z]{2} [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})? [A-Z]{1,5}")
 # talosctl dmesg (siderolabs/talos cmd/talosctl/cmd/talos/dmesg.go): "%s: %7s: [%s]: %s", facility, level, RFC 3339
@@ -71,7 +74,8 @@ _RFC5424 = lazy_compile(rf"<([0-9]{{1,3}})>1 ({_ISO}|-) [^ ]{{1,255}} ([^ ]{{1,4
                         r"(?:-|(?:\[[^\]]{0,512}\]){1,8}) ?(?:\ufeff)?", _A)
 # RFC 3164 / rsyslog / journalctl short modes: [<pri>]TIME [HOST ]IDENT[PID]: — the host may be left out
 # (journalctl --no-hostname); it never ends in ":", so "Feb 17 19:00:16 kernel: " reads as no host, ident kernel.
-_SYSLOG = lazy_compile(rf"(?:<([0-9]{{1,3}})>)?({_SYSLOG_STAMP}) (?:[^ ]{{0,254}}[^ :] )?([^ :\[]{{1,64}})"
+# A host name left blank (an empty `_HOSTNAME`) leaves two spaces: `Jan 02 21:35:19  kernel: `.
+_SYSLOG = lazy_compile(rf"(?:<([0-9]{{1,3}})>)?({_SYSLOG_STAMP}) (?:[^ ]{{0,254}}[^ :] | )?([^ :\[]{{1,64}})"
                        r"(?:\[[0-9]{1,10}\])?: ", _A)
 
 # -- level prefixes and stamps -----------------------------------------------------------------------------------
@@ -82,7 +86,7 @@ _MONOTONIC = lazy_compile(r"\[ {0,16}([0-9]{1,12}(?:\.[0-9]{1,9})?)\] ?", _A)  #
 _CTIME = lazy_compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ 0-9][0-9]) "
                       r"([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})\] ?", _A)
 _ISO_STAMP = lazy_compile(rf"({_ISO}) ", _A)
-_RELTIME = lazy_compile(r"\[(?:[A-Z][a-z]{2} ?[ 0-9]?[0-9] [0-9]{2}:[0-9]{2}| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
+_RELTIME = lazy_compile(rf"\[(?:{_MONTH} ?[ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}| {{0,12}}\+[0-9]{{1,12}}\.[0-9]{{1,9}})\] ?", _A)
 _DELTA = lazy_compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
 _CALLER = lazy_compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
 _HOST_KERNEL_TAG = lazy_compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
@@ -94,7 +98,15 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Dec"), start=1)}
 _ISO_PARTS = lazy_compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]{1,9}))?"
                           r"(Z|[+-][0-9]{2}:?[0-9]{2})?", _A)
-_SYSLOG_TIME = lazy_compile(r"([A-Z][a-z]{2}) ([ 0-9][0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?", _A)
+_SYSLOG_TIME = lazy_compile(rf"({_MONTH}) ([ 0-9]?[0-9]) ([0-9]{{2}}):([0-9]{{2}}):([0-9]{{2}})(?:\.([0-9]{{1,9}}))?", _A)
+# %b in the locales journalctl is most often read in (glibc localedata/locales/*: abmon), lower case, without the
+# point: a name not here leaves the line without a wall clock, never unread.
+_LOCALE_MONTHS = {name: number for number, names in enumerate((
+    "jan janv ene gen sty led", "feb febr fév févr fev фев lut úno", "mar mär mrt mars мар maa bře",
+    "apr avr abr kwi апр dub", "may mai mei mag maj мая кві", "jun juin jun giu cze чер июн",
+    "jul juil lug lip июл", "aug aoû août ago sie авг srp", "sep sept set wrz сен zář", "oct okt ott paź окт říj",
+    "nov noi lis ноя", "dec déc dez dic gru дек pro"), start=1) for name in names.split()}
+_SGR = lazy_compile(r"\x1b\[[0-9;]{0,32}m", _A)  # `dmesg -H` (and --color=always) colours on a terminal
 _SYSLOG_FIRST = frozenset("<0123456789ADFJMNOSTW")  # a PRI, a year, a month or (short-full) a weekday
 _LEVEL_WORDS = frozenset({"emerg", "alert", "crit", "err", "warn", "warning", "notice", "info", "debug"})
 
@@ -104,6 +116,8 @@ def split_line(line: str) -> Optional[LogLine]:
     header holds a number the kernel cannot have written. Each pattern is tried only where the line's first
     character allows it: this runs on every driver line of a log (bench/kernel_log_scan.py)."""
     line = line[:MAX_RECORD_CHARS].rstrip("\r\n")
+    if "\x1b" in line:  # dmesg's colours; dmesg itself escapes control bytes in a record (\x1b), so these are its own
+        line = _SGR.sub("", line)
     first = line[:1]
     if first == "[":  # plain dmesg, short-monotonic, -T, reltime, delta: the common case, no frame
         return _after_frame(line, True, None, None, False)
@@ -121,7 +135,7 @@ def split_line(line: str) -> Optional[LogLine]:
         if frame:
             kernel = (int(frame[1]) >> 3) == 0 and frame[3] == "kernel"
             return _after_frame(line[frame.end():], kernel, "rfc5424", (iso_seconds, frame[2]), True)
-    if first in _SYSLOG_FIRST:
+    if first in _SYSLOG_FIRST or first.isalpha():  # or a month of another locale (`april`, `jan.`, `фев`)
         frame = _SYSLOG.match(line)
         if frame:
             kernel = frame[3] == "kernel" and (frame[1] is None or int(frame[1]) >> 3 == 0)
@@ -232,7 +246,7 @@ def syslog_seconds(text: str) -> Optional[float]:
     parts = _SYSLOG_TIME.match(text)
     if not parts:
         return iso_seconds(text)
-    month = _MONTHS.get(parts[1])
+    month = month_number(parts[1])
     if month is None:
         return None
     day, hour, minute, second = int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5])
@@ -241,6 +255,18 @@ def syslog_seconds(text: str) -> Optional[float]:
     import calendar  # here: a check's imports do without it (issue 36, item 9)
 
     return calendar.timegm((2000, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[6] or 0}")
+
+
+def month_number(name: str) -> Optional[int]:
+    """A month as %b prints it in English or another locale (`Jan`, `jan.`, `фев`, `6月`) → 1-12, or None."""
+    if name[-1:] in "\u6708\uc6d4":
+        number = int(name[:-1]) if name[:-1].isascii() and name[:-1].isdigit() else 0
+        return number if 1 <= number <= 12 else None
+    english = _MONTHS.get(name)
+    if english is not None:
+        return english
+    word = name.rstrip(".").lower()
+    return _LOCALE_MONTHS.get(word) or _LOCALE_MONTHS.get(word[:4]) or _LOCALE_MONTHS.get(word[:3])
 
 
 def _ctime_seconds(stamp: re.Match) -> Optional[float]:
