@@ -81,3 +81,28 @@ def test_an_unreadable_line_that_names_no_gpu_warns_node_level(tmp_path):
     assert [r.status for r in results if r.device is not None] == [Status.PASS, Status.PASS]
     (node,) = node_level(results)
     assert node.status == Status.WARN and "line 1:" in node.observed["first_unreadable"]
+
+
+# -- item 8: NVIDIA's documents decide where peers disagree --------------------------------------------------------
+
+
+def test_xid_44_follows_nvidia_catalog_ignore_bucket():
+    # docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html: 44 ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW, Immediate
+    # Action IGNORE, Investigatory CONTACT_SUPPORT (GPUd fails it). Before, gpudiag warned it as "not in the catalog".
+    from gpudiag.checks.kernel_log import xid_catalog
+
+    assert xid_catalog.XID_CATALOG[44].bucket == "IGNORE"
+    assert "not in gpudiag's catalog" not in xid_catalog.describe(44)
+    assert xid_catalog.automation_action(44, Status.WARN) == "watch"
+
+
+def test_sxid_12028_non_fatal_stays_a_warning_as_the_fabric_manager_guide_says():
+    # GPUd's test line (tests/fixtures/field/nvidia/gpud-sxid-kmsg.json); the guide lists 12028 as Non-Fatal.
+    from gpudiag.checks.kernel_log import sxid_catalog
+    from gpudiag.checks.kernel_log.nvidia import sxid_finding
+    from gpudiag.probe.kernel_log.nvidia import sxid_event
+
+    event = sxid_event("nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV "
+                       "error (First)", None)
+    assert sxid_catalog.sxid_class(12028) == sxid_catalog.NONFATAL
+    assert (sxid_finding(event).severity, sxid_finding(event).verdict) == (Status.WARN, "watch")
