@@ -349,5 +349,26 @@ def slot_finding(event: KernelEvent) -> Finding:
     return Finding(Status.FAIL, _SLOT_LOST[event.kind], _SLOT_ACTION, "reboot", "GPUDIAG-PCIE-SLOT-LOST")
 
 
+# Native PCIe AER records (gpudiag/probe/kernel_log/aer.py; the checks import no probe module, a test keeps the two
+# in step), placed on the GPUs at or below the bus ID they name (amdgpu.port_events), issue 32, item 6.
+AER_EVENT_KINDS = ("aer_fatal", "aer_recovery_failed", "aer_surprise_down")
+_AER_ACTION = ("The kernel's AER driver saw a fatal PCIe error on the GPU's link or a bridge above it: the GPU is "
+               "likely gone until a power cycle. Drain the node and cold-boot it; check pcie.aer, reseat the GPU and its "
+               "riser/retimer; RMA what fails again.")
+AER_FINDINGS = {
+    "aer_fatal": Finding(Status.FAIL, "fatal PCIe error on the GPU's link (AER)", _AER_ACTION, "reboot",
+                         "GPUDIAG-PCIE-AER-FATAL"),
+    "aer_recovery_failed": Finding(Status.FAIL, "PCIe error recovery failed above the GPU (AER)", _AER_ACTION,
+                                   "reboot", "GPUDIAG-PCIE-AER-RECOVERY-FAILED"),
+    "aer_surprise_down": Finding(Status.FAIL, "PCIe Surprise Down: the GPU's link went down (AER)", _AER_ACTION,
+                                 "reboot", "GPUDIAG-PCIE-AER-SURPRISE-DOWN"),
+}
+
+
+def aer_finding(event: KernelEvent) -> Finding:
+    found = AER_FINDINGS[event.kind]
+    return found._replace(description=f"{found.description}: {event.decoded}") if event.decoded else found
+
+
 def applies(snapshot: NodeSnapshot, vendor: Vendor, events: list[KernelEvent]) -> bool:
     return vendor in vendors_present(snapshot) or bool(events)

@@ -24,10 +24,18 @@ import re
 from typing import Optional
 
 from gpudiag.model import KernelEvent, normalize_pci_bus_id
+from gpudiag.probe.kernel_log.aer import aer_event
 from gpudiag.probe.kernel_log.amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
 from gpudiag.probe.kernel_log.formats import LogLine, split_line, wall_seconds
 from gpudiag.probe.kernel_log.ghes import GhesRecords
-from gpudiag.probe.kernel_log.nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
+from gpudiag.probe.kernel_log.nvidia import (
+    NVIDIA_EVENT_KINDS,
+    NvrmReader,
+    nvidia_gpu_uuid,
+    nvrm_event,
+    probe_failed_event,
+    sxid_event,
+)
 from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
 from gpudiag.probe.patterns import lazy_compile
@@ -64,7 +72,9 @@ def parse_event(message: str, seconds: Optional[float] = None) -> Optional[Kerne
     if message.startswith("nvidia-nvswitch"):
         return sxid_event(message, seconds)
     if message.startswith("pcieport "):
-        return _pcie_slot_event(message, seconds)
+        return _pcie_slot_event(message, seconds) or aer_event(message, seconds)
+    if message.startswith(("nvidia: probe of ", "amdgpu: probe of ")):
+        return probe_failed_event(message, seconds)
     # RDMA NICs (probe/network/kernel_log.py): kept apart, in KernelLogInfo.nic_events
     if message.startswith(NIC_PREFIXES):
         return nic_event(message, seconds)

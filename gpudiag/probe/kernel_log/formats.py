@@ -86,7 +86,8 @@ _MONOTONIC = lazy_compile(r"\[ {0,16}([0-9]{1,12}(?:\.[0-9]{1,9})?)\] ?", _A)  #
 _CTIME = lazy_compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ 0-9][0-9]) "
                       r"([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})\] ?", _A)
 _ISO_STAMP = lazy_compile(rf"({_ISO}) ", _A)
-_RELTIME = lazy_compile(rf"\[(?:{_MONTH} ?[ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}| {{0,12}}\+[0-9]{{1,12}}\.[0-9]{{1,9}})\] ?", _A)
+_RELTIME = lazy_compile(rf"\[(?:{_MONTH} ?[ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}"
+                        r"| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
 _DELTA = lazy_compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
 _CALLER = lazy_compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
 _HOST_KERNEL_TAG = lazy_compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
@@ -98,7 +99,8 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Dec"), start=1)}
 _ISO_PARTS = lazy_compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]{1,9}))?"
                           r"(Z|[+-][0-9]{2}:?[0-9]{2})?", _A)
-_SYSLOG_TIME = lazy_compile(rf"({_MONTH}) ([ 0-9]?[0-9]) ([0-9]{{2}}):([0-9]{{2}}):([0-9]{{2}})(?:\.([0-9]{{1,9}}))?", _A)
+_SYSLOG_TIME = lazy_compile(rf"({_MONTH}) ([ 0-9]?[0-9]) ([0-9]{{2}}):([0-9]{{2}}):([0-9]{{2}})"
+                            r"(?:\.([0-9]{1,9}))?", _A)
 # %b in the locales journalctl is most often read in (glibc localedata/locales/*: abmon), lower case, without the
 # point: a name not here leaves the line without a wall clock, never unread.
 _LOCALE_MONTHS = {name: number for number, names in enumerate((

@@ -120,7 +120,8 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
 def _has_marker(line: str) -> bool:
     return ("NVRM" in line or "amdgpu" in line or "pcieport" in line or "SXid" in line
             or "[Hardware Error]" in line or "[drm] VRAM is lost" in line
-            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line)  # the RDMA NICs' (network/kernel_log.py)
+            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line  # the RDMA NICs' (network/kernel_log.py)
+            or ": probe of " in line)  # the driver core's probe failure of a GPU driver (issue 32, item 6)
 
 
 _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")

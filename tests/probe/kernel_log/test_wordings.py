@@ -106,3 +106,110 @@ def test_sxid_12028_non_fatal_stays_a_warning_as_the_fabric_manager_guide_says()
                        "error (First)", None)
     assert sxid_catalog.sxid_class(12028) == sxid_catalog.NONFATAL
     assert (sxid_finding(event).severity, sxid_finding(event).verdict) == (Status.WARN, "watch")
+
+
+# -- item 6: records without an Xid ---------------------------------------------------------------------------------
+
+
+def _node_results(tmp_path, text: str, check: str = "kernel_log.xid", upstream: tuple = ()):
+    path = tmp_path / "kern.log"
+    path.write_text(text, encoding="utf-8")
+    snap = nvidia_h200_node()
+    if upstream:  # the record's bridges placed above the test node's GPU 1 (as the corpus's pci_parents do)
+        snap.pci_gpus[1].upstream_ports = [*snap.pci_gpus[1].upstream_ports, *upstream]
+    snap.kernel_log = read_kernel_log(file=path)
+    return snap.kernel_log, run(snap, check)
+
+
+def test_reset_required_assertions_fail_the_node(tmp_path):
+    # scitix/sichek's test data (the driver's NV_ASSERT_OK print, 0x62 NV_ERR_RESET_REQUIRED), verbatim:
+    # https://github.com/scitix/sichek/blob/006f9e68ad058929760986eafba89dbd8afe5a09/components/dmesg/
+    # kmsg_event_cache_test.go
+    text = ("[Mon Jan  1 12:00:00 2024] NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d1a616; "
+            "hParent=0x5c000054; hObject=0x5c00005b; hClass=0x0000c86f; paramsSize=0x00000170; "
+            "paramsStatus=0x00000062; status=0x00000062\n"
+            "[Mon Jan  1 12:00:01 2024] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required "
+            "[NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874\n")
+    log, results = _node_results(tmp_path, text)
+    assert [e.kind for e in log.events] == ["reset_required"]
+    (node,) = node_level(results)  # the line names no GPU
+    assert (node.status, node.action, node.fault_code) == (Status.FAIL, "reset", "GPUDIAG-NVRM-RESET-REQUIRED")
+
+
+def test_an_invalid_bar_and_the_probe_failure_fail_the_gpu(tmp_path):
+    # linux-kernel, "AGP mem resource is 64 bits, so no X ?" (J.A. Magallon, 2006-07-13, Message-ID
+    # <20060713001123.6d523a2f@werewolf.auna.net>), verbatim; the oldest drivers print the bus as "0001:00.0".
+    text = ("nvidia: module license 'NVIDIA' taints kernel.\n"
+            "NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\n"
+            "NVRM: BAR1 is 0M @ 0x00000000 (PCI:0001:00.0)\n"
+            "NVRM: The system BIOS may have misconfigured your graphics card.\n"
+            "nvidia: probe of 0000:01:00.0 failed with error -1\n"
+            "NVRM: The NVIDIA probe routine failed for 1 device(s).\n"
+            "NVRM: None of the NVIDIA graphics adapters were initialized!\n")
+    log, results = _node_results(tmp_path, text)
+    assert [(e.kind, e.pci_bus_id) for e in log.events] == [("bar_invalid", "0000:01:00.0"),
+                                                            ("probe_failed", "0000:01:00.0")]
+    (node,) = node_level(results)  # never listed by the driver: not in the inventory
+    assert node.status == Status.FAIL and node.observed["pci_bus_id"] == "0000:01:00.0"
+    assert {r.status for r in results if r.device is not None} == {Status.PASS}
+
+
+def test_the_older_one_line_fallen_off_message(tmp_path):
+    # kernel-open/nvidia/nv.c before the "GPU %04x:…: GPU has fallen off the bus." wording (the example line),
+    # on the test node's GPU 1.
+    log, results = _node_results(tmp_path, "[ 3.000000] NVRM: GPU at 0000:3b:00.0 has fallen off the bus.\n")
+    assert [(e.kind, e.pci_bus_id) for e in log.events] == [("fallen_off_bus", "0000:3b:00.0")]
+    assert for_gpu(results, 1).status == Status.FAIL and for_gpu(results, 0).status == Status.PASS
+
+
+def test_native_aer_fatal_errors_on_a_bridge_fail_the_gpus_below_it(tmp_path):
+    # linux-pci, "Recovering from AER: Uncorrected (Fatal) error" (Hinko Kocevar, 2020-12-04,
+    # https://lore.kernel.org/linux-pci/1a9f75f828c04130b16b7e0a3ae7f1e0@ess.eu/), verbatim: the root port 00:01.0
+    # reports a fatal completion timeout; the devices below it stopped answering. Placed above the test node's GPU 1.
+    text = ("Dec  1 02:16:37 bd-cpu18 kernel: pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: id=0008\n"
+            "Dec  1 02:16:37 bd-cpu18 kernel: pcieport 0000:00:01.0: PCIe Bus Error: severity=Uncorrected (Fatal), "
+            "type=Transaction Layer, id=0008(Requester ID)\n"
+            "Dec  1 02:16:37 bd-cpu18 kernel: pcieport 0000:00:01.0:   device [8086:1901] error status/mask="
+            "00004000/00000000\n"
+            "Dec  1 02:16:37 bd-cpu18 kernel: pcieport 0000:00:01.0:    [14] Completion Timeout     (First)\n")
+    log, results = _node_results(tmp_path, text, upstream=("0000:00:01.0",))
+    assert [(e.kind, e.pci_bus_id) for e in log.events] == [("aer_fatal", "0000:00:01.0")]
+    gpu = for_gpu(results, 1)
+    assert (gpu.status, gpu.action, gpu.fault_code) == (Status.FAIL, "reboot", "GPUDIAG-PCIE-AER-FATAL")
+    assert for_gpu(results, 0).status == Status.PASS and node_level(results) == []
+
+
+def test_native_aer_on_a_port_no_gpu_sits_below_is_not_a_gpu_fault(tmp_path):
+    # linux-pci, "[PATCH] PCI: ERR: Don't override the status returned by error_detect()" (Hou Zhiqiang, 2020-05-27,
+    # https://lore.kernel.org/linux-pci/20200527083130.4137-1-Zhiqiang.Hou@nxp.com/): an e1000e NIC's fatal error,
+    # verbatim; no GPU below 0002:00:00.0.
+    text = ("pcieport 0002:00:00.0: AER: Uncorrected (Fatal) error received: 0002:01:00.0\n"
+            "e1000e 0002:01:00.0: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Inaccessible, "
+            "(Unregistered Agent ID)\n"
+            "pcieport 0002:00:00.0: AER: Root Port link has been reset\n")
+    log, results = _node_results(tmp_path, text)
+    assert [e.kind for e in log.events] == ["aer_fatal"]
+    assert {r.status for r in results} == {Status.PASS}
+
+
+def test_amdgpu_probe_failure_without_the_fatal_init_line(tmp_path):
+    # The driver core's line (drivers/base/dd.c), on the test node's MI300X GPU 0 (0000:05:00.0).
+    from tests.support.snapshots import amd_mi300x_node
+
+    path = tmp_path / "kern.log"
+    path.write_text("[    9.120000] amdgpu 0000:05:00.0: amdgpu: finishing device.\n"
+                    "[    9.130000] amdgpu: probe of 0000:05:00.0 failed with error -22\n")
+    snap = amd_mi300x_node()
+    snap.kernel_log = read_kernel_log(file=path)
+    results = run(snap, "kernel_log.amdgpu_errors")
+    assert [e.kind for e in snap.kernel_log.events] == ["probe_failed"]
+    gpu = for_gpu(results, 0)
+    assert (gpu.status, gpu.action, gpu.fault_code) == (Status.FAIL, "reboot", "GPUDIAG-AMDGPU-PROBE-FAILED")
+    assert for_gpu(results, 1).status == Status.PASS
+
+
+def test_the_checks_know_the_aer_kinds_the_probe_gives():
+    from gpudiag.checks.kernel_log.common import AER_EVENT_KINDS as CHECKED
+    from gpudiag.probe.kernel_log.aer import AER_EVENT_KINDS as PARSED
+
+    assert CHECKED == PARSED
