@@ -16,7 +16,14 @@ import dataclasses
 from typing import Optional
 
 from gpudiag.checks.common import device_for_bus_id
-from gpudiag.checks.kernel_log.common import AER_EVENT_KINDS, AER_FINDINGS, Finding, aer_finding
+from gpudiag.checks.kernel_log.common import (
+    AER_EVENT_KINDS,
+    AER_FINDINGS,
+    UNRECOGNISED,
+    UNRECOGNISED_KIND,
+    Finding,
+    aer_finding,
+)
 from gpudiag.checks.verdicts import strongest
 from gpudiag.expect import Expectations
 from gpudiag.model import KernelEvent, NodeSnapshot, Status, Vendor
@@ -206,6 +213,8 @@ def amdgpu_finding(event: KernelEvent, expect: Expectations, causes: dict[int, s
         return None
     if event.kind in AER_EVENT_KINDS:
         return aer_finding(event)
+    if event.kind == UNRECOGNISED_KIND:
+        return UNRECOGNISED
     finding = AMDGPU_EVENTS.get(event.kind) or Finding(
         Status.WARN, f"amdgpu {event.kind}", f"Unrecognised amdgpu event {event.kind!r}: read it with "
                                             f"`dmesg -T | grep -i amdgpu`.")

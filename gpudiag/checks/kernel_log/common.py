@@ -275,6 +275,11 @@ def judge_events(check_id: str, device: Optional[DeviceSnapshot], where: str, ev
     if device is not None:
         actions = [a.replace("<gpu>", str(device.index)) for a in actions]
     listing = ", ".join(f"{description} ×{n}" for description, n in counts.items())
+    unrecognised = [e.message for g, _ in judged for e in g if e.kind == UNRECOGNISED_KIND]
+    if unrecognised:  # the first few lines only: a flood of one wording is one line in the checklist
+        text = unrecognised[0]
+        listing += f" (first unrecognised line: {text[:160]}{'…' if len(text) > 160 else ''})"
+        observed["unrecognised_lines"] = [m[:300] for m in unrecognised[:SHOWN_UNRECOGNISED]]
     listing += f" ({notes})" if notes else ""
     result = verdict(check_id, worst, device, f"{where}: {len(findings)} driver error event(s) since boot: {listing}",
                      observed=observed, expected="no driver error events", remediation=" ".join(actions))
@@ -353,8 +358,8 @@ def slot_finding(event: KernelEvent) -> Finding:
 # in step), placed on the GPUs at or below the bus ID they name (amdgpu.port_events), issue 32, item 6.
 AER_EVENT_KINDS = ("aer_fatal", "aer_recovery_failed", "aer_surprise_down")
 _AER_ACTION = ("The kernel's AER driver saw a fatal PCIe error on the GPU's link or a bridge above it: the GPU is "
-               "likely gone until a power cycle. Drain the node and cold-boot it; check pcie.aer, reseat the GPU and its "
-               "riser/retimer; RMA what fails again.")
+               "likely gone until a power cycle. Drain the node and cold-boot it; check pcie.aer, reseat the GPU and "
+               "its riser/retimer; RMA what fails again.")
 AER_FINDINGS = {
     "aer_fatal": Finding(Status.FAIL, "fatal PCIe error on the GPU's link (AER)", _AER_ACTION, "reboot",
                          "GPUDIAG-PCIE-AER-FATAL"),
@@ -363,6 +368,17 @@ AER_FINDINGS = {
     "aer_surprise_down": Finding(Status.FAIL, "PCIe Surprise Down: the GPU's link went down (AER)", _AER_ACTION,
                                  "reboot", "GPUDIAG-PCIE-AER-SURPRISE-DOWN"),
 }
+
+
+# An error-level driver record no rule names (gpudiag/probe/kernel_log/events.py UNRECOGNISED_KIND): a warning that
+# shows its first lines, so that a new wording reaches the checklist (issue 32, item 7).
+UNRECOGNISED_KIND = "driver_error"
+SHOWN_UNRECOGNISED = 3
+UNRECOGNISED = Finding(
+    Status.WARN, "unrecognised driver error",
+    "The driver logged an error-level record gpudiag has no rule for (the line is in the message and "
+    "observed.unrecognised_lines): read it with `dmesg -T -l err`, judge the GPU by hand, and report the wording so "
+    "that a rule can name it.", "watch", "GPUDIAG-KERNEL-LOG-UNRECOGNISED")
 
 
 def aer_finding(event: KernelEvent) -> Finding:

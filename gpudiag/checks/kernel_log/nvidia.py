@@ -26,6 +26,8 @@ from gpudiag.checks.kernel_log.amdgpu import port_events
 from gpudiag.checks.kernel_log.common import (
     AER_EVENT_KINDS,
     PCIE_SLOT_EVENT_KINDS,
+    UNRECOGNISED,
+    UNRECOGNISED_KIND,
     aer_finding,
     Finding,
     Repeats,
@@ -115,7 +117,7 @@ def _xid_finding(event: KernelEvent, expect: Expectations, last_154: dict) -> Op
 
 def xid(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
     check_id = "kernel_log.xid"
-    kinds = ("fallen_off_bus", "nvlink_training_failed", "rm_init_failed", *_NO_XID)
+    kinds = ("fallen_off_bus", "nvlink_training_failed", "rm_init_failed", UNRECOGNISED_KIND, *_NO_XID)
     events = [e for e in snapshot.kernel_log.events if e.vendor == Vendor.NVIDIA
               and (e.kind in kinds or (e.kind == "xid" and e.code is not None))]
     events += slot_events(snapshot, Vendor.NVIDIA) + port_events(snapshot, Vendor.NVIDIA)
@@ -143,6 +145,8 @@ def nvidia_finding(event: KernelEvent, expect: Expectations, last_154: dict) -> 
         return slot_finding(event)
     if event.kind in _NO_XID:
         return _NO_XID[event.kind]
+    if event.kind == UNRECOGNISED_KIND:
+        return UNRECOGNISED
     if event.kind in AER_EVENT_KINDS:
         return aer_finding(event)
     if event.code is None:

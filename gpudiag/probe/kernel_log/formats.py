@@ -48,6 +48,10 @@ class LogLine(NamedTuple):
     # line that turns out to hold an event (wall_seconds); a calendar conversion per line costs more than the rest.
     wall_time: object = None
     boot: Optional[str] = None  # the boot the record belongs to, where the format says (journal _BOOT_ID)
+    # The record's own level (syslog severity 0 emerg … 7 debug), where its format carries one: kmsg's and syslog's
+    # priority, dmesg -x's and talosctl's level word, dmesg -r's <N>, journal PRIORITY, dmesg --json's pri. Never read
+    # from the text (issue 32, item 7); None in plain dmesg.
+    level: Optional[int] = None
 
 
 # -- whole-line frames -------------------------------------------------------------------------------------------
@@ -110,7 +114,9 @@ _LOCALE_MONTHS = {name: number for number, names in enumerate((
     "nov noi lis ноя", "dec déc dez dic gru дек pro"), start=1) for name in names.split()}
 _SGR = lazy_compile(r"\x1b\[[0-9;]{0,32}m", _A)  # `dmesg -H` (and --color=always) colours on a terminal
 _SYSLOG_FIRST = frozenset("<0123456789ADFJMNOSTW")  # a PRI, a year, a month or (short-full) a weekday
-_LEVEL_WORDS = frozenset({"emerg", "alert", "crit", "err", "warn", "warning", "notice", "info", "debug"})
+_LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "warning": 4, "notice": 5, "info": 6, "debug": 7}
+_LEVEL_WORDS = frozenset(_LEVELS)
+_PRIORITIES = frozenset("01234567")  # a journal entry's PRIORITY
 
 
 def split_line(line: str) -> Optional[LogLine]:
@@ -131,28 +137,32 @@ def split_line(line: str) -> Optional[LogLine]:
             facility = bounded_int(record[1], "kmsg priority", 10) >> 3  # syslog priority = facility * 8 + level
             bounded_int(record[2], "kmsg sequence number")
             microseconds = bounded_int(record[3], "kmsg timestamp")
-            return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg")
+            return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg",
+                           level=int(record[1]) & 7)
     if first == "<":
         frame = _RFC5424.match(line)
         if frame:
             kernel = (int(frame[1]) >> 3) == 0 and frame[3] == "kernel"
-            return _after_frame(line[frame.end():], kernel, "rfc5424", (iso_seconds, frame[2]), True)
+            return _after_frame(line[frame.end():], kernel, "rfc5424", (iso_seconds, frame[2]), True,
+                                int(frame[1]) & 7)
     if first in _SYSLOG_FIRST or first.isalpha():  # or a month of another locale (`april`, `jan.`, `фев`)
         frame = _SYSLOG.match(line)
         if frame:
             kernel = frame[3] == "kernel" and (frame[1] is None or int(frame[1]) >> 3 == 0)
             message = line[frame.end():]
             message = message.replace("#012", "\n") if "#012" in message else message
-            return _after_frame(message, kernel, "syslog", (syslog_seconds, frame[2]), True)
+            return _after_frame(message, kernel, "syslog", (syslog_seconds, frame[2]), True,
+                                int(frame[1]) & 7 if frame[1] is not None else None)
     if ": [" in line[:300]:
         frame = _TALOS.match(line)
         if frame and frame[3] in _LEVEL_WORDS:
-            return _after_frame(line[frame.end():], frame[2] == "kern", "talosctl", (iso_seconds, frame[4]), True)
-    message, kernel, fmt = line, True, None
+            return _after_frame(line[frame.end():], frame[2] == "kern", "talosctl", (iso_seconds, frame[4]), True,
+                                _LEVELS.get(frame[3]))
+    message, kernel, fmt, severity = line, True, None, None
     if first.islower():
         level = _DMESG_LEVEL.match(message)
         if level and level[2] in _LEVEL_WORDS:
-            message, kernel, fmt = message[level.end():], level[1] == "kern", "dmesg-x"
+            message, kernel, fmt, severity = message[level.end():], level[1] == "kern", "dmesg-x", _LEVELS[level[2]]
         elif message.startswith("kernel: "):
             tag = _BARE_KERNEL_TAG.match(message)
             if tag:
@@ -162,11 +172,12 @@ def split_line(line: str) -> Optional[LogLine]:
         if raw:
             priority = bounded_int(raw[1], "dmesg -r priority", 4)
             # dmesg -r prints the level alone for kernel records; a facility shows only when one was stored.
-            message, kernel, fmt = message[raw.end():], priority >> 3 == 0, "dmesg-raw"
-    return _after_frame(message, kernel, fmt, None, False)
+            message, kernel, fmt, severity = message[raw.end():], priority >> 3 == 0, "dmesg-raw", priority & 7
+    return _after_frame(message, kernel, fmt, None, False, severity)
 
 
-def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, framed: bool) -> LogLine:
+def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, framed: bool,
+                 level: Optional[int] = None) -> LogLine:
     """Up to three stamps, a caller id and short-monotonic's `host kernel: ` tag, after any frame or level."""
     seconds, stamped = None, False
     for _ in range(3):
@@ -201,7 +212,7 @@ def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, f
         tag = _HOST_KERNEL_TAG.match(message)
         if tag:
             message, fmt = message[tag.end():], "journal-monotonic"
-    return LogLine(seconds, message, kernel, fmt, wall)
+    return LogLine(seconds, message, kernel, fmt, wall, level=level)
 
 
 def _unescape_kmsg(message: str) -> str:
@@ -315,7 +326,9 @@ def journal_entry(fields: dict) -> Optional[LogLine]:
     seconds = _journal_number(fields.get("_SOURCE_MONOTONIC_TIMESTAMP") or fields.get("__MONOTONIC_TIMESTAMP"))
     wall = _journal_number(fields.get("_SOURCE_REALTIME_TIMESTAMP") or fields.get("__REALTIME_TIMESTAMP"))
     boot = fields.get("_BOOT_ID") if isinstance(fields.get("_BOOT_ID"), str) else None
-    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "journal", wall, boot)
+    priority = fields.get("PRIORITY")
+    level = int(priority) if isinstance(priority, str) and priority in _PRIORITIES else None
+    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "journal", wall, boot, level)
 
 
 def _journal_number(value: object) -> Optional[float]:
@@ -404,4 +417,7 @@ def _dmesg_json_item(item: dict[str, str]) -> Optional[LogLine]:
     if not isinstance(message, str):
         return None
     kernel = facility == "kern" and not (isinstance(priority, int) and priority >> 3)
-    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "dmesg-json")
+    level = priority & 7 if isinstance(priority, int) and not isinstance(priority, bool) and priority >= 0 else None
+    if isinstance(priority, str):  # dmesg --json writes the level by name unless --raw
+        level = _LEVELS.get(priority)
+    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "dmesg-json", level=level)

@@ -200,6 +200,11 @@ class NvrmReader:
         self._lines = 0
         self._bar = False  # the line before was "This PCI I/O region … is invalid:", whose BAR line names the GPU
 
+    @property
+    def pending(self) -> bool:
+        """Whether the line just fed began a record whose later lines are awaited (not an error of its own)."""
+        return self._pending is not None or self._bar
+
     def feed(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
         if self._bar:
             self._bar = False

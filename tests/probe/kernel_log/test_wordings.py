@@ -213,3 +213,55 @@ def test_the_checks_know_the_aer_kinds_the_probe_gives():
     from gpudiag.probe.kernel_log.aer import AER_EVENT_KINDS as PARSED
 
     assert CHECKED == PARSED
+
+
+# -- item 7: what no rule names is still seen -------------------------------------------------------------------------
+
+# A GSP allocation failure no rule names (scitix/sichek's test line above, verbatim message); NVRM prints it at
+# NV_DBG_ERRORS, i.e. KERN_ERR: the kmsg record's own priority 3 says so, and only that is read.
+GSP_ALLOC = ("NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d1a616; hParent=0x5c000054; hObject=0x5c00005b; "
+             "hClass=0x0000c86f; paramsSize=0x00000170; paramsStatus=0x00000062; status=0x00000062")
+
+
+def test_an_error_level_record_no_rule_names_warns_with_its_line(tmp_path):
+    log, results = _node_results(tmp_path, f"3,1200,1843308145,-;{GSP_ALLOC}\n")
+    assert [e.kind for e in log.events] == ["driver_error"]
+    (node,) = node_level(results)  # the line names no GPU
+    assert (node.status, node.action, node.fault_code) == (Status.WARN, "watch", "GPUDIAG-KERNEL-LOG-UNRECOGNISED")
+    assert "unrecognised driver error" in node.message and "GspRmAlloc failed" in node.message
+    assert node.observed["unrecognised_lines"] == [GSP_ALLOC[:300]]
+
+
+@pytest.mark.skipif(shutil.which("dmesg") is None, reason="util-linux dmesg is not installed")
+def test_the_level_comes_from_dmesg_x_as_the_real_dmesg_writes_it(tmp_path):
+    raw = tmp_path / "raw"
+    raw.write_text(f"<3>[ 1843.308145] {GSP_ALLOC}\n<6>[ 1843.308146] {GSP_ALLOC.replace('0x62', '0x63')}\n")
+    text = subprocess.run(["dmesg", "-F", str(raw), "-x"], capture_output=True, text=True, check=True).stdout
+    assert text.startswith("kern  :err   : ")
+    log, _ = _node_results(tmp_path, text)
+    assert [(e.kind, e.message) for e in log.events] == [("driver_error", GSP_ALLOC)]  # the info-level one is not
+
+
+@pytest.mark.parametrize("text", [
+    f"6,1200,1843308145,-;{GSP_ALLOC}\n",  # the same record at the info level
+    f"[ 1843.308145] {GSP_ALLOC}\n",  # plain dmesg carries no level: nothing is guessed from the text
+    # the load banner NVRM prints at the error level (the lab H200's tests/fixtures/h200x2/kmsg-sample.txt)
+    "3,1077,12290000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+    "(nixbld@)  \n",
+    "6,1078,2090000,-;RAS: Correctable Errors collector initialized.\n",  # drivers/ras/cec.c, no GPU driver
+    f"11,1079,12290001,-;{GSP_ALLOC}\n",  # user space (facility 1, level err): never a driver record
+])
+def test_benign_banners_plain_dmesg_and_user_space_stay_passes(tmp_path, text):
+    log, results = _node_results(tmp_path, text)
+    assert log.events == [] and {r.status for r in results} == {Status.PASS}
+
+
+def test_a_flood_of_one_new_wording_is_bounded(tmp_path):
+    from gpudiag.probe.kernel_log.events import MAX_UNRECOGNISED
+
+    text = "".join(f"3,{n},{n},-;NVRM: GPU 0000:3b:00.0: someNewFailure_IMPL: step {n} failed\n" for n in range(500))
+    log, results = _node_results(tmp_path, text)
+    assert len(log.events) == MAX_UNRECOGNISED and {e.pci_bus_id for e in log.events} == {"0000:3b:00.0"}
+    gpu = for_gpu(results, 1)
+    assert gpu.status == Status.WARN and len(gpu.observed["unrecognised_lines"]) == 3
+    assert gpu.message.count("someNewFailure_IMPL") == 1 and for_gpu(results, 0).status == Status.PASS
