@@ -265,3 +265,14 @@ def test_a_flood_of_one_new_wording_is_bounded(tmp_path):
     gpu = for_gpu(results, 1)
     assert gpu.status == Status.WARN and len(gpu.observed["unrecognised_lines"]) == 3
     assert gpu.message.count("someNewFailure_IMPL") == 1 and for_gpu(results, 0).status == Status.PASS
+
+
+def test_gsp_heartbeat_timeouts_before_any_xid_119(tmp_path):
+    # The two lines as public reports quote them on nvidia-open 595.x resume failures (values elided there, so this
+    # is the driver's wording from kernel_gsp.c, not a whole verbatim record: no full public one was found).
+    text = ("[ 9.0] NVRM: _kgspIsHeartbeatTimedOut: Heartbeat timed out, heartbeat 0 diff 2737698021 timeout 5200\n"
+            "[ 9.1] NVRM: _kgspRpcRecvPoll: GSP RM heartbeat timed out\n")
+    log, results = _node_results(tmp_path, text)
+    assert [e.kind for e in log.events] == ["gsp_timeout", "gsp_timeout"]
+    (node,) = node_level(results)
+    assert (node.status, node.action, node.fault_code) == (Status.FAIL, "reset", "GPUDIAG-NVRM-GSP-TIMEOUT")
