@@ -51,7 +51,11 @@ def test_a_user_string_inside_an_nvrm_record_makes_no_second_record():
     text = ("NVRM: API mismatch: the client has the version 535.1\\x0aNVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has "
             "fallen off the bus., but\\x0aNVRM: this kernel module has the version 550.54.15.")
     lines = [f"3,900,5000000,-;{text}"]
-    assert scan(lines, KernelLogInfo(source="kmsg")).events == []
+    # At the error level the record itself is an unrecognised NVRM error (issue 32, item 7): one, of its first line
+    # only; no Xid.
+    events = scan(lines, KernelLogInfo(source="kmsg")).events
+    assert [(e.kind, e.message) for e in events] == [("driver_error", "NVRM: API mismatch: the client has the version "
+                                                                      "535.1")]
     dmesg = ["[    5.000000] NVRM: API mismatch: the client has the version 535.1",
              "               NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus., but",
              "               NVRM: this kernel module has the version 550.54.15."]
