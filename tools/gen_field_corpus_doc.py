@@ -102,7 +102,8 @@ def _figures(rows, readings) -> list[str]:
         unread = len(chosen) - len(known)
         return (f"| {name} | {len(chosen)} | {benign} | {right} | {alarms} |" +
                 (f" {unread} not replayed |" if unread else " |"))
-    out = ["| records | total | benign look-alikes | read right | false alarms | |", "| --- | --- | --- | --- | --- | --- |"]
+    out = ["| records | total | benign look-alikes | read right | false alarms | |",
+           "| --- | --- | --- | --- | --- | --- |"]
     for key, name in SETS.items():
         chosen = [row for row in rows if row[1].get("set") == key]
         if chosen:
@@ -134,8 +135,9 @@ def render() -> str:
         lines.append(f"| `{name}` | {_cell(document['source'])} | {_cell(document['what'])} | {seen[name]} |")
     readings = _readings()
     lines += ["", "## How gpudiag reads it", "",
-              "From `python3 tools/gen_field_corpus_doc.py --replay` (tests/fixtures/field/readings.json): every record "
-              "replayed through `gpudiag check --kernel-log FILE --json --only kernel_log`. A false alarm is a non-pass "
+              "From `python3 tools/gen_field_corpus_doc.py --replay` (tests/fixtures/field/readings.json): every "
+              "record replayed through `gpudiag check --kernel-log FILE --json --only kernel_log`. A false alarm is a "
+              "non-pass "
               "where the record expects a pass (or a result its `absent` list forbids).", ""]
     lines += _figures(rows, readings)
     wrong = [(name, r) for name, _, r in rows if r["id"] in readings and not readings[r["id"]]["right"]]

@@ -122,8 +122,8 @@ def _nvidia_root(tmp_path: Path, buses: list[str]):
 
     fillers = [f"0000:{b.lower()[9:]}" for b in HGX_BUS_IDS if f"0000:{b.lower()[9:]}" not in buses]
     chosen = (buses + fillers)[:max(2, len(buses))]  # two at least: an NVSwitch fabric (kernel_log.sxid runs)
-    gpus = [FakeGpu(bus_id=f"0000{bus}" if len(bus) == 12 else bus, uuid=f"GPU-3f6e2a1b-8c4d-4e5f-9a0b-1c2d3e4f5a{i:02x}",
-                    serial=f"16548240001{i:02d}", minor_number=i) for i, bus in enumerate(chosen)]
+    gpus = [FakeGpu(bus_id=f"0000{bus}" if len(bus) == 12 else bus,
+                    uuid=f"GPU-3f6e2a1b-8c4d-4e5f-9a0b-1c2d3e4f5a{i:02x}", serial=f"16548240001{i:02d}", minor_number=i) for i, bus in enumerate(chosen)]
     node = FakeNode(gpus=gpus)
     sysfs_for(node, tmp_path)
     return installed(node), tmp_path
