@@ -137,6 +137,10 @@ class KernelLogInfo:
     # binary or compressed file): counted, and the first one kept, so that the checks never say "no events" of them.
     unreadable_lines: int = 0
     first_unreadable: Optional[str] = None
+    # Of those, the ones that name a GPU (its bus ID, normalised) → how many and the first: a line that names a GPU
+    # warns that GPU only; the rest, naming none, warn node-level (issue 32, item 5); the first of those under "".
+    unreadable_gpus: dict[str, int] = field(default_factory=dict)
+    unreadable_gpu_first: dict[str, str] = field(default_factory=dict)
     formats: dict[str, int] = field(default_factory=dict)  # driver lines read, by the line format they came in
     boots: int = 0  # boots the log spans, where it says (0: one boot, or not known)
     # The RDMA NIC drivers' records (gpudiag/probe/network/kernel_log.py), kept apart from the GPU events above, which

@@ -16,7 +16,14 @@ import dataclasses
 from typing import Optional
 
 from gpudiag.checks.common import device_for_bus_id
-from gpudiag.checks.kernel_log.common import Finding
+from gpudiag.checks.kernel_log.common import (
+    AER_EVENT_KINDS,
+    AER_FINDINGS,
+    UNRECOGNISED,
+    UNRECOGNISED_KIND,
+    Finding,
+    aer_finding,
+)
 from gpudiag.checks.verdicts import strongest
 from gpudiag.expect import Expectations
 from gpudiag.model import KernelEvent, NodeSnapshot, Status, Vendor
@@ -133,6 +140,13 @@ AMDGPU_EVENTS = {
                                      "The platform firmware reported an uncorrectable (recoverable) PCIe error on the "
                                      "link above the GPU: check pcie.aer and the BMC's SEL; if it recurs, reseat the "
                                      "GPU and its riser/retimer and swap slots to tell the GPU from the slot."),
+    # drivers/base/dd.c: the driver core could not bind amdgpu to the GPU (probe of … failed with error -22), with or
+    # without amdgpu's own "Fatal error during GPU init" (issue 32, item 6).
+    "probe_failed": Finding(Status.FAIL, "amdgpu could not take the GPU (probe failed)",
+                            "amdgpu did not bind to the GPU: the lines above it in `dmesg` say why (firmware, VBIOS, "
+                            "BAR space). Check /lib/firmware/amdgpu and \"Above 4G Decoding\" in the BIOS; cold-boot; "
+                            "RMA if it persists.", "reboot"),
+    **AER_FINDINGS,
 }
 
 # What an XGMI hive's reset does to the GPUs that did not cause it, and what causes one.
@@ -177,11 +191,13 @@ def _name(snapshot: NodeSnapshot, bus_id: Optional[str]) -> str:
 
 
 def port_events(snapshot: NodeSnapshot, vendor: Vendor) -> list[KernelEvent]:
-    """Firmware-first PCIe errors on a port (or on the GPU itself), one per `vendor` GPU at or below that port in
-    the PCI tree. An error on a port no GPU sits below is another device's (a NIC, an NVMe drive): not judged."""
+    """Firmware-first (GHES, AMD's check only) and native AER PCIe errors on a port (or on the GPU itself), one per
+    `vendor` GPU at or below that port in the PCI tree. An error on a port no GPU sits below is another device's (a
+    NIC, an NVMe drive): not judged."""
     picked = []
+    kinds = AER_EVENT_KINDS + (GHES_EVENT_KINDS if vendor == Vendor.AMD else ())
     for event in snapshot.kernel_log.events:
-        if event.kind not in GHES_EVENT_KINDS:
+        if event.kind not in kinds:
             continue
         for gpu in snapshot.pci_gpus:
             below = event.pci_bus_id in (gpu.pci_bus_id, gpu.upstream_pci_bus_id) or event.pci_bus_id in gpu.upstream_ports
@@ -195,6 +211,10 @@ def amdgpu_finding(event: KernelEvent, expect: Expectations, causes: dict[int, s
     reset that an XGMI hive's fatal error on another GPU brought about says so (`causes`: hive_causes)."""
     if event.kind in expect.amdgpu_ignore_kinds:
         return None
+    if event.kind in AER_EVENT_KINDS:
+        return aer_finding(event)
+    if event.kind == UNRECOGNISED_KIND:
+        return UNRECOGNISED
     finding = AMDGPU_EVENTS.get(event.kind) or Finding(
         Status.WARN, f"amdgpu {event.kind}", f"Unrecognised amdgpu event {event.kind!r}: read it with "
                                             f"`dmesg -T | grep -i amdgpu`.")

@@ -93,21 +93,44 @@ def unreadable_log(check_id: str, snapshot: NodeSnapshot) -> CheckResult:
                                 "`journalctl -k -b > kern.log`)."))
 
 
-def _scan_notes(log: KernelLogInfo) -> tuple[str, dict]:
+class Unreadable(NamedTuple):
+    """The unreadable lines one result answers for: how many, and the first."""
+    lines: int
+    first: Optional[str]
+
+
+def scoped_unreadable(log: KernelLogInfo) -> bool:
+    """Whether the log's unreadable lines are told apart by the GPU they name: not when nothing of it could be read
+    (a compressed file, every line unreadable), which then belongs to every result."""
+    return bool(log.unreadable_lines) and (bool(log.lines_scanned) or bool(log.unreadable_gpus))
+
+
+def unreadable_for(log: KernelLogInfo, bus_id: Optional[str]) -> Unreadable:
+    """The unreadable lines of the log one result answers for (issue 32, item 5): a GPU's (or an uninventoried bus
+    ID's) are the lines that name it; the node-level result with no bus ID takes the lines that name no GPU."""
+    if not scoped_unreadable(log):
+        return Unreadable(log.unreadable_lines, log.first_unreadable)
+    if bus_id is not None:
+        return Unreadable(log.unreadable_gpus.get(bus_id, 0), log.unreadable_gpu_first.get(bus_id))
+    return Unreadable(log.unreadable_lines - sum(log.unreadable_gpus.values()), log.unreadable_gpu_first.get(""))
+
+
+def _scan_notes(log: KernelLogInfo, unreadable: Optional[Unreadable] = None) -> tuple[str, dict]:
     """What the reader could not do, for the message and `observed`: skipped records, a scan cut short, lines in
-    no format it reads."""
+    no format it reads (`unreadable`: those this result answers for; all of them when None)."""
     notes, observed = [], {}
+    unreadable = unreadable or Unreadable(log.unreadable_lines, log.first_unreadable)
     if log.records_skipped:
         notes.append(f"{log.records_skipped} record(s) could not be parsed and were skipped")
         observed["records_skipped"] = log.records_skipped
     if log.incomplete:
         notes.append(f"scan incomplete: {log.incomplete}")
         observed["incomplete"] = log.incomplete
-    if log.unreadable_lines:
-        notes.append(f"{log.unreadable_lines} line(s) of {log.source or 'the log'} are in a format gpudiag cannot "
-                     f"read (first: {log.first_unreadable})")
-        observed["unreadable_lines"] = log.unreadable_lines
-        observed["first_unreadable"] = log.first_unreadable
+    if unreadable.lines:
+        notes.append(f"{unreadable.lines} line(s) of {log.source or 'the log'} are in a format gpudiag cannot "
+                     f"read (first: {unreadable.first})")
+        observed["unreadable_lines"] = unreadable.lines
+        observed["first_unreadable"] = unreadable.first
     return ("; ".join(notes), observed)
 
 
@@ -218,12 +241,13 @@ class Repeats:
 
 def judge_events(check_id: str, device: Optional[DeviceSnapshot], where: str, events: list[KernelEvent],
                  finding: FindingOf, log: KernelLogInfo, repeats: Optional[Repeats] = None,
-                 bus_id: Optional[str] = None, observed_extra: Optional[dict] = None) -> CheckResult:
+                 bus_id: Optional[str] = None, observed_extra: Optional[dict] = None,
+                 unreadable: Optional[Unreadable] = None) -> CheckResult:
     groups = distinct_events(events)
     judged = [(g, f) for g in groups if (f := _worst([x for e in g if (x := finding(e)) is not None])) is not None]
     findings = repeats.escalate(bus_id, judged) if repeats is not None else [f for _, f in judged]
     counts = Counter(f.description for f in findings)
-    notes, scan_observed = _scan_notes(log)
+    notes, scan_observed = _scan_notes(log, unreadable)
     observed = {**(observed_extra or {}), "events": dict(counts),
                 "last": judged[-1][0][-1].message if judged else None, **scan_observed}
     lines = sum(len(g) for g, _ in judged)
@@ -236,7 +260,7 @@ def judge_events(check_id: str, device: Optional[DeviceSnapshot], where: str, ev
                            remediation="Run the check again with a longer --timeout, or pass a saved log with "
                                        "--kernel-log FILE (e.g. `journalctl -k -b > kern.log`).")
         note = f" ({len(events)} ignored by the profile)" if events else ""
-        if log.unreadable_lines:
+        if (unreadable or Unreadable(log.unreadable_lines, None)).lines:
             return warned(check_id, device, f"{where}: no driver error events in the lines gpudiag could read, but "
                                             f"{notes}", observed=observed, expected="a kernel log gpudiag can read",
                           remediation="Hand over the log as `dmesg`, `dmesg -x --time-format iso`, `journalctl -k -b` "
@@ -251,6 +275,11 @@ def judge_events(check_id: str, device: Optional[DeviceSnapshot], where: str, ev
     if device is not None:
         actions = [a.replace("<gpu>", str(device.index)) for a in actions]
     listing = ", ".join(f"{description} ×{n}" for description, n in counts.items())
+    unrecognised = [e.message for g, _ in judged for e in g if e.kind == UNRECOGNISED_KIND]
+    if unrecognised:  # the first few lines only: a flood of one wording is one line in the checklist
+        text = unrecognised[0]
+        listing += f" (first unrecognised line: {text[:160]}{'…' if len(text) > 160 else ''})"
+        observed["unrecognised_lines"] = [m[:300] for m in unrecognised[:SHOWN_UNRECOGNISED]]
     listing += f" ({notes})" if notes else ""
     result = verdict(check_id, worst, device, f"{where}: {len(findings)} driver error event(s) since boot: {listing}",
                      observed=observed, expected="no driver error events", remediation=" ".join(actions))
@@ -270,14 +299,23 @@ def per_gpu(snapshot: NodeSnapshot, check_id: str, vendor: Vendor, events: list[
         else:
             elsewhere[event.pci_bus_id].append(event)
     log = snapshot.kernel_log
-    results = [judge_events(check_id, d, d.label, by_device.get(d.index, []), finding, log, repeats, d.pci_bus_id)
-               for d in devices]
+    results = [judge_events(check_id, d, d.label, by_device.get(d.index, []), finding, log, repeats, d.pci_bus_id,
+                            unreadable=unreadable_for(log, d.pci_bus_id)) for d in devices]
+    # Unreadable lines that name a GPU not in the inventory, or none: node-level, never spread over the GPUs.
+    if scoped_unreadable(log):
+        known = {d.pci_bus_id for d in physical_devices(snapshot)}
+        for bus_id in log.unreadable_gpus:
+            if bus_id not in known:
+                elsewhere.setdefault(bus_id, [])
+        if unreadable_for(log, None).lines:
+            elsewhere.setdefault(None, [])
     for bus_id, orphaned in elsewhere.items():
         where = f"GPU at {bus_id} (not in the inventory)" if bus_id else "a GPU the log line does not name"
-        if all(e.kind in PCIE_SLOT_EVENT_KINDS for e in orphaned):
+        if orphaned and all(e.kind in PCIE_SLOT_EVENT_KINDS for e in orphaned):
             where = f"PCIe slot below port {bus_id} (no GPU on the bus is known below it)"
         results.append(judge_events(check_id, None, where, orphaned, finding, log, repeats, bus_id,
-                                    observed_extra={"pci_bus_id": bus_id}))
+                                    observed_extra={"pci_bus_id": bus_id},
+                                    unreadable=unreadable_for(log, bus_id)))
     return results
 
 
@@ -314,6 +352,38 @@ def slot_finding(event: KernelEvent) -> Finding:
                        "see inventory.* for the GPU that is missing, drain the node and power-cycle it.",
                        "watch", "GPUDIAG-PCIE-SLOT-LOST")
     return Finding(Status.FAIL, _SLOT_LOST[event.kind], _SLOT_ACTION, "reboot", "GPUDIAG-PCIE-SLOT-LOST")
+
+
+# Native PCIe AER records (gpudiag/probe/kernel_log/aer.py; the checks import no probe module, a test keeps the two
+# in step), placed on the GPUs at or below the bus ID they name (amdgpu.port_events), issue 32, item 6.
+AER_EVENT_KINDS = ("aer_fatal", "aer_recovery_failed", "aer_surprise_down")
+_AER_ACTION = ("The kernel's AER driver saw a fatal PCIe error on the GPU's link or a bridge above it: the GPU is "
+               "likely gone until a power cycle. Drain the node and cold-boot it; check pcie.aer, reseat the GPU and "
+               "its riser/retimer; RMA what fails again.")
+AER_FINDINGS = {
+    "aer_fatal": Finding(Status.FAIL, "fatal PCIe error on the GPU's link (AER)", _AER_ACTION, "reboot",
+                         "GPUDIAG-PCIE-AER-FATAL"),
+    "aer_recovery_failed": Finding(Status.FAIL, "PCIe error recovery failed above the GPU (AER)", _AER_ACTION,
+                                   "reboot", "GPUDIAG-PCIE-AER-RECOVERY-FAILED"),
+    "aer_surprise_down": Finding(Status.FAIL, "PCIe Surprise Down: the GPU's link went down (AER)", _AER_ACTION,
+                                 "reboot", "GPUDIAG-PCIE-AER-SURPRISE-DOWN"),
+}
+
+
+# An error-level driver record no rule names (gpudiag/probe/kernel_log/events.py UNRECOGNISED_KIND): a warning that
+# shows its first lines, so that a new wording reaches the checklist (issue 32, item 7).
+UNRECOGNISED_KIND = "driver_error"
+SHOWN_UNRECOGNISED = 3
+UNRECOGNISED = Finding(
+    Status.WARN, "unrecognised driver error",
+    "The driver logged an error-level record gpudiag has no rule for (the line is in the message and "
+    "observed.unrecognised_lines): read it with `dmesg -T -l err`, judge the GPU by hand, and report the wording so "
+    "that a rule can name it.", "watch", "GPUDIAG-KERNEL-LOG-UNRECOGNISED")
+
+
+def aer_finding(event: KernelEvent) -> Finding:
+    found = AER_FINDINGS[event.kind]
+    return found._replace(description=f"{found.description}: {event.decoded}") if event.decoded else found
 
 
 def applies(snapshot: NodeSnapshot, vendor: Vendor, events: list[KernelEvent]) -> bool:

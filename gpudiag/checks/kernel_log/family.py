@@ -105,7 +105,9 @@ _REFERENCE = {
     "kernel_log.xid": (
         "NVIDIA Xid lines in the kernel log (/dev/kmsg or --kernel-log; every saved format, docs/kernel-log-formats.md), "
         "judged by the Xid catalog and what the line says (Xid 144-150 Fatal/Nonfatal, Xid 154's new action); the "
-        "driver's fallen-off-the-bus, NVLink training and RmInitAdapter records; earlier boots' faults",
+        "driver's fallen-off-the-bus, NVLink training, RmInitAdapter, reset-required, GSP timeout, invalid BAR and "
+        "probe failure records; fatal native PCIe AER records on the GPU's link or a bridge above it; error-level "
+        "driver records no rule names (warn); earlier boots' faults",
         "Follow the Xid's resolution bucket (the result names it): restart the application, reset the GPU, reboot, "
         "or RMA; confirm with `dmesg -T | grep -i xid`."),
     "kernel_log.sxid": (
@@ -114,7 +116,9 @@ _REFERENCE = {
         "A fatal SXid: drain the node and reboot it (the NVSwitches and GPUs must be reset together); an always-fatal "
         "one or one that recurs after reboots: hardware inspection of the baseboard. Non-fatal: watch."),
     "kernel_log.amdgpu_errors": (
-        "amdgpu lines in the kernel log: ring timeouts, resets, RAS errors, page faults, slot loss",
+        "amdgpu lines in the kernel log: ring timeouts, resets, RAS errors, page faults, slot loss, probe failures; "
+        "fatal PCIe errors on the GPU's link (firmware-first APEI/GHES and native AER); error-level amdgpu records "
+        "no rule names (warn)",
         "A failed reset or uncorrectable RAS error: drain, reset the GPU or reboot; ring timeouts and faults: "
         "find the job that caused them, and watch."),
 }

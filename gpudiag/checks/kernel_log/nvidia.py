@@ -22,8 +22,13 @@ from typing import Optional
 
 from gpudiag.checks.common import skipped
 from gpudiag.checks.kernel_log import sxid_catalog, xid_catalog
+from gpudiag.checks.kernel_log.amdgpu import port_events
 from gpudiag.checks.kernel_log.common import (
+    AER_EVENT_KINDS,
     PCIE_SLOT_EVENT_KINDS,
+    UNRECOGNISED,
+    UNRECOGNISED_KIND,
+    aer_finding,
     Finding,
     Repeats,
     applies,
@@ -52,6 +57,26 @@ _RM_INIT = Finding(
     "The GPU is on the bus but unusable: drain the node and cold-boot it (a warm reboot may not reset the GPU); check "
     "the firmware and GSP images for the driver version, and `dmesg` just above the line for the step that failed; "
     "if it persists, RMA the GPU.", "reboot", "GPUDIAG-NVRM-INIT-FAILED")
+# Driver records with no Xid (issue 32, item 6; gpudiag/probe/kernel_log/nvidia.py says where each is printed).
+_RESET_REQUIRED = Finding(
+    Status.FAIL, "the driver requires a GPU reset (NV_ERR_RESET_REQUIRED)",
+    "The driver refuses new work on the GPU until it is reset (the same state as Xid 154 \"GPU Reset Required\"): "
+    "drain the GPU and reset it (`nvidia-smi -r -i <gpu>`) or reboot; find the Xid before it for the cause.",
+    "reset", "GPUDIAG-NVRM-RESET-REQUIRED")
+_GSP_TIMEOUT = Finding(
+    Status.FAIL, "GSP firmware stopped answering the driver (heartbeat / RPC timeout)",
+    xid_catalog.action(119) + " Logged before (or without) Xid 119.", "reset", "GPUDIAG-NVRM-GSP-TIMEOUT")
+_BAR_INVALID = Finding(
+    Status.FAIL, "the GPU's PCI BAR is invalid: the driver cannot map it",
+    "The firmware did not assign the GPU's memory aperture (BAR): enable \"Above 4G Decoding\" / resizable BAR in the "
+    "BIOS (in a VM: a 64-bit MMIO window large enough for the GPU), or boot with `pci=realloc`; then reboot.",
+    "drain", "GPUDIAG-NVRM-BAR-INVALID")
+_PROBE_FAILED = Finding(
+    Status.FAIL, "the NVIDIA driver could not take the GPU (probe failed)",
+    "The driver did not bind to the GPU: the NVRM lines just above it say why (BAR, power cables, firmware). Fix "
+    "that, then reboot; if it persists after a cold boot, RMA the GPU.", "reboot", "GPUDIAG-NVRM-PROBE-FAILED")
+_NO_XID = {"reset_required": _RESET_REQUIRED, "gsp_timeout": _GSP_TIMEOUT, "bar_invalid": _BAR_INVALID,
+           "probe_failed": _PROBE_FAILED}
 _RECOVERY = {
     "none": (Status.WARN, "watch", "Xid 154: the driver cleared the GPU's recovery action (back to None): nothing to "
                                    "do now; find the Xid before it that raised the action."),
@@ -92,10 +117,10 @@ def _xid_finding(event: KernelEvent, expect: Expectations, last_154: dict) -> Op
 
 def xid(snapshot: NodeSnapshot, expect: Expectations) -> list[CheckResult]:
     check_id = "kernel_log.xid"
-    kinds = ("fallen_off_bus", "nvlink_training_failed", "rm_init_failed")
+    kinds = ("fallen_off_bus", "nvlink_training_failed", "rm_init_failed", UNRECOGNISED_KIND, *_NO_XID)
     events = [e for e in snapshot.kernel_log.events if e.vendor == Vendor.NVIDIA
               and (e.kind in kinds or (e.kind == "xid" and e.code is not None))]
-    events += slot_events(snapshot, Vendor.NVIDIA)
+    events += slot_events(snapshot, Vendor.NVIDIA) + port_events(snapshot, Vendor.NVIDIA)
     if not applies(snapshot, Vendor.NVIDIA, events):
         return [skipped(check_id, None, "no NVIDIA GPU on this node")]
     if not snapshot.kernel_log.readable:
@@ -118,6 +143,12 @@ def nvidia_finding(event: KernelEvent, expect: Expectations, last_154: dict) -> 
         return _RM_INIT
     if event.kind in PCIE_SLOT_EVENT_KINDS:
         return slot_finding(event)
+    if event.kind in _NO_XID:
+        return _NO_XID[event.kind]
+    if event.kind == UNRECOGNISED_KIND:
+        return UNRECOGNISED
+    if event.kind in AER_EVENT_KINDS:
+        return aer_finding(event)
     if event.code is None:
         return None
     return _xid_finding(event, expect, last_154)

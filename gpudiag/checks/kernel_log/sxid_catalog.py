@@ -12,6 +12,10 @@ The line's own word decides first (nvidia.py: `Fatal`, `Non-fatal`, `Correctable
 `Severity 1`): the driver knows what happened, and code numbers moved between driver generations (NVSentinel's test
 line `28006, Non-fatal, Link 46 MC TS crumbstore MCTO` is 29006 in the 595 driver's ctrl_dev_nvswitch.h). This
 catalog decides only for a line that says neither, and names the code.
+
+Where peers disagree (issue 32, item 8): SXid 12028 "egress nonposted PRIV error" is in the guide's Non-Fatal table
+(no fabric impact; the job on that link may have failed), so it warns here, as the line's own `Non-fatal` says;
+GPUd and imbue's host validation fail it, NVIDIA's document does not.
 """
 
 from __future__ import annotations

@@ -59,6 +59,12 @@ _ENTRIES = (
             Status.WARN, "Informational; if it repeats, reset the GPU and move to a current driver.", "IGNORE"),
     XidInfo(43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "GPU stopped processing (the driver reset a channel)",
             Status.WARN, _APP, "IGNORE"),
+    # Peers disagree (GPUd fails it, gpudiag warned it as an unknown code): NVIDIA's own catalog decides (issue 32,
+    # item 8). docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html lists 44 for A100, H100, B100 and GB200
+    # with Immediate Action IGNORE and Investigatory Action CONTACT_SUPPORT: a warning, watched, never a drain.
+    XidInfo(44, "ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", "Graphics engine fault during a context switch", Status.WARN,
+            "NVIDIA's catalog says no immediate action; if it recurs on this GPU, collect `nvidia-bug-report.sh` and "
+            "contact NVIDIA support.", "IGNORE"),
     XidInfo(45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "Preemptive cleanup of a channel after previous errors",
             Status.WARN, "Follows another Xid: act on that one. Alone, restart the job; on NVSwitch systems check "
                          "nvidia-fabricmanager.", "WORKFLOW_XID_45"),

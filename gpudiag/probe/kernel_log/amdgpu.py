@@ -208,4 +208,24 @@ def amdgpu_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent
     return None
 
 
-__all__ = ["AMDGPU_EVENT_KINDS", "MalformedRecord", "amdgpu_event"]
+# The later lines of records read above, printed at the record's level: the ACA/MCA bank dump after its header
+# (amdgpu_aca.c / amdgpu_mca.c) and the page fault's status lines (gmc_v9_0.c: "VM_L2_PROTECTION_FAULT_STATUS:…",
+# then indented or tab-led fields).
+_DETAIL = _p(r"Accelerator Check Architecture events logged|(?:aca|mca) entry\[|ACA\[|MCA\[|VM_L2_PROTECTION_FAULT_"
+             r"|[ \t]")
+
+
+def known_record(message: str) -> bool:
+    """Whether a rule above names the record, even one it passes over (corrected counts, running totals, a benign
+    ACA bank): such a record is not an unrecognised driver error (events.py, issue 32 item 7)."""
+    prefix = _PREFIX.match(message)
+    if prefix is None:
+        return False
+    if _DETAIL.match(message, prefix.end()):
+        return True
+    if not _ANY_BODY.match(message, prefix.end()):
+        return False
+    return any(pattern.match(message, prefix.end()) for _, pattern, _ in _PATTERNS)
+
+
+__all__ = ["AMDGPU_EVENT_KINDS", "MalformedRecord", "amdgpu_event", "known_record"]

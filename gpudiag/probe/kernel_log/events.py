@@ -23,12 +23,21 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from gpudiag.model import KernelEvent, normalize_pci_bus_id
+from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
+from gpudiag.probe.kernel_log.aer import aer_event
 from gpudiag.probe.kernel_log.amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
+from gpudiag.probe.kernel_log.amdgpu import known_record as known_amdgpu_record
 from gpudiag.probe.kernel_log.formats import LogLine, split_line, wall_seconds
 from gpudiag.probe.kernel_log.ghes import GhesRecords
-from gpudiag.probe.kernel_log.nvidia import NVIDIA_EVENT_KINDS, NvrmReader, nvidia_gpu_uuid, nvrm_event, sxid_event
-from gpudiag.probe.kernel_log.text import BUS_ID, FLAGS, MAX_RECORD_CHARS, MalformedRecord
+from gpudiag.probe.kernel_log.nvidia import (
+    NVIDIA_EVENT_KINDS,
+    NvrmReader,
+    nvidia_gpu_uuid,
+    nvrm_event,
+    probe_failed_event,
+    sxid_event,
+)
+from gpudiag.probe.kernel_log.text import BUS_ID, DOMAIN, FLAGS, MAX_RECORD_CHARS, MalformedRecord
 from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS, NIC_PREFIXES, nic_event
 from gpudiag.probe.patterns import lazy_compile
 
@@ -64,11 +73,45 @@ def parse_event(message: str, seconds: Optional[float] = None) -> Optional[Kerne
     if message.startswith("nvidia-nvswitch"):
         return sxid_event(message, seconds)
     if message.startswith("pcieport "):
-        return _pcie_slot_event(message, seconds)
+        return _pcie_slot_event(message, seconds) or aer_event(message, seconds)
+    if message.startswith(("nvidia: probe of ", "amdgpu: probe of ")):
+        return probe_failed_event(message, seconds)
     # RDMA NICs (probe/network/kernel_log.py): kept apart, in KernelLogInfo.nic_events
     if message.startswith(NIC_PREFIXES):
         return nic_event(message, seconds)
     return amdgpu_event(message, seconds)
+
+
+# An error-level record of a GPU driver that no rule above recognises (issue 32, item 7): by the record's own level
+# (LogLine.level, from its priority field; never its text), and only a record whose message starts with the driver's
+# prefix. Kept as an event (a warning), at most MAX_UNRECOGNISED per scan: a flood of one new wording cannot grow
+# memory, and the first ones say what it is.
+UNRECOGNISED_KIND = "driver_error"
+MAX_UNRECOGNISED = 64
+_ERROR_LEVEL = 3  # KERN_ERR and worse
+_UNRECOGNISED_BUS = lazy_compile(rf"(?:NVRM: GPU |NVRM: Xid \((?:PCI:)?|amdgpu )({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})"
+                                 r"(\.[0-7])?", FLAGS)
+# NVRM prints its load banner and a GPU's identity at the error level (nv_printf NV_DBG_ERRORS; the lab H200's
+# tests/fixtures/h200x2/kmsg-sample.txt): they are banners, not errors.
+_NVRM_BANNERS = ("NVRM: loading NVIDIA UNIX", "NVRM: GPU at PCI:", "NVRM: GPU Board Serial Number")
+_AMDGPU_DRM = lazy_compile(r"\[drm:[a-z0-9_.]{1,96} \[amdgpu\]\] ", re.ASCII)
+
+
+def unrecognised_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    """The record as an unrecognised GPU driver error, when it starts with a GPU driver's prefix (else None)."""
+    if message.startswith(("NVRM: ", "nvidia-nvswitch", "nvidia: ", "nvidia ")):
+        if message.startswith(_NVRM_BANNERS):
+            return None
+        vendor = Vendor.NVIDIA
+    elif message.startswith(("amdgpu ", "amdgpu: ")) or (message.startswith("[drm:") and _AMDGPU_DRM.match(message)):
+        if known_amdgpu_record(message):
+            return None
+        vendor = Vendor.AMD
+    else:
+        return None
+    bus = _UNRECOGNISED_BUS.match(message)
+    return KernelEvent(vendor=vendor, kind=UNRECOGNISED_KIND, message=message, timestamp_seconds=seconds,
+                       pci_bus_id=normalize_pci_bus_id(bus[1] + (bus[2] or ".0")) if bus else None)
 
 
 class EventReader:
@@ -79,11 +122,14 @@ class EventReader:
     def __init__(self) -> None:
         self._nvrm = NvrmReader()
         self._ghes = GhesRecords()  # APEI/GHES records span lines too (ghes.py)
+        self._unrecognised = 0
 
     def feed(self, line: LogLine) -> list[KernelEvent]:
         message = line.message
         if "\n" not in message and not message.startswith("NVRM: "):  # the common case: one line, not NVRM
             event = parse_event(message, line.seconds) or self._ghes.feed(message, line.seconds)
+            if event is None and line.level is not None and line.level <= _ERROR_LEVEL:
+                event = self._unrecognised_error(message, line.seconds)
             if event is None:
                 return []
             if line.wall_time is not None or line.boot is not None:
@@ -98,8 +144,17 @@ class EventReader:
                 event = self._nvrm.feed(piece, line.seconds)
             else:
                 event = parse_event(piece, line.seconds) or self._ghes.feed(piece, line.seconds)
+            if event is None and line.level is not None and line.level <= _ERROR_LEVEL and not self._nvrm.pending:
+                event = self._unrecognised_error(piece, line.seconds)
             if event is not None:
                 if line.wall_time is not None or line.boot is not None:
                     event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
                 events.append(event)
         return events
+
+    def _unrecognised_error(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        if self._unrecognised >= MAX_UNRECOGNISED:
+            return None
+        event = unrecognised_event(message, seconds)
+        self._unrecognised += event is not None
+        return event

@@ -48,6 +48,10 @@ class LogLine(NamedTuple):
     # line that turns out to hold an event (wall_seconds); a calendar conversion per line costs more than the rest.
     wall_time: object = None
     boot: Optional[str] = None  # the boot the record belongs to, where the format says (journal _BOOT_ID)
+    # The record's own level (syslog severity 0 emerg … 7 debug), where its format carries one: kmsg's and syslog's
+    # priority, dmesg -x's and talosctl's level word, dmesg -r's <N>, journal PRIORITY, dmesg --json's pri. Never read
+    # from the text (issue 32, item 7); None in plain dmesg.
+    level: Optional[int] = None
 
 
 # -- whole-line frames -------------------------------------------------------------------------------------------
@@ -60,7 +64,10 @@ _ISO = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})
 # Syslog and journal stamps: `Nov 30 11:08:44` (RFC 3164, journalctl -o short; `.123456` with short-precise), ISO 8601
 # with a point (rsyslog's RSYSLOG_FileFormat, short-iso, short-iso-precise) — dmesg --time-format iso writes a comma,
 # and no host or identifier follows it — and `Tue 2026-11-30 11:08:44 UTC` (short-full).
-_SYSLOG_STAMP = (r"[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+# journalctl and rsyslog print the month with strftime's %b, in the reader's locale (systemd logs-show.c): `Jan`, but
+# also `jan.` (nb_NO), `фев` (ru_RU), `6月` (zh_CN), `april`; any word of letters or an `N月`/`N월` is taken for one.
+_MONTH = r"(?:[0-9]{1,2}[\u6708\uc6d4]|[^\x00-\x40\[\]\\^_`{|}~\x7f]{2,12}\.?)"
+_SYSLOG_STAMP = (rf"{_MONTH} [ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}(?:\.[0-9]{{1,9}})?"
                  r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
                  r"|[A-Z][a-z]{2} [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})? [A-Z]{1,5}")
 # talosctl dmesg (siderolabs/talos cmd/talosctl/cmd/talos/dmesg.go): "%s: %7s: [%s]: %s", facility, level, RFC 3339
@@ -71,7 +78,8 @@ _RFC5424 = lazy_compile(rf"<([0-9]{{1,3}})>1 ({_ISO}|-) [^ ]{{1,255}} ([^ ]{{1,4
                         r"(?:-|(?:\[[^\]]{0,512}\]){1,8}) ?(?:\ufeff)?", _A)
 # RFC 3164 / rsyslog / journalctl short modes: [<pri>]TIME [HOST ]IDENT[PID]: — the host may be left out
 # (journalctl --no-hostname); it never ends in ":", so "Feb 17 19:00:16 kernel: " reads as no host, ident kernel.
-_SYSLOG = lazy_compile(rf"(?:<([0-9]{{1,3}})>)?({_SYSLOG_STAMP}) (?:[^ ]{{0,254}}[^ :] )?([^ :\[]{{1,64}})"
+# A host name left blank (an empty `_HOSTNAME`) leaves two spaces: `Jan 02 21:35:19  kernel: `.
+_SYSLOG = lazy_compile(rf"(?:<([0-9]{{1,3}})>)?({_SYSLOG_STAMP}) (?:[^ ]{{0,254}}[^ :] | )?([^ :\[]{{1,64}})"
                        r"(?:\[[0-9]{1,10}\])?: ", _A)
 
 # -- level prefixes and stamps -----------------------------------------------------------------------------------
@@ -82,7 +90,8 @@ _MONOTONIC = lazy_compile(r"\[ {0,16}([0-9]{1,12}(?:\.[0-9]{1,9})?)\] ?", _A)  #
 _CTIME = lazy_compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ 0-9][0-9]) "
                       r"([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})\] ?", _A)
 _ISO_STAMP = lazy_compile(rf"({_ISO}) ", _A)
-_RELTIME = lazy_compile(r"\[(?:[A-Z][a-z]{2} ?[ 0-9]?[0-9] [0-9]{2}:[0-9]{2}| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
+_RELTIME = lazy_compile(rf"\[(?:{_MONTH} ?[ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}"
+                        r"| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
 _DELTA = lazy_compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
 _CALLER = lazy_compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
 _HOST_KERNEL_TAG = lazy_compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
@@ -94,9 +103,20 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Dec"), start=1)}
 _ISO_PARTS = lazy_compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]{1,9}))?"
                           r"(Z|[+-][0-9]{2}:?[0-9]{2})?", _A)
-_SYSLOG_TIME = lazy_compile(r"([A-Z][a-z]{2}) ([ 0-9][0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?", _A)
+_SYSLOG_TIME = lazy_compile(rf"({_MONTH}) ([ 0-9]?[0-9]) ([0-9]{{2}}):([0-9]{{2}}):([0-9]{{2}})"
+                            r"(?:\.([0-9]{1,9}))?", _A)
+# %b in the locales journalctl is most often read in (glibc localedata/locales/*: abmon), lower case, without the
+# point: a name not here leaves the line without a wall clock, never unread.
+_LOCALE_MONTHS = {name: number for number, names in enumerate((
+    "jan janv ene gen sty led", "feb febr fév févr fev фев lut úno", "mar mär mrt mars мар maa bře",
+    "apr avr abr kwi апр dub", "may mai mei mag maj мая кві", "jun juin jun giu cze чер июн",
+    "jul juil lug lip июл", "aug aoû août ago sie авг srp", "sep sept set wrz сен zář", "oct okt ott paź окт říj",
+    "nov noi lis ноя", "dec déc dez dic gru дек pro"), start=1) for name in names.split()}
+_SGR = lazy_compile(r"\x1b\[[0-9;]{0,32}m", _A)  # `dmesg -H` (and --color=always) colours on a terminal
 _SYSLOG_FIRST = frozenset("<0123456789ADFJMNOSTW")  # a PRI, a year, a month or (short-full) a weekday
-_LEVEL_WORDS = frozenset({"emerg", "alert", "crit", "err", "warn", "warning", "notice", "info", "debug"})
+_LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "warning": 4, "notice": 5, "info": 6, "debug": 7}
+_LEVEL_WORDS = frozenset(_LEVELS)
+_PRIORITIES = frozenset("01234567")  # a journal entry's PRIORITY
 
 
 def split_line(line: str) -> Optional[LogLine]:
@@ -104,6 +124,8 @@ def split_line(line: str) -> Optional[LogLine]:
     header holds a number the kernel cannot have written. Each pattern is tried only where the line's first
     character allows it: this runs on every driver line of a log (bench/kernel_log_scan.py)."""
     line = line[:MAX_RECORD_CHARS].rstrip("\r\n")
+    if "\x1b" in line:  # dmesg's colours; dmesg itself escapes control bytes in a record (\x1b), so these are its own
+        line = _SGR.sub("", line)
     first = line[:1]
     if first == "[":  # plain dmesg, short-monotonic, -T, reltime, delta: the common case, no frame
         return _after_frame(line, True, None, None, False)
@@ -115,28 +137,32 @@ def split_line(line: str) -> Optional[LogLine]:
             facility = bounded_int(record[1], "kmsg priority", 10) >> 3  # syslog priority = facility * 8 + level
             bounded_int(record[2], "kmsg sequence number")
             microseconds = bounded_int(record[3], "kmsg timestamp")
-            return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg")
+            return LogLine(microseconds / 1e6, _unescape_kmsg(line[record.end():]), facility == 0, "kmsg",
+                           level=int(record[1]) & 7)
     if first == "<":
         frame = _RFC5424.match(line)
         if frame:
             kernel = (int(frame[1]) >> 3) == 0 and frame[3] == "kernel"
-            return _after_frame(line[frame.end():], kernel, "rfc5424", (iso_seconds, frame[2]), True)
-    if first in _SYSLOG_FIRST:
+            return _after_frame(line[frame.end():], kernel, "rfc5424", (iso_seconds, frame[2]), True,
+                                int(frame[1]) & 7)
+    if first in _SYSLOG_FIRST or first.isalpha():  # or a month of another locale (`april`, `jan.`, `фев`)
         frame = _SYSLOG.match(line)
         if frame:
             kernel = frame[3] == "kernel" and (frame[1] is None or int(frame[1]) >> 3 == 0)
             message = line[frame.end():]
             message = message.replace("#012", "\n") if "#012" in message else message
-            return _after_frame(message, kernel, "syslog", (syslog_seconds, frame[2]), True)
+            return _after_frame(message, kernel, "syslog", (syslog_seconds, frame[2]), True,
+                                int(frame[1]) & 7 if frame[1] is not None else None)
     if ": [" in line[:300]:
         frame = _TALOS.match(line)
         if frame and frame[3] in _LEVEL_WORDS:
-            return _after_frame(line[frame.end():], frame[2] == "kern", "talosctl", (iso_seconds, frame[4]), True)
-    message, kernel, fmt = line, True, None
+            return _after_frame(line[frame.end():], frame[2] == "kern", "talosctl", (iso_seconds, frame[4]), True,
+                                _LEVELS.get(frame[3]))
+    message, kernel, fmt, severity = line, True, None, None
     if first.islower():
         level = _DMESG_LEVEL.match(message)
         if level and level[2] in _LEVEL_WORDS:
-            message, kernel, fmt = message[level.end():], level[1] == "kern", "dmesg-x"
+            message, kernel, fmt, severity = message[level.end():], level[1] == "kern", "dmesg-x", _LEVELS[level[2]]
         elif message.startswith("kernel: "):
             tag = _BARE_KERNEL_TAG.match(message)
             if tag:
@@ -146,11 +172,12 @@ def split_line(line: str) -> Optional[LogLine]:
         if raw:
             priority = bounded_int(raw[1], "dmesg -r priority", 4)
             # dmesg -r prints the level alone for kernel records; a facility shows only when one was stored.
-            message, kernel, fmt = message[raw.end():], priority >> 3 == 0, "dmesg-raw"
-    return _after_frame(message, kernel, fmt, None, False)
+            message, kernel, fmt, severity = message[raw.end():], priority >> 3 == 0, "dmesg-raw", priority & 7
+    return _after_frame(message, kernel, fmt, None, False, severity)
 
 
-def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, framed: bool) -> LogLine:
+def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, framed: bool,
+                 level: Optional[int] = None) -> LogLine:
     """Up to three stamps, a caller id and short-monotonic's `host kernel: ` tag, after any frame or level."""
     seconds, stamped = None, False
     for _ in range(3):
@@ -185,7 +212,7 @@ def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, f
         tag = _HOST_KERNEL_TAG.match(message)
         if tag:
             message, fmt = message[tag.end():], "journal-monotonic"
-    return LogLine(seconds, message, kernel, fmt, wall)
+    return LogLine(seconds, message, kernel, fmt, wall, level=level)
 
 
 def _unescape_kmsg(message: str) -> str:
@@ -232,7 +259,7 @@ def syslog_seconds(text: str) -> Optional[float]:
     parts = _SYSLOG_TIME.match(text)
     if not parts:
         return iso_seconds(text)
-    month = _MONTHS.get(parts[1])
+    month = month_number(parts[1])
     if month is None:
         return None
     day, hour, minute, second = int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5])
@@ -241,6 +268,18 @@ def syslog_seconds(text: str) -> Optional[float]:
     import calendar  # here: a check's imports do without it (issue 36, item 9)
 
     return calendar.timegm((2000, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[6] or 0}")
+
+
+def month_number(name: str) -> Optional[int]:
+    """A month as %b prints it in English or another locale (`Jan`, `jan.`, `фев`, `6月`) → 1-12, or None."""
+    if name[-1:] in "\u6708\uc6d4":
+        number = int(name[:-1]) if name[:-1].isascii() and name[:-1].isdigit() else 0
+        return number if 1 <= number <= 12 else None
+    english = _MONTHS.get(name)
+    if english is not None:
+        return english
+    word = name.rstrip(".").lower()
+    return _LOCALE_MONTHS.get(word) or _LOCALE_MONTHS.get(word[:4]) or _LOCALE_MONTHS.get(word[:3])
 
 
 def _ctime_seconds(stamp: re.Match) -> Optional[float]:
@@ -287,7 +326,9 @@ def journal_entry(fields: dict) -> Optional[LogLine]:
     seconds = _journal_number(fields.get("_SOURCE_MONOTONIC_TIMESTAMP") or fields.get("__MONOTONIC_TIMESTAMP"))
     wall = _journal_number(fields.get("_SOURCE_REALTIME_TIMESTAMP") or fields.get("__REALTIME_TIMESTAMP"))
     boot = fields.get("_BOOT_ID") if isinstance(fields.get("_BOOT_ID"), str) else None
-    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "journal", wall, boot)
+    priority = fields.get("PRIORITY")
+    level = int(priority) if isinstance(priority, str) and priority in _PRIORITIES else None
+    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "journal", wall, boot, level)
 
 
 def _journal_number(value: object) -> Optional[float]:
@@ -376,4 +417,7 @@ def _dmesg_json_item(item: dict[str, str]) -> Optional[LogLine]:
     if not isinstance(message, str):
         return None
     kernel = facility == "kern" and not (isinstance(priority, int) and priority >> 3)
-    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "dmesg-json")
+    level = priority & 7 if isinstance(priority, int) and not isinstance(priority, bool) and priority >= 0 else None
+    if isinstance(priority, str):  # dmesg --json writes the level by name unless --raw
+        level = _LEVELS.get(priority)
+    return LogLine(seconds, message[:MAX_RECORD_CHARS], kernel, "dmesg-json", level=level)

@@ -28,6 +28,19 @@ Sources (NVIDIA/open-gpu-kernel-modules, tag 595.45.04):
   `knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!` (no GPU named; GPUd reboots).
 - RmInitAdapter: src/nvidia/arch/nvalloc/unix/src/osinit.c `RmInitAdapter failed! (0x%x:0x%x:%d)` via NV_DEV_PRINTF
   (`NVRM: GPU %04x:%02x:%02x.%x: ` in front; older drivers print no GPU).
+Records with no Xid (issue 32, item 6):
+- `Reset required [NV_ERR_RESET_REQUIRED]`: src/nvidia/inc/kernel/core/... NV_ASSERT_OK / NV_CHECK_OK print
+  `nvAssertOkFailedNoLog: Assertion failed: %s [%s] (0x%08X) returned from %s @ %s:%d` and `nvCheckOkFailedNoLog:
+  Check failed: …` (src/nvidia/src/libraries/nvport/… utils/nvassert.c) with nvstatus's name for 0x62; NV_DEV_PRINTF
+  may put `GPU%d ` or the GPU's bus ID before it. The GPU refuses every new allocation until it is reset.
+- GSP: src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c `_kgspIsHeartbeatTimedOut: Heartbeat timed out, …`,
+  `_kgspRpcRecvPoll: GSP RM heartbeat timed out`, `_kgspLogRpcTimeout` / `_kgspLogGspTimeout` / `_kgspLogXid119`
+  (before, or on some paths instead of, Xid 119), and kern_gmmu.c `kgmmuCheckMemSubsysError_IMPL`.
+- kernel-open/nvidia/nv-pci.c nv_pci_probe: `NVRM: This PCI I/O region assigned to your NVIDIA device is
+  invalid:\nNVRM: BAR%d is %lluM @ 0x%llx (PCI:%04x:%02x:%02x.%x)` (one printk; older drivers `(PCI:%02x:%02x.%x)`
+  with no domain), then the driver core's `nvidia: probe of %s failed with error %d` (drivers/base/dd.c).
+- The older one-line fallen-off message, kernel-open/nvidia/nv.c before 470: `NVRM: GPU at %04x:%02x:%02x.%x has
+  fallen off the bus.`
 """
 
 from __future__ import annotations
@@ -39,7 +52,8 @@ from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
 from gpudiag.probe.kernel_log.text import BUS_ID, DOMAIN, FLAGS, bounded_int
 from gpudiag.probe.patterns import lazy_compile
 
-NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus", "sxid", "nvlink_training_failed", "rm_init_failed")
+NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus", "sxid", "nvlink_training_failed", "rm_init_failed", "reset_required",
+                      "gsp_timeout", "bar_invalid", "probe_failed")
 
 _XID = lazy_compile(
     rf"NVRM: Xid \((?:PCI:)?({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})(?: GPU-I:[0-9]{{1,3}}(?: GPU-CI:[0-9]{{1,3}})?)?\): "
@@ -66,6 +80,19 @@ _POST_RX_DET = lazy_compile(r"NVRM: knvlinkDiscoverPostRxDetLinks_[A-Z0-9]{2,8}:
                             r"postRxDetLinkMask failed!", re.ASCII)
 _RM_INIT = lazy_compile(rf"NVRM: (?:GPU ({BUS_ID}): )?RmInitAdapter failed! \(0x[0-9a-f]{{1,8}}:0x[0-9a-f]{{1,8}}:"
                         r"[0-9]{1,6}\)", FLAGS)
+_FALLEN_OFF_OLD = lazy_compile(rf"NVRM: GPU at ({BUS_ID}) has fallen off the bus\.?\s*$", FLAGS)
+_GPU_TAG = rf"(?:GPU ({BUS_ID}): |GPU[0-9]{{1,3}} )?"  # NV_DEV_PRINTF's bus ID, or the GPU instance number
+_RESET_REQUIRED = lazy_compile(rf"NVRM: {_GPU_TAG}nv(?:Assert|Check)OkFailedNoLog: (?:Assertion|Check) failed: "
+                               r"Reset required \[NV_ERR_RESET_REQUIRED\]", FLAGS)
+_GSP_TIMEOUT = lazy_compile(rf"NVRM: {_GPU_TAG}(?:_kgspIsHeartbeatTimedOut: Heartbeat timed out|_kgspRpcRecvPoll: "
+                            r"GSP RM heartbeat timed out|_kgspLog(?:Rpc|Gsp)Timeout: |_kgspLogXid119: |"
+                            r"kgmmuCheckMemSubsysError_IMPL: )", FLAGS)
+_BAR_INVALID_HEAD = "NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:"
+_BAR_INVALID = lazy_compile(r"NVRM: BAR[0-9] is [0-9]{1,12}M @ 0x[0-9a-f]{1,16} \(PCI:(?:([0-9a-f]{4,8}:[0-9a-f]{2}:"
+                            r"[0-9a-f]{2}\.[0-7])|([0-9a-f]{4}):([0-9a-f]{2}\.[0-7]))\)", FLAGS)
+# drivers/base/dd.c really_probe / driver_probe_device: `<driver>: probe of <device> failed with error <n>`.
+PROBE_FAILED = lazy_compile(rf"(nvidia|amdgpu|mlx5_core): probe of ({BUS_ID}) failed with error (-?[0-9]{{1,6}})\s*$",
+                            FLAGS)
 _SXID = lazy_compile(rf"nvidia-nvswitch[0-9]{{1,3}}: SXid \(PCI:({BUS_ID})\): ([0-9]+), {{0,4}}"
                      r"(?:(Fatal|Non-fatal|Correctable),|Severity ([0-9]{1,3}) Engine instance|(Data \{))?", FLAGS)
 _SXID_DETAIL = {"fatal": "fatal", "non-fatal": "nonfatal", "correctable": "correctable"}
@@ -117,12 +144,33 @@ def nvrm_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
         fallen = _FALLEN_OFF.match(message)
         if fallen:
             return _event("fallen_off_bus", message, fallen[1], seconds)
+        old = _FALLEN_OFF_OLD.match(message)
+        if old:
+            return _event("fallen_off_bus", message, old[1], seconds)
     elif head == "knvl":
         return _event("nvlink_training_failed", message, None, seconds) if _POST_RX_DET.match(message) else None
-    elif head != "RmIn":
+    init = _RM_INIT.match(message) if "RmInitAdapter" in message[:40] else None
+    if init:
+        return _event("rm_init_failed", message, init[1], seconds)
+    if "NV_ERR_RESET_REQUIRED" in message:
+        required = _RESET_REQUIRED.match(message)
+        if required:
+            return _event("reset_required", message, required[1], seconds)
+    if "kgsp" in message[:48] or "kgmmu" in message[:48]:
+        gsp = _GSP_TIMEOUT.match(message)
+        if gsp:
+            return _event("gsp_timeout", message, gsp[1], seconds)
+    return None
+
+
+def probe_failed_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    """`nvidia: probe of 0000:02:00.0 failed with error -1` (or amdgpu's): the driver could not take the GPU."""
+    match = PROBE_FAILED.match(message)
+    if match is None or match[1].lower() == "mlx5_core":
         return None
-    init = _RM_INIT.match(message)
-    return _event("rm_init_failed", message, init[1], seconds) if init else None
+    vendor = Vendor.NVIDIA if match[1].lower() == "nvidia" else Vendor.AMD
+    return KernelEvent(vendor=vendor, kind="probe_failed", message=message, pci_bus_id=normalize_pci_bus_id(match[2]),
+                       timestamp_seconds=seconds, detail=f"error {bounded_int(match[3].lstrip('-'), 'errno', 6)}")
 
 
 def sxid_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
@@ -150,8 +198,23 @@ class NvrmReader:
     def __init__(self) -> None:
         self._pending: Optional[str] = None  # the bus ID of "NVRM: The NVIDIA GPU <bus>", until the record ends
         self._lines = 0
+        self._bar = False  # the line before was "This PCI I/O region … is invalid:", whose BAR line names the GPU
+
+    @property
+    def pending(self) -> bool:
+        """Whether the line just fed began a record whose later lines are awaited (not an error of its own)."""
+        return self._pending is not None or self._bar
 
     def feed(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        if self._bar:
+            self._bar = False
+            bar = _BAR_INVALID.match(message)
+            if bar:  # the oldest drivers print the bus as %04x and no domain: "(PCI:0002:00.0)" is 0000:02:00.0
+                bus = bar[1] or f"0000:{int(bar[2], 16):02x}:{bar[3]}"
+                return _event("bar_invalid", message, bus, seconds)
+        if message.startswith(_BAR_INVALID_HEAD):
+            self._bar = True
+            return None
         if self._pending is not None:
             self._lines += 1
             if message == _PROBE_FALLEN:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
-from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError
+from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError, normalize_pci_bus_id
 from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
 from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
 from gpudiag.probe.patterns import lazy_compile
@@ -120,7 +120,8 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
 def _has_marker(line: str) -> bool:
     return ("NVRM" in line or "amdgpu" in line or "pcieport" in line or "SXid" in line
             or "[Hardware Error]" in line or "[drm] VRAM is lost" in line
-            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line)  # the RDMA NICs' (network/kernel_log.py)
+            or "mlx5_core" in line or "bnxt_" in line or "ionic" in line  # the RDMA NICs' (network/kernel_log.py)
+            or ": probe of " in line)  # the driver core's probe failure of a GPU driver (issue 32, item 6)
 
 
 _DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch", "amdgpu", "[drm:", "pcieport ")
@@ -155,11 +156,26 @@ def _read(split: LogLine, info: KernelLogInfo, reader: EventReader) -> None:
         log.debug("kernel log record skipped: %s", exc)
 
 
+# The GPU an unreadable line names (an Xid's `PCI:DDDD:BB:DD`, a device prefix's `DDDD:BB:DD.F`), so that its warning
+# stays on that GPU (issue 32, item 5).
+_UNREADABLE_BUS = lazy_compile(r"(?:NVRM: Xid \((?:PCI:)?|NVRM: GPU |amdgpu )([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2})"
+                               r"(\.[0-7])?", re.ASCII)
+MAX_UNREADABLE_GPUS = 64
+
+
 def _unreadable_line(info: KernelLogInfo, number: int, line: str) -> None:
     info.unreadable_lines += 1
+    text = line.strip()
+    shown = f"line {number + 1}: {text[:160]}{'…' if len(text) > 160 else ''}"
     if info.first_unreadable is None:
-        text = line.strip()
-        info.first_unreadable = f"line {number + 1}: {text[:160]}{'…' if len(text) > 160 else ''}"
+        info.first_unreadable = shown
+    named = _UNREADABLE_BUS.search(text[:MAX_RECORD_CHARS])
+    bus = normalize_pci_bus_id(named[1] + (named[2] or ".0")) if named else None
+    if bus is not None and (bus in info.unreadable_gpus or len(info.unreadable_gpus) < MAX_UNREADABLE_GPUS):
+        info.unreadable_gpus[bus] = info.unreadable_gpus.get(bus, 0) + 1
+        info.unreadable_gpu_first.setdefault(bus, shown)
+    else:  # the first line that names no GPU, under "" (model/node.py)
+        info.unreadable_gpu_first.setdefault("", shown)
 
 
 def _scan_structured(lines: Iterable[str], kind: str, info: KernelLogInfo, until: Optional[float]) -> KernelLogInfo:
