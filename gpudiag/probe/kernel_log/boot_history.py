@@ -107,7 +107,7 @@ def _entries(text: str) -> Iterator[dict]:
             continue
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(entry, dict):
             yield entry

@@ -123,9 +123,11 @@ class EventReader:
         self._nvrm = NvrmReader()
         self._ghes = GhesRecords()  # APEI/GHES records span lines too (ghes.py)
         self._unrecognised = 0
+        self._opened = False  # the record fed last began a multi-line NVRM message: its later lines may finish it
 
     def feed(self, line: LogLine) -> list[KernelEvent]:
         message = line.message
+        self._opened = message.startswith("NVRM: The NVIDIA GPU ")
         if "\n" not in message and not message.startswith("NVRM: "):  # the common case: one line, not NVRM
             event = parse_event(message, line.seconds) or self._ghes.feed(message, line.seconds)
             if event is None and line.level is not None and line.level <= _ERROR_LEVEL:
@@ -135,21 +137,23 @@ class EventReader:
             if line.wall_time is not None or line.boot is not None:
                 event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
             return [event]
-        pieces = message.split("\n")
-        events = []
-        for number, piece in enumerate(pieces):
-            piece = piece.lstrip(" \t") if number else piece
-            piece = piece[:MAX_RECORD_CHARS]
-            if piece.startswith("NVRM: "):
-                event = self._nvrm.feed(piece, line.seconds)
-            else:
-                event = parse_event(piece, line.seconds) or self._ghes.feed(piece, line.seconds)
-            if event is None and line.level is not None and line.level <= _ERROR_LEVEL and not self._nvrm.pending:
-                event = self._unrecognised_error(piece, line.seconds)
+        head, *rest = message.split("\n")
+        head = head[:MAX_RECORD_CHARS]
+        if head.startswith("NVRM: "):
+            event = self._nvrm.feed(head, line.seconds)
+        else:
+            event = parse_event(head, line.seconds) or self._ghes.feed(head, line.seconds)
+        if event is None and line.level is not None and line.level <= _ERROR_LEVEL and not self._nvrm.pending:
+            event = self._unrecognised_error(head, line.seconds)
+        self._opened = self._opened or self._nvrm.pending  # the invalid-BAR message goes on over lines too
+        events = [] if event is None else [event]
+        for piece in rest:  # the rest of this one record: never a record of its own (issue 32, item 1)
+            event = self.continue_record(piece, line.seconds)
             if event is not None:
-                if line.wall_time is not None or line.boot is not None:
-                    event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
                 events.append(event)
+        for event in events:
+            if line.wall_time is not None or line.boot is not None:
+                event.wall_time, event.boot = wall_seconds(line.wall_time), line.boot
         return events
 
     def _unrecognised_error(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
@@ -158,3 +162,12 @@ class EventReader:
         event = unrecognised_event(message, seconds)
         self._unrecognised += event is not None
         return event
+
+    def continue_record(self, piece: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        """A later line of the record fed last (after a newline in it, or dmesg's and journalctl's indented
+        continuation line): read only as part of a multi-line driver record that record opened (the NVRM probe-time
+        "fallen off the bus" message, the invalid-BAR message); anything else in it is that record's text, whoever
+        wrote it."""
+        if not self._opened:
+            return None
+        return self._nvrm.continue_record(piece.strip(" \t")[:MAX_RECORD_CHARS], seconds)

@@ -15,7 +15,7 @@ A line that starts with two or more spaces continues the record above it (dmesg 
 lines of a multi-line record). Multi-line records also arrive as one line: kmsg escapes the newline as `\\x0a`,
 rsyslog as `#012`; the message then holds `\\n` and the reader splits it.
 
-Structured forms are read by their own readers (`records`): `journalctl -o export` (blocks of FIELD=value),
+Structured forms are read by their own readers: `journalctl -o export` on bytes (export.py),
 `journalctl -o json|json-seq|json-pretty` and `dmesg --json`.
 
 Where a line came from: a record counts as the kernel's (`LogLine.kernel`) unless the line says otherwise — a kmsg
@@ -183,7 +183,9 @@ def _after_frame(message: str, kernel: bool, fmt: Optional[str], wall: object, f
     for _ in range(3):
         first = message[:1]
         if first == "[":
-            stamp = _MONOTONIC.match(message)
+            # One since-boot stamp: the kernel's. A second "[0] " is the message's text (a program named "[0] NVRM"
+            # must not turn the clock back and make a reboot of it: issue 32, item 4).
+            stamp = _MONOTONIC.match(message) if seconds is None else None
             if stamp:
                 seconds, message, stamped = float(stamp[1]), message[stamp.end():], True
                 fmt = fmt or "dmesg"
@@ -298,16 +300,36 @@ MAX_STRUCTURED_RECORD = 64 * 1024  # one journal entry (export block, json-prett
 _JSON_FIELD = lazy_compile(r' {0,16}"(pri|fac|time|caller|msg)": {0,8}(.{0,8192}?),?$', _A)
 
 
+# A journal cursor as sd_journal_get_cursor() writes it (src/libsystemd/sd-journal/sd-journal.c): seqnum ID, seqnum,
+# boot ID, monotonic, realtime, xor hash, each in hex.
+_CURSOR = lazy_compile(r"__CURSOR=s=[0-9a-f]{32};i=[0-9a-f]{1,16};b=[0-9a-f]{32};m=[0-9a-f]{1,16};t=[0-9a-f]{1,16};"
+                       r"x=[0-9a-f]{1,16}\r?\n?$", _A)
+_TIMESTAMP_FIELD = lazy_compile(r"__(?:REALTIME|MONOTONIC)_TIMESTAMP=[0-9]{1,20}\r?\n?$", _A)
+
+
 def structured_kind(first: str) -> Optional[str]:
-    """The structured form a log is in, from its first non-empty line, or None for line formats."""
-    if first.startswith(("__CURSOR=", "__REALTIME_TIMESTAMP=", "__MONOTONIC_TIMESTAMP=")):
+    """The structured form a log is in, from its first non-empty line, or None for line formats. The line must
+    truly be structured (issue 32, item 3): a cursor of the journal's shape, a JSON object that parses. A segfault
+    report of a program named `__CURSOR=x` or `{"MESSAGE"` (the oldest record of a ring buffer) is a line of text:
+    the kernel prints "[pid]: segfault at …" right after the name."""
+    if first.startswith("__") and (_CURSOR.match(first) or _TIMESTAMP_FIELD.match(first)):
         return "journal-export"
     stripped = first.strip().lstrip("\x1e")
     if stripped.startswith("{") and ('"__CURSOR"' in stripped or '"MESSAGE"' in stripped or '"_BOOT_ID"' in stripped):
-        return "journal-json"
+        return "journal-json" if isinstance(_json_loads(stripped), dict) else None
     if stripped == "{":
         return "json-document"  # json-pretty (journal) or dmesg --json: told apart by their first field
     return None
+
+
+def _json_loads(text: str) -> object:
+    """JSON text → its value, or None where it is no JSON, too long, or nested deeper than the parser's stack."""
+    if len(text) > MAX_STRUCTURED_RECORD:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[…" a few thousand deep
+        return None
 
 
 def journal_entry(fields: dict) -> Optional[LogLine]:
@@ -335,30 +357,6 @@ def _journal_number(value: object) -> Optional[float]:
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
         return int(value) / 1e6
     return None
-
-
-def export_records(lines: Iterable[str]) -> Iterator[LogLine]:
-    """`journalctl -o export`: FIELD=value lines, one blank line after each entry (a binary field, `FIELD` then a
-    64-bit size and raw bytes, is skipped: MESSAGE is text for every record the kernel wrote in UTF-8)."""
-    fields: dict[str, str] = {}
-    size = 0
-    for line in lines:
-        line = line.rstrip("\r\n")
-        if not line:
-            if fields:
-                entry = journal_entry(fields)
-                if entry is not None:
-                    yield entry
-            fields, size = {}, 0
-            continue
-        key, sep, value = line.partition("=")
-        size += len(line)
-        if sep and size <= MAX_STRUCTURED_RECORD:
-            fields.setdefault(key, value)
-    if fields:
-        entry = journal_entry(fields)
-        if entry is not None:
-            yield entry
 
 
 def json_records(lines: Iterable[str], bad: list[str]) -> Iterator[LogLine]:
@@ -395,10 +393,7 @@ def json_records(lines: Iterable[str], bad: list[str]) -> Iterator[LogLine]:
 
 
 def _json_object(text: str, bad: list[str]) -> Iterator[LogLine]:
-    try:
-        fields = json.loads(text) if len(text) <= MAX_STRUCTURED_RECORD else None
-    except ValueError:
-        fields = None
+    fields = _json_loads(text)
     entry = journal_entry(fields) if isinstance(fields, dict) else None
     if entry is None:
         bad.append(text[:200])
@@ -412,7 +407,7 @@ def _dmesg_json_item(item: dict[str, str]) -> Optional[LogLine]:
         seconds = float(item["time"]) if "time" in item else None
         priority = json.loads(item.get("pri", "0"))
         facility = json.loads(item.get("fac", '"kern"'))
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, RecursionError):  # RecursionError: a field nested thousands deep
         return None
     if not isinstance(message, str):
         return None

@@ -199,19 +199,47 @@ class NvrmReader:
         self._pending: Optional[str] = None  # the bus ID of "NVRM: The NVIDIA GPU <bus>", until the record ends
         self._lines = 0
         self._bar = False  # the line before was "This PCI I/O region … is invalid:", whose BAR line names the GPU
+        self._in_probe = False  # the record fed last is the probe message's first line
 
     @property
     def pending(self) -> bool:
         """Whether the line just fed began a record whose later lines are awaited (not an error of its own)."""
         return self._pending is not None or self._bar
 
-    def feed(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    def _bar_line(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        """The line after "This PCI I/O region … is invalid:": the BAR and the GPU it belongs to."""
+        self._bar = False
+        bar = _BAR_INVALID.match(message)
+        if bar:  # the oldest drivers print the bus as %04x and no domain: "(PCI:0002:00.0)" is 0000:02:00.0
+            bus = bar[1] or f"0000:{int(bar[2], 16):02x}:{bar[3]}"
+            return _event("bar_invalid", message, bus, seconds)
+        return None
+
+    def continue_record(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        """A later line of one record (after its \\x0a, or dmesg's indented continuation): read only as the rest of
+        the multi-line message its first line opened (the probe-time "fallen off the bus" message, the invalid-BAR
+        message), never as a record of its own (issue 32, item 1: the text after a newline may be a user's, as in a
+        segfault report's file name)."""
         if self._bar:
-            self._bar = False
-            bar = _BAR_INVALID.match(message)
-            if bar:  # the oldest drivers print the bus as %04x and no domain: "(PCI:0002:00.0)" is 0000:02:00.0
-                bus = bar[1] or f"0000:{int(bar[2], 16):02x}:{bar[3]}"
-                return _event("bar_invalid", message, bus, seconds)
+            return self._bar_line(message, seconds)
+        if self._pending is None:
+            # the probe message's last line after some other line inside it: a GPU fell off, which one is unknown
+            return _event("fallen_off_bus", message, None, seconds, detail="probe") if (
+                self._in_probe and message == _PROBE_FALLEN) else None
+        self._lines += 1
+        if message == _PROBE_FALLEN:
+            bus_id, self._pending = self._pending, None
+            return _event("fallen_off_bus", message, bus_id, seconds, detail="probe")
+        if not (_PROBE_PCI_ID.match(message) and self._lines < 2):
+            self._pending = None
+        return None
+
+    def feed(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        self._in_probe = message.startswith("NVRM: The NVIDIA GPU ")  # this record may go on over lines
+        if self._bar:  # the BAR line as a record of its own (a log that kept it on a line of its own)
+            event = self._bar_line(message, seconds)
+            if event is not None:
+                return event
         if message.startswith(_BAR_INVALID_HEAD):
             self._bar = True
             return None

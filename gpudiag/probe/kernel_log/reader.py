@@ -21,7 +21,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError, normalize_pci_bus_id
 from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, NIC_EVENT_KINDS, EventReader, split_line
-from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, export_records, json_records, structured_kind
+from gpudiag.probe.kernel_log.export import export_entries, is_export
+from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, json_records, structured_kind, wall_seconds
 from gpudiag.probe.patterns import lazy_compile
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
     if kind is not None:
         return _scan_structured(lines, kind, info, until)
     reader = EventReader()
-    context: Optional[LogLine] = None  # the last record read, which an indented line continues
+    context: Optional[LogLine] = None  # the last driver record read, whose continuation lines may finish it
+    head: Optional[str] = None  # the last line that began a record: an indented line at its message column continues it
     boot, last_seconds = 0, None
     for number, line in enumerate(lines):
         if number % _CLOCK_EVERY == 0 and until is not None and time.monotonic() > until:
@@ -77,11 +79,15 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
         if line[:1] == " ":
             if line[1:2] != " " and _KMSG_PROPERTY.match(line):
                 continue  # a kmsg dictionary line ( KEY=value): not a record
-            if context is not None and line[1:2] == " " and _has_marker(line):
+            if head is not None and line[1:2] == " " and _continues(head, line):
+                # dmesg and journalctl print a record's later lines indented to its message column: they are that
+                # record's text, whoever wrote it (a segfault report's file name), never a record (issue 32, item 1)
                 info.lines_scanned += 1
-                _read(context._replace(message=line.strip(), fmt=context.fmt or "continuation"), info, reader)
+                if context is not None and _has_marker(line):
+                    _read_continuation(context, line, info, reader)
                 continue
         info.lines_scanned += 1
+        head = line
         if not _has_marker(line):
             context = None
             if "Linux version " in line and number and _is_boot_banner(line):
@@ -140,7 +146,43 @@ def _is_boot_banner(line: str) -> bool:
         split = split_line(line)
     except Exception:  # noqa: BLE001
         return False
-    return split is not None and split.kernel and split.message.startswith("Linux version ")
+    return split is not None and split.kernel and _BANNER.match(split.message) is not None
+
+
+# init/version.c linux_banner: "Linux version " UTS_RELEASE " (" LINUX_COMPILE_BY "@" LINUX_COMPILE_HOST ") ("
+# LINUX_COMPILER ") " UTS_VERSION (Talos builds leave LINUX_COMPILE_BY empty). A segfault report of a program named
+# "Linux version x" (facility 0 too) has "[pid]: segfault" right after the 15-byte name, where the release would be.
+_BANNER = lazy_compile(r"Linux version [^ \[\]]{1,64} \([^()\[\]]{0,128}@[^()\[\]]{1,128}\) \(.{1,256}?\) #[0-9]",
+                       re.ASCII)
+
+
+def _continues(head: str, line: str) -> bool:
+    """Whether an indented `line` is a later line of the record `head` began: indented to exactly its message column,
+    as dmesg (util-linux print_record's indent) and journalctl (the short modes' continuation lines) print one."""
+    indent = len(line) - len(line.lstrip(" "))
+    try:
+        split = split_line(head)
+    except Exception:  # noqa: BLE001 - hostile input: a head that cannot be split opens no column
+        return False
+    if split is None:
+        return False
+    column = len(head.rstrip("\r\n")[:MAX_RECORD_CHARS]) - len(split.message)
+    return indent == column and column >= 2
+
+
+def _read_continuation(context: LogLine, line: str, info: KernelLogInfo, reader: EventReader) -> None:
+    if not context.kernel:
+        return
+    try:
+        event = reader.continue_record(line.strip(), context.seconds)
+    except Exception as exc:  # noqa: BLE001 - hostile input: one bad record must not hide the others
+        info.records_skipped += 1
+        log.debug("kernel log record skipped: %s", exc)
+        return
+    if event is not None:
+        if context.wall_time is not None or context.boot is not None:
+            event.wall_time, event.boot = wall_seconds(context.wall_time), context.boot
+        (info.nic_events if event.kind in NIC_EVENT_KINDS else info.events).append(event)
 
 
 def _read(split: LogLine, info: KernelLogInfo, reader: EventReader) -> None:
@@ -180,7 +222,15 @@ def _unreadable_line(info: KernelLogInfo, number: int, line: str) -> None:
 
 def _scan_structured(lines: Iterable[str], kind: str, info: KernelLogInfo, until: Optional[float]) -> KernelLogInfo:
     bad: list[str] = []
-    records = export_records(lines) if kind == "journal-export" else json_records(lines, bad)
+    if kind == "journal-export":  # lines handed over as text: read on their bytes (export.py)
+        records = export_entries("".join(lines).encode("utf-8", errors="replace"), bad)
+    else:
+        records = json_records(lines, bad)
+    return _scan_records(records, kind, bad, info, until)
+
+
+def _scan_records(records: Iterable[LogLine], kind: str, bad: list[str], info: KernelLogInfo,
+                  until: Optional[float]) -> KernelLogInfo:
     reader = EventReader()
     boots: dict[str, None] = {}
     for number, record in enumerate(records):
@@ -284,6 +334,8 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
             info.readable = True
             size = os.fstat(handle.fileno()).st_size if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0
             head = handle.read(4096)
+            if is_export(head):  # journalctl -o export: read on bytes, by length (issue 32, item 2)
+                return _read_export(handle, size, info, until)
             # `dmesg --kmsg-file` dumps (util-linux tests/ts/dmesg/*kmsg-input): /dev/kmsg records, each ended by NUL.
             nul_separated = b"\x00" in head and _KMSG_DUMP.match(head.lstrip(b"\x00")) is not None
             binary = None if nul_separated else _binary_kind(head)
@@ -302,6 +354,20 @@ def _read_saved_file(path: Path, until: Optional[float]) -> KernelLogInfo:
     except OSError as exc:
         info.readable = False
         return _unreadable(info, exc)
+
+
+def _read_export(handle: BinaryIO, size: int, info: KernelLogInfo, until: Optional[float]) -> KernelLogInfo:
+    handle.seek(0)
+    if size > MAX_LOG_BYTES:  # the newest entries are at the end; the first whole one starts at a cursor
+        handle.seek(size - MAX_LOG_BYTES)
+        info.incomplete = (f"the log is {size / 2**20:.0f} MiB: only its last {MAX_LOG_BYTES // 2**20} MiB "
+                           f"were scanned")
+    data = handle.read(MAX_LOG_BYTES)
+    if size > MAX_LOG_BYTES:
+        start = data.find(b"\n\n__CURSOR=")
+        data = data[start + 2:] if start >= 0 else b""
+    bad: list[str] = []
+    return _scan_records(export_entries(data, bad), "journal-export", bad, info, until)
 
 
 _KMSG_DUMP = lazy_compile(rb"[0-9]{1,4},[0-9]{1,20},[0-9]{1,20},")

@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
 from gpudiag.model import BootFault, BootHistory, Status
@@ -55,11 +57,17 @@ def test_application_faults_and_other_gpus_never_escalate():
     assert for_gpu(results, 0).action == "reboot"  # its Xid 79 history is GPU 1's
 
 
+# Ubuntu 24.04's kernel banner as the kernel prints it (linux_banner: release, (user@host), (compiler), version).
+BANNER = ("Linux version 6.8.0-45-generic (buildd@lcy02-amd64-075) (x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) "
+          "13.2.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024")
+
+
 def test_a_saved_log_that_spans_boots_counts_its_own_boots(tmp_path):
-    # A kern.log keeps every boot: "Linux version" starts each one (and the since-boot clock starts again).
+    # A kern.log keeps every boot: the kernel's banner (init/version.c linux_banner, in full: issue 32, item 4)
+    # starts each one (and the since-boot clock starts again).
     lines = []
     for boot in range(3):
-        lines += [f"Dec  {boot + 1} 10:00:00 node kernel: [    0.000000] Linux version 6.8.0-45-generic",
+        lines += [f"Dec  {boot + 1} 10:00:00 node kernel: [    0.000000] {BANNER}",
                   f"Dec  {boot + 1} 11:00:00 node kernel: [ 3600.000000] {XID_79}"]
     log = tmp_path / "kern.log"
     log.write_text("\n".join(lines) + "\n")
@@ -145,3 +153,20 @@ def test_the_service_journals_each_event_with_its_boot_and_the_history_reads_it_
     history = read_boot_history(tmp_path, tmp_path, BOOT, None, time.monotonic() + 5)
     assert [(f.boot, f.code, f.detail, f.source) for f in history.faults] == [("a" * 32, 149, "fatal",
                                                                                "gpudiag journal")]
+
+
+@pytest.mark.parametrize("name", ["[0] NVRM", "Linux version x"])
+def test_a_program_named_like_a_boot_makes_no_reboot(tmp_path, name):
+    """Issue 32, item 4: three faults of one boot, between which user programs named "[0] NVRM" (a second since-boot
+    stamp inside the message) or "Linux version x" (the banner's words) crash: one boot, no RMA."""
+    segfault = f"{name}[4242]: segfault at 0 ip 000055d5c0a8c132 sp 00007ffd3a1d2f80 error 6 in s[132,55d5c0a8c000+1000]"
+    lines = [f"[    0.000000] {BANNER}"]
+    for n in range(3):
+        lines += [f"[ {3600 + n * 100}.000000] {XID_79}", f"[ {3650 + n * 100}.000000] {segfault}"]
+    log = tmp_path / "dmesg.log"
+    log.write_text("\n".join(lines) + "\n")
+    info = read_kernel_log(file=log)
+    assert info.boots in (None, 0, 1) and len(info.events) == 3 and {e.boot for e in info.events} == {None}
+    snap = nvidia_h200_node()
+    snap.kernel_log = info
+    assert for_gpu(run(snap, "kernel_log.xid"), 1).action != "rma"

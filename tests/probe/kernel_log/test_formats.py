@@ -57,7 +57,9 @@ def test_user_space_lines_never_count(tmp_path, line):
 
 
 def _entry(message, transport="kernel", boot="a" * 32, monotonic="27647469"):
-    return {"__CURSOR": "s=1;i=2", "__REALTIME_TIMESTAMP": "1796165396886367", "__MONOTONIC_TIMESTAMP": monotonic,
+    # a cursor of the journal's shape (sd_journal_get_cursor): an export's first line is one (issue 32, item 3)
+    cursor = f"s=739ad463348b4ceca5a9e69c95a3c93f;i=4ece7;b={boot};m=1a5e0ed;t=5e2c6b3c0b5c0;x=4e8e0bd0f5bfb153"
+    return {"__CURSOR": cursor, "__REALTIME_TIMESTAMP": "1796165396886367", "__MONOTONIC_TIMESTAMP": monotonic,
             "_BOOT_ID": boot, "_TRANSPORT": transport, "SYSLOG_IDENTIFIER": "kernel" if transport == "kernel" else "x",
             "MESSAGE": message}
 
