@@ -271,7 +271,9 @@ def install(root: Path, command: list[str], *, dry_run: bool, reload: bool, enab
     elif not live:
         say(f"Next: systemd-sysusers --root {root} (the gpudiag user the units run as); the image starts the exporter "
             f"and the timer at boot")
-    say(f"Idle-time screening of the GPUs (opt-in, docs/screening.md): {OPT_IN}")
+    # in an image, opting in is a link in the image (nothing runs there to start)
+    opt_in = OPT_IN if live else f"systemctl --root {root} enable gpudiag-screen.timer"
+    say(f"Idle-time screening of the GPUs (opt-in, docs/screening.md): {opt_in}")
 
 
 def install_service(

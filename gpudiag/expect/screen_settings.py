@@ -10,7 +10,7 @@ durations: "7d", "10m", "90s", "12h", "2w", or plain seconds ("600"). `gpudiag s
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from gpudiag.model.records import dataclass
 from typing import Any
 
 from gpudiag.expect import ExpectationError  # defined before this module is found

@@ -182,9 +182,11 @@ def test_enable_in_an_image_makes_the_links_systemctl_root_makes(tmp_path, gpudi
             "/etc/systemd/system/gpudiag-exporter.service",
         "etc/systemd/system/timers.target.wants/gpudiag-check.timer": "/etc/systemd/system/gpudiag-check.timer"}
     assert "systemd-sysusers --root" in out and "systemctl enable --now" not in out
-    # again: nothing changes, and systemctl agrees that they are enabled
+    assert f"(opt-in, docs/screening.md): systemctl --root {ours} enable gpudiag-screen.timer" in out
+    made = [line.split()[-1] for line in out.splitlines() if line.startswith(("written", "linked"))]
+    # again: nothing changes (each file and link said unchanged), and systemctl agrees that they are enabled
     code, out, _ = run(capsys, "install-service", "--root", str(ours), "--gpudiag", str(gpudiag_exe), "--enable")
-    assert code == 0 and out.count("unchanged") == 7
+    assert code == 0 and len(made) >= 9 and out.count("unchanged") == len(made)
     states = subprocess.run(["systemctl", "--root", str(ours), "is-enabled", *install.ENABLE], capture_output=True,
                             text=True, timeout=60).stdout.split()
     assert states == ["enabled", "enabled"]

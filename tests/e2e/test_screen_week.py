@@ -27,7 +27,8 @@ from gpudiag.exporter.node_metrics import add_snapshot
 from gpudiag.exporter.families import FamilySet
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model import DeviceSnapshot, GpuProcess, MemoryUsage, NodeSnapshot, Status, Utilization, Vendor
-from gpudiag.model.screen import PREEMPTED, VERIFIED, ScreeningInfo, ScreenRun, load_state
+from gpudiag.model.screen import PREEMPTED, VERIFIED, ScreeningInfo, ScreenRun
+from gpudiag.model.screen_file import load_state
 from gpudiag.model import normalize_pci_bus_id
 from tests.support.fakes.fake_nvml import HGX_BUS_IDS
 from tests.support.paths import REPO

@@ -112,7 +112,8 @@ def _screens(gpu1: str, buses: tuple[str, str]) -> Callable:
         import time
 
         from gpudiag.model import SmMismatch
-        from gpudiag.model.screen import FAILED, VERIFIED, ScreenGpu, ScreenRun, ScreenState, state_to_json
+        from gpudiag.model.screen import FAILED, VERIFIED, ScreenGpu, ScreenRun, ScreenState
+        from gpudiag.model.screen_file import state_to_json
 
         now, day = time.time(), 86400.0
         state = ScreenState(every_seconds=7 * day, updated_at=now)

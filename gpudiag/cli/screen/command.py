@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from gpudiag.cli.shared.node_collect import UsageProblem
-from gpudiag.cli.shared.options import ParamOption, ProfileOption, RootOption, TimeoutOption, split_ids
+from gpudiag.cli.shared.options import ParamOption, ProfileOption, RootOption, TimeoutOption, finite, split_ids
 from gpudiag.exitcodes import ExitCode
 
 
@@ -27,13 +27,13 @@ def screen(
     every: Optional[str] = typer.Option(None, "--every", help="Screen every GPU at least this often: 7d, 12h, … (profile key screen_every, default 7d)."),
     idle_after: Optional[str] = typer.Option(None, "--idle-after", help="Only GPUs no job has held for this long: 10m, 0s, … (screen_idle_after, default 10m)."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", min=1, max=64, help="GPUs screened at once (screen_max_gpus, default 1)."),
-    stress_seconds: Optional[float] = typer.Option(None, "--stress-seconds", min=1.0, max=3600.0, help="How long each screen's verified stress runs (screen_stress_seconds, default 30)."),
+    stress_seconds: Optional[float] = typer.Option(None, "--stress-seconds", min=1.0, max=3600.0, callback=finite, help="How long each screen's verified stress runs (screen_stress_seconds, default 30)."),
     now: bool = typer.Option(False, "--now", help="Screen the idle GPUs now, due or not, whatever their last result (after a repair); the idle rules still hold."),
     gpu: Optional[List[str]] = typer.Option(None, "--gpu", "-i", help="Only these GPUs: index, PCI bus ID or UUID (repeat or comma-separate)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say which GPUs would be screened and why, and screen none."),
     stop: bool = typer.Option(False, "--stop", help="For a scheduler's prolog: stop a running screen (of --gpu, or all), wait until its GPUs are free, and hold screens off them for screen_idle_after."),
     reason: str = typer.Option("gpudiag screen --stop", "--reason", help="With --stop: why, as the preempted screen records it (e.g. the job ID)."),
-    wait: float = typer.Option(4.5, "--wait", min=0.5, max=60.0, help="With --stop: seconds to wait for the screen to go before killing it."),
+    wait: float = typer.Option(4.5, "--wait", min=0.5, max=60.0, callback=finite, help="With --stop: seconds to wait for the screen to go before killing it."),
     fmt: ScreenFormat = typer.Option(ScreenFormat.text, "--format", "-f", help="Output format."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Keep the screens' state and journal here (default /var/lib/gpudiag; under --root DIR, DIR/var/lib/gpudiag)."),
     timeout: Optional[float] = TimeoutOption,

@@ -28,8 +28,8 @@ from gpudiag.active.screen.policy import Plan, ScreenPolicy, mark_used, observe,
 from gpudiag.active.screen.supervisor import Settings, Target, supervise
 from gpudiag.fileio import PUBLIC, DocumentError, read_json, write_atomically
 from gpudiag.model import DeviceSnapshot
-from gpudiag.model.screen import (FAILED, ERROR, SCREEN_DIR, STATE_NAME, ScreenRun, ScreenState, ScreenStateError,
-                                  load_state, state_to_json)
+from gpudiag.model.screen import FAILED, ERROR, SCREEN_DIR, STATE_NAME, ScreenRun, ScreenState
+from gpudiag.model.screen_file import ScreenStateError, load_state, state_to_json
 from gpudiag.service.journal import Journal, iso
 
 log = logging.getLogger("gpudiag")

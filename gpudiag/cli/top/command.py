@@ -15,14 +15,14 @@ from typing import List, Optional
 
 import typer
 
-from gpudiag.cli.shared.options import RootOption, SocketOption, TimeoutOption, split_ids
+from gpudiag.cli.shared.options import RootOption, SocketOption, TimeoutOption, finite, split_ids
 from gpudiag.exitcodes import ExitCode
 
 _sleep = time.sleep  # between samples (a test's seam: its samples need not wait out -d)
 
 
 def top(
-    delay: float = typer.Option(1.0, "--delay", "-d", min=1.0, max=86400.0, help="Seconds between samples (default 1)."),
+    delay: float = typer.Option(1.0, "--delay", "-d", min=1.0, max=86400.0, callback=finite, help="Seconds between samples (default 1)."),
     count: Optional[int] = typer.Option(None, "--count", "-c", min=1, help="Stop after this many samples (default: until q or Ctrl-C)."),
     gpu: Optional[List[str]] = typer.Option(None, "--gpu", "-i", help="Show only these GPUs: index, PCI bus ID or UUID (repeat or comma-separate), as check -i."),
     timeout: Optional[float] = TimeoutOption,

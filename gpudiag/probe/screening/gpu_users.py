@@ -19,11 +19,12 @@ Also the processes a screen started (its worker and the worker's children): thos
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from gpudiag.model import ProbeError, normalize_pci_bus_id
+from gpudiag.model.records import dataclass
 from gpudiag.probe.deadline import CallTracker
 
 KFD = Path("sys/class/kfd/kfd")

@@ -12,7 +12,8 @@ import time
 from typing import Optional
 
 from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError
-from gpudiag.model.screen import SCREEN_DIR, STATE_NAME, ScreeningInfo, ScreenStateError, load_state
+from gpudiag.model.screen import SCREEN_DIR, STATE_NAME, ScreeningInfo
+from gpudiag.model.screen_file import ScreenStateError, load_state
 
 
 def collect(snapshot: NodeSnapshot, options, until: float) -> Optional[ScreeningInfo]:

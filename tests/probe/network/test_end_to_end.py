@@ -146,8 +146,12 @@ def test_each_nic_fault_fails_or_warns_on_its_nic(tmp_path, fault):
 
 def test_a_flapping_port_fails_from_the_kernel_log(tmp_path):
     healthy_h100(tmp_path / "root")
+    # a saved log's times are seconds since this machine's boot (under --root the live /proc's): the flaps a minute
+    # ago, inside the 12 h window whatever the test machine's uptime (at 100 s after boot they were outside it on
+    # a machine up for 15 h)
+    recent = max(float(Path("/proc/uptime").read_text().split()[0]) - 60.0, 10.0)
     line = "[{:10.6f}] mlx5_core 0000:3b:00.0 mlx5_4: Port: 1 Link {}\n"
-    log = QUIET_LOG + "".join(line.format(100.0 + i, state) for i, state in enumerate(("DOWN", "ACTIVE") * 3))
+    log = QUIET_LOG + "".join(line.format(recent + i, state) for i, state in enumerate(("DOWN", "ACTIVE") * 3))
     _, report = check_json(tmp_path / "root", tmp_path, log=log)
     (finding,) = bad(report)
     assert (finding["check"], finding["status"], finding["observed"]["nic"]) == ("network.flaps", "fail", "mlx5_4")
