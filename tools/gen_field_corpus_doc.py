@@ -1,8 +1,13 @@
 """Write docs/field-corpus.md from the field corpus (tests/fixtures/field/<vendor>/*.json): what it covers, by kind of
-record, by source and by format, with every record listed. tests/probe/kernel_log/test_field_corpus.py fails when the
-committed page is not what this writes.
+record, by source and by format, with every record listed, and how gpudiag reads them (the figures: records, benign
+look-alikes, read right, false alarms; every record read wrong with why). tests/probe/kernel_log/test_field_corpus.py
+fails when the committed page is not what this writes, and when the readings it shows are not today's.
 
-Usage: python3 tools/gen_field_corpus_doc.py [--check]
+The readings come from tests/fixtures/field/readings.json, which `--replay` rewrites by replaying every record through
+gpudiag (tests/support/field_corpus.py replay): a record read wrong stays listed as wrong until gpudiag reads it right;
+nothing marks it otherwise.
+
+Usage: python3 tools/gen_field_corpus_doc.py [--check | --replay]
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ FIELD = REPO / "tests" / "fixtures" / "field"
 # as tests/support/field_corpus.py: field/amdsmi/ holds amd-smi outputs, not log records
 KERNEL_LOG_DIRS = ("nvidia", "amd")
 PAGE = REPO / "docs" / "field-corpus.md"
+READINGS = FIELD / "readings.json"
+# The sets the page gives figures for, besides the whole corpus: a document's `set` names the collection it came in.
+SETS = {"issue-32": "the outside set of issue 32 (sources the corpus had not used)"}
 
 INTRO = """# The field corpus
 
@@ -58,6 +66,52 @@ def amdsmi_outputs() -> list[tuple[str, dict]]:
     return [(f"amdsmi/{path.name}", json.loads(path.read_text())) for path in sorted((FIELD / "amdsmi").glob("*.json"))]
 
 
+def replay_all() -> dict:
+    """Every record replayed through gpudiag: {id: {"right", "false_alarm", "problems"}} (imports the test support:
+    the fakes the corpus test uses)."""
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from tests.support.field_corpus import records, replay
+
+    out = {}
+    for record in records():
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                reading = replay(record, Path(tmp))
+            except Exception as exc:  # a record the runner cannot replay is listed, not skipped
+                out[record.id] = {"right": False, "false_alarm": False, "problems": [f"not replayed: {exc}"]}
+                continue
+        # the replay's temporary directory is in some messages (the log's name): it is not part of the reading
+        out[record.id] = {"right": reading.right, "false_alarm": reading.false_alarm,
+                          "problems": [p.replace(tmp, "<tmp>")[:400] for p in reading.problems]}
+    return out
+
+
+def _readings() -> dict:
+    return json.loads(READINGS.read_text())["records"] if READINGS.exists() else {}
+
+
+def _figures(rows, readings) -> list[str]:
+    """The figures table: per set and for the whole corpus, records / benign / read right / false alarms."""
+    def line(name, chosen):
+        benign = sum(all(e["status"] == "pass" for e in r["expect"]) for _, _, r in chosen)
+        known = [readings[r["id"]] for _, _, r in chosen if r["id"] in readings]
+        right = sum(k["right"] for k in known)
+        alarms = sum(k["false_alarm"] for k in known)
+        unread = len(chosen) - len(known)
+        return (f"| {name} | {len(chosen)} | {benign} | {right} | {alarms} |" +
+                (f" {unread} not replayed |" if unread else " |"))
+    out = ["| records | total | benign look-alikes | read right | false alarms | |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for key, name in SETS.items():
+        chosen = [row for row in rows if row[1].get("set") == key]
+        if chosen:
+            out.append(line(name, chosen))
+    out.append(line("the whole corpus", rows))
+    return out
+
+
 def _cell(text) -> str:
     return str(text if text is not None else "–").replace("|", "\\|").replace("\n", " ")
 
@@ -79,6 +133,18 @@ def render() -> str:
     for name in sorted(seen):
         document = documents[name]
         lines.append(f"| `{name}` | {_cell(document['source'])} | {_cell(document['what'])} | {seen[name]} |")
+    readings = _readings()
+    lines += ["", "## How gpudiag reads it", "",
+              "From `python3 tools/gen_field_corpus_doc.py --replay` (tests/fixtures/field/readings.json): every "
+              "record replayed through `gpudiag check --kernel-log FILE --json --only kernel_log`. A false alarm is a "
+              "non-pass "
+              "where the record expects a pass (or a result its `absent` list forbids).", ""]
+    lines += _figures(rows, readings)
+    wrong = [(name, r) for name, _, r in rows if r["id"] in readings and not readings[r["id"]]["right"]]
+    if wrong:
+        lines += ["", "Read wrong today:", "", "| id | file | what differs |", "| --- | --- | --- |"]
+        lines += [f"| `{r['id']}` | `{name}` | {_cell('; '.join(readings[r['id']]['problems'])[:600])} |"
+                  for name, r in wrong]
     lines += ["", "## Every record", "", "| id | format | model / driver | expected (first result) | the source says |",
               "| --- | --- | --- | --- | --- |"]
     for name, _, record in rows:
@@ -102,7 +168,13 @@ def render() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/field-corpus.md is out of date")
+    parser.add_argument("--replay", action="store_true",
+                        help="replay every record through gpudiag, rewrite tests/fixtures/field/readings.json, then "
+                             "the page")
     args = parser.parse_args()
+    if args.replay:
+        READINGS.write_text(json.dumps({"records": replay_all()}, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        print(f"wrote {READINGS.relative_to(REPO)}")
     text = render()
     if args.check:
         return 0 if PAGE.exists() and PAGE.read_text() == text else 1

@@ -6,60 +6,15 @@ fault code, distinct events); each `absent` entry must have no result that is no
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
-from gpudiag.cli import app as cli
-from tests.support.field_corpus import FIELD, REQUIRED, Record, check, gpus_named, matches, records, vendor_of
+from tests.support.field_corpus import FIELD, REQUIRED, Record, records, replay
 from tests.support.paths import REPO
 
 RECORDS = records()
 BUS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-
-def _nvidia_root(tmp_path, buses: list[str]):
-    from tests.support.fakes.fake_nvml import HGX_BUS_IDS, FakeGpu, FakeNode
-    from tests.support.nvidia_node import sysfs_for
-
-    fillers = [f"0000:{b.lower()[9:]}" for b in HGX_BUS_IDS if f"0000:{b.lower()[9:]}" not in buses]
-    chosen = (buses + fillers)[:max(2, len(buses))]  # two at least: an NVSwitch fabric (kernel_log.sxid runs)
-    gpus = [
-        FakeGpu(
-            bus_id=f"0000{bus}" if len(bus) == 12 else bus,
-            uuid=f"GPU-3f6e2a1b-8c4d-4e5f-9a0b-1c2d3e4f5a{i:02x}",
-            serial=f"16548240001{i:02d}",
-            minor_number=i,
-        )
-        for i, bus in enumerate(chosen)
-    ]
-    node = FakeNode(gpus=gpus)
-    sysfs_for(node, tmp_path)
-    from tests.support.fakes.fake_nvml import installed
-
-    return installed(node), tmp_path
-
-
-def _amd_root(tmp_path, buses: list[str], parents: dict[str, list[str]]):
-    """An MI300X-class node with a GPU at each named bus (the fake places GPUs at 0000:BB:00.0); `parents` (a
-    record's `pci_parents`) gives a GPU the bridges above it, root port first, for errors that name a port."""
-    from tests.probe.amdsmi.test_end_to_end import node_root
-    from tests.support.fakes.amd_node import MI300X_BUSES, FakeAmdGpu, FakeAmdNode
-    from tests.support.fakes.fake_amdsmi import installed
-
-    for bus in buses:
-        assert bus.startswith("0000:") and bus.endswith(":00.0"), f"the fake AMD node cannot place a GPU at {bus}"
-    numbers = [int(b.split(":")[1], 16) for b in buses]
-    numbers += [n for n in MI300X_BUSES if n not in numbers]
-    gpus = [FakeAmdGpu(bus=n, index=i) for i, n in enumerate(numbers[:max(1, len(buses))])]
-    for gpu, bus in zip(gpus, buses):
-        chain = parents.get(bus)
-        if chain:
-            gpu.bridges, gpu.upstream_port = tuple(chain[:-1]), chain[-1]
-    node = FakeAmdNode(gpus=gpus)
-    root, _ = node_root(tmp_path, node)
-    return installed(node), root
 
 
 def test_the_corpus_is_large_enough_and_every_record_is_well_formed():
@@ -76,38 +31,44 @@ def test_the_corpus_is_large_enough_and_every_record_is_well_formed():
             assert bus is None or BUS.match(bus), (record.id, bus)
 
 
-@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.id)
-def test_record(record: Record, tmp_path, capsys):
-    log = tmp_path / "kernel.log"
-    log.write_text(record.data["log"] + "\n", encoding="utf-8")
-    buses = gpus_named(record)
-    if vendor_of(record) == "amd":
-        fake, root = _amd_root(tmp_path / "node", buses, record.data.get("pci_parents", {}))
-    else:
-        fake, root = _nvidia_root(tmp_path / "node", buses)
-    with fake:
-        code = cli.main(["check", "--json", "--root", str(root), "--kernel-log", str(log), "--only", "kernel_log"])
-    out = capsys.readouterr().out
-    assert code in (0, 1), out
-    results = json.loads(out)["results"]
-    problems = []
-    for expect in record.data["expect"]:
-        found = [r for r in results if matches(r, expect)]
-        if not found and expect.get("pci_bus_id") is None and expect["status"] == "pass":
-            # benign lines that name no GPU: nothing of that check may be other than a pass, on any GPU
-            problems += [f"{r['check']} {r['status']}: {r['message']}" for r in results
-                         if r["check"] == expect["check"] and r["status"] != "pass"]
-            continue
-        if not found:
-            problems.append(f"no {expect['check']} result for {expect.get('pci_bus_id')}: "
-                            f"{[(r['check'], r['status'], r['message']) for r in results]}")
-            continue
-        problems += [f"{expect['check']} {expect.get('pci_bus_id')}: {why} — {r['message']}"
-                     for r in found if (why := check(r, expect))]
-    for absent in record.data.get("absent", []):
-        problems += [f"unexpected {r['check']} {r['status']}: {r['message']}" for r in results
-                     if matches(r, absent) and r["status"] != "pass"]
-    assert not problems, "\n".join(problems)
+# Records of issue 32's outside set that gpudiag reads wrong today, each with why (docs/field-corpus.md lists them with
+# the figures). Strict: a record that comes to be read right fails here until it leaves this table. Issue 32 stays open
+# while any is here; the table is no expectation met.
+READ_WRONG = {
+    "gpu-burn-1-surprise-down-without-the-xid": "native AER on the GPU's root port: the fake NVIDIA node of the "
+    "runner places no GPU below the record's pci_parents",
+    "returnn-1500-native-aer-fatal-recovery-failed": "the same: native AER on an NVIDIA GPU's root port",
+    "ogkm-446-talosctl-gsp-core-dump-trace": "a GSP falcon core dump (kflcnCoreDumpNondestructive) without an Xid "
+    "is not read (item 6)",
+    "sichek-nv-err-object-not-found-multicast-fabric": "multicast-fabric NV_ERR_OBJECT_NOT_FOUND is not read (item 6)",
+    "ogkm-1230-wpr2-already-up-rminitadapter-failed": "gpudiag says reboot where the driver says the GPU may need a "
+    "reset: a catalog decision not yet made",
+    "akash-244-xid94-contained-sm-no-reset": "Xid 94 fails by policy; this record says RST: No, D-RST: No",
+    "acominer-9-smu-failed-to-send-message": "amdgpu's two-line SMU 'failed to send message' records pass",
+    "sglang-10195-mi300x-interleaved-page-faults": "amdgpu page-fault lines interleaved across GPUs without each "
+    "fault's header line are not read",
+    "qubes-7971-console-prefixed-amdgpu-init": "a '[YYYY-MM-DD hh:mm:ss] [ts]' console prefix is unreadable: a warn "
+    "(the false alarm)",
+    "sichek-xid-lines-mentioning-sxid": "an Xid line with a full BDF (PCI:0000:01:00.0) in a peer's test data is not "
+    "read as an Xid",
+    "rp-ext-129-mlx5-load-one-failed": "mlx5 probe failures: no check reads NIC records other than flaps",
+    "tinycore-9-mlx5-handle-hca-cap-probe-failed": "the same: an mlx5 probe failure",
+}
+
+
+def _with_known_wrong(record: Record):
+    reason = READ_WRONG.get(record.id)
+    return pytest.param(record, id=record.id, marks=[pytest.mark.xfail(strict=True, reason=reason)] if reason else [])
+
+
+def test_every_record_read_wrong_is_in_the_corpus():
+    assert set(READ_WRONG) <= {r.id for r in RECORDS}
+
+
+@pytest.mark.parametrize("record", [_with_known_wrong(r) for r in RECORDS])
+def test_record(record: Record, tmp_path):
+    reading = replay(record, tmp_path)
+    assert reading.right, "\n".join(reading.problems)
 
 
 def test_the_corpus_covers_both_vendors_formats_and_benign_lines():
@@ -127,3 +88,21 @@ def test_the_corpus_page_is_what_the_corpus_says():
     tool = REPO / "tools" / "gen_field_corpus_doc.py"
     done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, "docs/field-corpus.md is out of date: run python3 tools/gen_field_corpus_doc.py"
+
+
+@pytest.mark.slow
+def test_the_readings_the_page_shows_are_todays():
+    """docs/field-corpus.md shows how gpudiag reads every record (tests/fixtures/field/readings.json): the stored
+    readings must be what gpudiag does now, so a fix or a regression shows on the page (issue 32)."""
+    import json
+    import subprocess
+    import sys
+
+    stored = json.loads((FIELD / "readings.json").read_text())["records"]
+    code = ("import json, sys; sys.path.insert(0, 'tools'); import gen_field_corpus_doc as g; "
+            "print(json.dumps(g.replay_all()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    fresh = json.loads(done.stdout.splitlines()[-1])
+    changed = sorted(i for i in set(stored) | set(fresh) if stored.get(i) != fresh.get(i))
+    assert not changed, f"readings changed for {changed[:10]}: run python3 tools/gen_field_corpus_doc.py --replay"

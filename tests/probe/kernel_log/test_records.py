@@ -70,7 +70,7 @@ def test_the_real_multi_line_probe_message_is_still_read_as_a_unit():
 
 
 def _node(tmp_path):
-    from tests.probe.kernel_log.test_field_corpus import _nvidia_root
+    from tests.support.field_corpus import _nvidia_root
 
     return _nvidia_root(tmp_path / "node", ["0000:18:00.0"])
 
