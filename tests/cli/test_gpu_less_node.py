@@ -272,9 +272,8 @@ def test_promtool_lints_the_metrics_of_a_node_without_gpus(tmp_path):
 def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
     """The shipped rules, evaluated by a real Prometheus over a real `gpudiag serve` on a node with no GPU: the
     alert goes pending at once (it fires after its `for: 2m`), and the one for another vendor's library does not."""
-    import yaml
-
-    from tests.e2e.test_prometheus import RULES, query, start_prometheus, stop
+    from tests.e2e.test_prometheus import query, start_prometheus, stop
+    from tools.alert_rules import alert_groups, alert_rule_files
 
     exporter = subprocess.Popen(
         [sys.executable, "-m", "tests.support.exporter_node", str(tmp_path / "root"), "0", "--", "--listen",
@@ -285,7 +284,7 @@ def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
     try:
         target = re.search(r"serving https?://(\S+)/metrics", exporter.stderr.readline()).group(1)
         prometheus, api = start_prometheus(tmp_path, {
-            "global": {"evaluation_interval": "1s"}, "rule_files": [str(RULES)],
+            "global": {"evaluation_interval": "1s"}, "rule_files": [str(f) for f in alert_rule_files()],
             "scrape_configs": [{"job_name": "gpudiag", "scrape_interval": "1s", "scrape_timeout": "1s",
                                 "static_configs": [{"targets": [target]}]}]})
 
@@ -299,7 +298,7 @@ def test_a_real_prometheus_raises_no_gpu_left_from_gpudiag_serve(tmp_path):
         (alert,) = wait_for(pending, timeout=60, interval=0.5)
         assert alert["metric"]["instance"] == target and alert["metric"]["alertstate"] == "pending"
         # the AMD libraries gpudiag tried on this bare node are down (backend_up 0), and yet no library alert
-        rules = {r["alert"]: r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+        rules = {r["alert"]: r["expr"] for g in alert_groups() for r in g["rules"]}
         assert query(api, 'gpudiag_backend_up{vendor="amd"} == 0')
         assert query(api, rules["GpudiagBackendDown"]) == []
     finally:

@@ -279,6 +279,11 @@ def amd_tree(root: Path, node: FakeAmdNode) -> SysfsTree:
     tree.set_cmdline("BOOT_IMAGE=/vmlinuz ro quiet iommu=pt")
     tree.add_kmsg(["6,1,1000,-;Linux version 6.8.0-45-generic",
                    "6,2,9021337,-;amdgpu 0000:05:00.0: amdgpu: SMU is initialized successfully!"])
+    # a healthy amdgpu node's device nodes (services.amd_devices reads them once /dev is there): KFD's and one
+    # render node per GPU, regular files standing in for the character devices
+    tree.write("dev/kfd", "")
+    for index in range(len(node.gpus)):
+        tree.write(f"dev/dri/renderD{128 + index}", "")
     return tree
 
 
