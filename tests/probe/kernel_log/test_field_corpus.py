@@ -35,9 +35,6 @@ def test_the_corpus_is_large_enough_and_every_record_is_well_formed():
 # the figures). Strict: a record that comes to be read right fails here until it leaves this table. Issue 32 stays open
 # while any is here; the table is no expectation met.
 READ_WRONG = {
-    "gpu-burn-1-surprise-down-without-the-xid": "native AER on the GPU's root port: the fake NVIDIA node of the "
-    "runner places no GPU below the record's pci_parents",
-    "returnn-1500-native-aer-fatal-recovery-failed": "the same: native AER on an NVIDIA GPU's root port",
     "ogkm-446-talosctl-gsp-core-dump-trace": "a GSP falcon core dump (kflcnCoreDumpNondestructive) without an Xid "
     "is not read (item 6)",
     "sichek-nv-err-object-not-found-multicast-fabric": "multicast-fabric NV_ERR_OBJECT_NOT_FOUND is not read (item 6)",
