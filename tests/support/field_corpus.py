@@ -116,7 +116,7 @@ class Reading(NamedTuple):
         return not self.problems
 
 
-def _nvidia_root(tmp_path: Path, buses: list[str], parents: dict[str, list[str]]):
+def _nvidia_root(tmp_path: Path, buses: list[str], parents: Optional[dict[str, list[str]]] = None):
     """An HGX-class node with a GPU at each named bus; `parents` (a record's `pci_parents`) puts a GPU below the
     bridges it names, root port first, in the sysfs tree gpudiag reads a GPU's bridges from."""
     from tests.support.fakes.fake_nvml import HGX_BUS_IDS, FakeGpu, FakeNode, installed
