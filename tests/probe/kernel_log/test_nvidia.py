@@ -158,3 +158,24 @@ def test_xid_94_whose_line_says_nothing_of_a_reset_keeps_the_catalog_verdict(tmp
     log, results = _read(tmp_path, "NVRM: Xid (PCI:0000:3b:00): 94, pid=1234, name=python3, Contained ECC error\n")
     assert [(e.code, e.detail) for e in log.events] == [(94, None)]
     assert (for_gpu(results, 1).status, for_gpu(results, 1).action) == (Status.FAIL, "reset")
+
+
+# -- native AER on an NVIDIA GPU's root port --------------------------------------------------------------------------
+
+
+def test_native_aer_reaches_an_nvidia_gpu_through_the_bridges_sysfs_nests_it_below(tmp_path):
+    # The field corpus's wilicc/gpu-burn#1 record (a Surprise Down on root port 00:02.0, the GPU at 02:00.0 below it),
+    # replayed through `gpudiag check --kernel-log` on the fake NVIDIA node: gpudiag learns the GPU's bridges from its
+    # sysfs path (probe/pci.py), so the port's fatal error fails the GPU; with the GPU on the root complex, the same
+    # record is another device's and nothing fails.
+    import dataclasses
+
+    from tests.support.field_corpus import records, replay
+
+    (record,) = [r for r in records() if r.id == "gpu-burn-1-surprise-down-without-the-xid"]
+    assert record.data["pci_parents"] == {"0000:02:00.0": ["0000:00:02.0"]}
+    (tmp_path / "below").mkdir()
+    (tmp_path / "flat").mkdir()
+    assert replay(record, tmp_path / "below").right
+    flat = dataclasses.replace(record, data={k: v for k, v in record.data.items() if k != "pci_parents"})
+    assert not replay(flat, tmp_path / "flat").right
