@@ -102,7 +102,7 @@ _MULTICAST_FABRIC = lazy_compile(
     rf"NVRM: {_GPU_TAG}nv(?:Assert|Check)OkFailedNoLog: (?:Assertion|Check) failed: [^\[]{{0,96}}"
     r"\[(NV_ERR_[A-Z_]{1,64})\] \(0x[0-9a-f]{1,8}\) returned from [^@]{0,256}@ mem_multicast_fabric\.c:[0-9]{1,6}",
     FLAGS)
-# Xid 94/95 on Ampere and later end with the error-containment verdict (kern_gpu_error_cont_ga100.c and _gb100.c
+# Xid 94 (and 95) on Ampere and later end with the error-containment verdict (kern_gpu_error_cont_ga100.c and _gb100.c
 # gpuGenerateErrorLog: `… RST: %s, D-RST: %s`, the containment table's bGpuResetReqd and bGpuDrainAndResetReqd).
 # Read at the end of the line only: the process name (`name=%s`) comes before it and is a user's.
 _CONTAINMENT = lazy_compile(r"RST: (Yes|No), D-RST: (Yes|No)\s*$", re.ASCII)
@@ -135,7 +135,7 @@ def _xid_detail(code: int, text: str) -> Optional[str]:
     if 144 <= code <= 150:
         word = _NVLINK5_SEVERITY.match(text)
         return None if word is None else ("fatal" if word[1] == "Fatal" else "nonfatal")
-    if code in (94, 95):
+    if code == 94:  # Xid 95 (uncontained) prints the same verdict; NVIDIA's catalog resets it whatever it says
         verdict = _CONTAINMENT.search(text, max(0, len(text) - 40))
         if verdict is None:
             return None
