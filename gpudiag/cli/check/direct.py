@@ -40,7 +40,7 @@ def check(request: dict, root: str, timeout: "float | None") -> int:
 
     start_logging(debug)
     try:
-        return _check(request, root, timeout)
+        return _check(request, root, timeout, _collect_early(request, root, timeout))
     except KeyboardInterrupt:  # as click turns it into an Abort
         print("gpudiag: aborted", file=sys.stderr)
         return ExitCode.ABORTED
@@ -48,7 +48,19 @@ def check(request: dict, root: str, timeout: "float | None") -> int:
         return exit_for_failure(exc, debug)
 
 
-def _check(request: dict, root: str, timeout: "float | None") -> int:
+def _collect_early(request: dict, root: str, timeout: "float | None"):
+    """The collection started now, beside the imports (gpudiag/cli/check/early_collect.py), where the selection
+    cannot change what is probed: neither --only nor --skip. None otherwise: probed after the selection is known."""
+    if request["only"] or request["skip"]:
+        return None
+    from pathlib import Path
+
+    from gpudiag.cli.check.early_collect import EarlyCollection
+
+    return EarlyCollection(Path(root), timeout)
+
+
+def _check(request: dict, root: str, timeout: "float | None", early) -> int:
     from pathlib import Path
 
     from gpudiag.checks import probe_parts_for
@@ -64,7 +76,10 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
         raise UsageProblem(str(exc)) from None
     expected = expectations(request["profile"], request["params"], None)
     node_root = Path(root)
-    snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
+    if early is not None:
+        snapshot = early.snapshot()
+    else:
+        snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
     mark("probed")
     PROBE_PARTS.update((run.name, run.duration_seconds) for run in snapshot.collectors)
     code = print_verdict(snapshot, expected, only, skip, [], "direct", request["format"], request["verbose"],
