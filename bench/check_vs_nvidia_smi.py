@@ -198,17 +198,15 @@ def import_profile(python: list[str], check_args: list[str], env: dict, prelude:
             "top_modules_ms": {k: v for k, v in sorted(modules.items(), key=lambda kv: -kv[1])[:top]}}
 
 
-# The same check less one of its overlaps, for the A/Bs beside the breakdown's runs: NVML's early start
-# (gpudiag/probe/nvml/early.py: nvmlInit and each GPU opened beside the imports), the early collection
-# (gpudiag/cli/check/early_collect.py: the whole probe beside the imports of the checks and the report), and the
-# early collection under Python's default GIL switch interval (5 ms) instead of its short one.
+# The same check less one of its overlaps, for the A/Bs beside the breakdown's runs: the collection in a child
+# forked before the imports (gpudiag/cli/check/early_collect.py; without it, this process probes after importing,
+# with NVML's early start beside the imports), and NVML's early start (gpudiag/probe/nvml/early.py: nvmlInit and
+# each GPU opened beside the imports of the probe, in whichever process probes).
 WITHOUT = {
+    "without the forked collection": "\nimport gpudiag.cli.check.direct as _direct\n"
+                                     "_direct.forks_the_collection = lambda root: False\n",
     "without NVML's early start": "\nimport gpudiag.probe.nvml.early as _early\n"
                                   "_early.start_nvml_init = lambda: None\n",
-    "without the early collection": "\nimport gpudiag.cli.check.direct as _direct\n"
-                                    "_direct._collect_early = lambda *args: None\n",
-    "with the default switch interval": "\nimport gpudiag.cli.check.early_collect as _early_collect\n"
-                                        "_early_collect.SWITCH_INTERVAL_SECONDS = 0.005\n",
 }
 
 

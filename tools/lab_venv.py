@@ -41,7 +41,11 @@ def closure(names: list[str]) -> dict[str, metadata.Distribution]:
         key = name.lower().replace("_", "-")
         if key in found:
             continue
-        dist = metadata.distribution(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            print(f"{name}: not installed here, left out")  # e.g. bcrypt, which only --web-config imports
+            continue
         found[key] = dist
         for requirement in dist.requires or []:
             requirement, _, marker = requirement.partition(";")

@@ -91,30 +91,6 @@ def test_a_root_without_sys_and_a_crash_get_the_cli_s_lines_and_exit_codes(tmp_p
     assert lean == full and lean[0] == 4 and "internal error: RuntimeError: boom" in lean[2]
 
 
-def test_a_check_of_everything_collects_early_what_its_checks_judge_and_gives_the_gil_back(tmp_path, monkeypatch):
-    """Without --only or --skip the collection starts before the checks are imported
-    (gpudiag/cli/check/early_collect.py) with every optional probe part: the parts the whole checklist judges. The
-    short GIL switch interval it runs under ends with it."""
-    from gpudiag.checks import probe_parts_for
-    from gpudiag.cli.check import early_collect
-    from gpudiag.probe import PROBE_PARTS
-    from gpudiag.report.selection import select_checks
-
-    assert probe_parts_for(select_checks([], [])) == PROBE_PARTS
-    started = []
-    real = early_collect.EarlyCollection
-    monkeypatch.setattr(early_collect, "EarlyCollection", lambda *a: started.append(a) or real(*a))
-    interval = sys.getswitchinterval()
-    fake_root(tmp_path, FakeNode.hgx_h200(1))
-    with installed(FakeNode.hgx_h200(1)):
-        for extra, early in (([], True), (["--only", "pcie"], False), (["--skip", "pcie"], False)):
-            started.clear()
-            code, out, _ = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json", *extra])
-            assert code == 0 and json.loads(out)["collected_by"] == "direct"
-            assert bool(started) == early, extra
-            assert sys.getswitchinterval() == interval
-
-
 @pytest.mark.parametrize("extra", [["--level", "2"], ["--baseline", "b.json"], ["--kernel-log", "k.txt"],
                                    ["--profile", "./site.toml"]])
 def test_what_needs_the_full_cli_still_goes_there(extra, tmp_path):
