@@ -5,15 +5,17 @@ Prefixes are peeled off in the order the tools write them; each is optional:
 1. a whole-line frame: a /dev/kmsg record `<prio>,<seq>,<usec>,<flags>[,caller=T1];` (its ` KEY=value` dictionary
    lines are skipped), `talosctl dmesg`'s `<node>: <facility>: <level>: [<RFC 3339>]: `, an RFC 5424 header
    `<pri>1 <time> <host> <app> <procid> <msgid> <SD> `, or a syslog/journal prefix `<time> [<host> ]<ident>[<pid>]: `
-   (RFC 3164 and rsyslog's files, `journalctl -o short|short-iso|short-precise|short-full`, `--no-hostname`);
+   (RFC 3164 and rsyslog's files, `journalctl -o short|short-iso|short-precise|short-full`, `--no-hostname`), or a
+   serial console log's `[2024-01-07 00:05:45] ` (xenconsoled), read only where the kernel's since-boot stamp follows;
 2. `dmesg -x`'s `kern  :err   : `, `dmesg -r`'s `<3>`;
 3. up to three stamps: `[   12.345678]` (dmesg, journalctl -o short-monotonic), `[Tue Dec  1 22:49:29 2026]` (-T),
    `2026-12-01T22:49:29,238898+00:00` (--time-format iso), `[Dec 1 22:49]` / `[  +0.000001]` (reltime),
    `[<    0.000001>]` (delta); then a printk caller id `[T1946]` / `[    C3]`;
 4. after a monotonic stamp, journalctl -o short-monotonic's `host kernel: ` (or `kernel: `).
 A line that starts with two or more spaces continues the record above it (dmesg and journalctl indent the later
-lines of a multi-line record). Multi-line records also arrive as one line: kmsg escapes the newline as `\\x0a`,
-rsyslog as `#012`; the message then holds `\\n` and the reader splits it.
+lines of a multi-line record; a console repeats the record's stamps: framing.py). Multi-line records also arrive as
+one line: kmsg escapes the newline as `\\x0a`, rsyslog as `#012`; the message then holds `\\n` and the reader splits
+it.
 
 Structured forms are read by their own readers: `journalctl -o export` on bytes (export.py),
 `journalctl -o json|json-seq|json-pretty` and `dmesg --json`.
@@ -95,6 +97,11 @@ _ISO_STAMP = lazy_compile(rf"({_ISO}) ", _A)
 _RELTIME = lazy_compile(rf"\[(?:{_MONTH} ?[ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}"
                         r"| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
 _DELTA = lazy_compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
+# A serial console's log as xenconsoled writes a guest's (tools/console/daemon/io.c write_with_timestamp(), strftime
+# "[%Y-%m-%d %H:%M:%S] " before each line: Qubes' /var/log/xen/console/guest-*.log), read only where the kernel's own
+# since-boot stamp follows it (printk.time=1, as every line of the kernel's console output then carries).
+CONSOLE_STAMPS = lazy_compile(r"\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})\] "
+                              r"(\[ {0,16}[0-9]{1,12}\.[0-9]{1,9}\] ?)", _A)
 _CALLER = lazy_compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
 _HOST_KERNEL_TAG = lazy_compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
 # "kernel: [16450076.435595] NVRM: ..." and "kernel: NVRM: Xid ...": journal or syslog lines whose date and host were
@@ -117,6 +124,9 @@ def split_line(line: str) -> Optional[LogLine]:
         line = _SGR.sub("", line)
     first = line[:1]
     if first == "[":  # plain dmesg, short-monotonic, -T, reltime, delta: the common case, no frame
+        console = CONSOLE_STAMPS.match(line) if line[5:6] == "-" else None
+        if console:  # a serial console's log: the console's wall clock, then the kernel's own since-boot stamp
+            return _after_frame(line[console.start(2):], True, "console", (iso_seconds, console[1]), True)
         return _after_frame(line, True, None, None, False)
     if first == " " and _KMSG_PROPERTY.match(line):
         return None

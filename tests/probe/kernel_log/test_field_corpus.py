@@ -44,11 +44,6 @@ READ_WRONG = {
     "ogkm-1230-wpr2-already-up-rminitadapter-failed": "gpudiag says reboot where the driver says the GPU may need a "
     "reset: a catalog decision not yet made",
     "akash-244-xid94-contained-sm-no-reset": "Xid 94 fails by policy; this record says RST: No, D-RST: No",
-    "acominer-9-smu-failed-to-send-message": "amdgpu's two-line SMU 'failed to send message' records pass",
-    "sglang-10195-mi300x-interleaved-page-faults": "amdgpu page-fault lines interleaved across GPUs without each "
-    "fault's header line are not read",
-    "qubes-7971-console-prefixed-amdgpu-init": "a '[YYYY-MM-DD hh:mm:ss] [ts]' console prefix is unreadable: a warn "
-    "(the false alarm)",
     "sichek-xid-lines-mentioning-sxid": "an Xid line with a full BDF (PCI:0000:01:00.0) in a peer's test data is not "
     "read as an Xid",
     "rp-ext-129-mlx5-load-one-failed": "mlx5 probe failures: no check reads NIC records other than flaps",
