@@ -156,7 +156,7 @@ class EventReader:
         self._amdgpu_head: Optional[str] = None  # the record fed last is amdgpu's prefix alone: its text follows
 
     @property
-    def open(self) -> bool:
+    def awaits_more(self) -> bool:
         """Whether the record fed last opened a multi-line driver record that its later lines may finish."""
         return self._opened or self._amdgpu_head is not None
 
@@ -199,7 +199,7 @@ class EventReader:
         return events
 
     def _unrecognised_error(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
-        if self._unrecognised >= MAX_UNRECOGNISED:
+        if self._unrecognised >= MAX_UNRECOGNISED or self._amdgpu_head is not None:  # an amdgpu head: its text follows
             return None
         event = unrecognised_event(message, seconds)
         self._unrecognised += event is not None

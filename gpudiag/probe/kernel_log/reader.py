@@ -179,7 +179,7 @@ def _note_seq(line: str, info: KernelLogInfo) -> None:
 
 def _read_continuation(context: Optional[LogLine], line: str, info: KernelLogInfo, reader: EventReader) -> None:
     info.lines_scanned += 1
-    if context is None or not context.kernel or not (reader.open or _has_marker(line)):
+    if context is None or not context.kernel or not (reader.awaits_more or _has_marker(line)):
         return
     try:
         event = reader.continue_record(line.strip(), context.seconds)

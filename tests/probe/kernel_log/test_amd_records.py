@@ -46,6 +46,16 @@ def test_the_two_line_smu_record_from_kmsg_is_read_as_one_record():
     assert [e.kind for e in reader.feed(split_line(lines[0]))] == ["smu_unresponsive"]
 
 
+def test_the_two_line_smu_record_of_newer_kernels_at_the_error_level_is_one_event():
+    """Newer smu7_smumgr.c prints it with dev_info(adev->dev, "\\nlast message was failed ret is %d\\n"): the device's
+    prefix alone on the first line. At the error level too, the head is no unrecognised error of its own."""
+    for level in (6, 3):
+        lines = [f"{level},7,442368471903,-;amdgpu 0000:01:00.0: \\x0alast message was failed ret is 0"]
+        assert _kinds(scan(lines, KernelLogInfo(source="kmsg"))) == [("smu_unresponsive", "0000:01:00.0")]
+    dmesg_x = "kern  :err   : [442366.409593] amdgpu:\n" + " " * 32 + " failed to send message 200 ret is 0"
+    assert _kinds(_scan(dmesg_x)) == [("smu_unresponsive", None)]
+
+
 @pytest.mark.parametrize("later", [
     "NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.",
     "amdgpu 0000:03:00.0: amdgpu: GPU reset(1) failed",
