@@ -238,6 +238,8 @@ def known_record(message: str) -> bool:
     """Whether a rule above names the record, even one it passes over (corrected counts, running totals, a benign
     ACA bank, a benign record at the error level): such a record is not an unrecognised driver error (events.py,
     issue 32 item 7)."""
+    if opens_record(message):  # the head of a two-line record: its text follows
+        return True
     prefix = _PREFIX.match(message)
     if prefix is None:
         return False

@@ -150,10 +150,10 @@ class EventReader:
     def __init__(self) -> None:
         self._nvrm = NvrmReader()
         self._ghes = GhesRecords()  # APEI/GHES records span lines too (ghes.py)
-        self._faults = PageFaults()  # amdgpu's page faults print several records, GPUs' interleaved
         self._unrecognised = 0
         self._opened = False  # the record fed last began a multi-line NVRM message: its later lines may finish it
         self._amdgpu_head: Optional[str] = None  # the record fed last is amdgpu's prefix alone: its text follows
+        self._faults = PageFaults()  # amdgpu's page faults print several records, GPUs' interleaved
 
     @property
     def awaits_more(self) -> bool:
@@ -199,7 +199,7 @@ class EventReader:
         return events
 
     def _unrecognised_error(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
-        if self._unrecognised >= MAX_UNRECOGNISED or self._amdgpu_head is not None:  # an amdgpu head: its text follows
+        if self._unrecognised >= MAX_UNRECOGNISED:
             return None
         event = unrecognised_event(message, seconds)
         self._unrecognised += event is not None
