@@ -286,29 +286,39 @@ class PageFaults:
     closes its fault."""
 
     def __init__(self) -> None:
-        self._open: dict[str, bool] = {}  # bus ID → a fault is open
+        self._open: set[str] = set()  # the bus IDs with a fault open
+        self._bus: dict[str, str] = {}  # a prefix's bus ID as printed → normalized (a scan sees few GPUs)
 
     def feed(self, message: str, event: Optional[KernelEvent], seconds: Optional[float]) -> Optional[KernelEvent]:
         """`event`: what the record states on its own (amdgpu_event); returns the event the record stands for."""
-        if len(self._open) > _MAX_OPEN_FAULTS:
-            self._open.clear()
         if event is not None:
-            if event.pci_bus_id is not None:
-                self._open[event.pci_bus_id] = event.kind == "page_fault"
+            if event.kind == "page_fault" and event.pci_bus_id is not None and len(self._open) < _MAX_OPEN_FAULTS:
+                self._open.add(event.pci_bus_id)
+            elif self._open:
+                self._open.discard(event.pci_bus_id)
             return event
         prefix = _PREFIX.match(message)
         if prefix is None or prefix[1] is None:
             return None
-        bus = normalize_pci_bus_id(prefix[1])
         if _FAULT_LINE.match(message, prefix.end()):
-            if self._open.get(bus):
+            bus = self._normalized(prefix[1])
+            if bus in self._open:
                 return None
-            self._open[bus] = True
+            if len(self._open) < _MAX_OPEN_FAULTS:
+                self._open.add(bus)
             return KernelEvent(vendor=Vendor.AMD, kind="page_fault", message=message, pci_bus_id=bus,
                                timestamp_seconds=seconds)
-        if not _DETAIL.match(message, prefix.end()):
-            self._open[bus] = False
+        if self._open and not _DETAIL.match(message, prefix.end()):
+            self._open.discard(self._normalized(prefix[1]))
         return None
+
+    def _normalized(self, printed: str) -> str:
+        bus = self._bus.get(printed)
+        if bus is None:
+            if len(self._bus) >= _MAX_OPEN_FAULTS:
+                self._bus.clear()
+            bus = self._bus[printed] = normalize_pci_bus_id(printed)
+        return bus
 
 
 __all__ = ["AMDGPU_EVENT_KINDS", "MalformedRecord", "PageFaults", "amdgpu_event", "continued_event", "known_record",
