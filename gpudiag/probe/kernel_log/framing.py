@@ -20,7 +20,6 @@ from gpudiag.probe.kernel_log.formats import CONSOLE_STAMPS, split_line
 from gpudiag.probe.kernel_log.text import MAX_RECORD_CHARS
 
 
-
 def continues(head: str, line: str) -> bool:
     """Whether an indented `line` is a later line of the record `head` began: indented at least to its message column,
     as dmesg and journalctl print one."""
