@@ -4,8 +4,8 @@ are imported (gpudiag/cli/check/direct.py), so that the probe and the imports ru
 A cold `gpudiag check --direct` spent 43.7 ms importing and then 63.3 ms probing, one after the other, on the lab
 H100 (tests/fixtures/h100/recorded/lab-2026-12-06/check_vs_nvidia_smi.txt). A thread cannot overlap them: the probe
 holds the GIL for much of its work (the kernel log's parsing, the model, the host), and with the collection on a
-thread beside the imports the check took longer (184 ms against 173 ms, lab H100, tests/fixtures/h100/recorded/
-lab-2026-12-07/). A child has its own interpreter: it opens NVML, probes the node exactly as this process would,
+thread beside the imports the check took longer (184 ms against 173 ms, lab H100,
+tests/fixtures/h100/recorded/lab-2026-12-06b/thread_overlap/). A child has its own interpreter: it opens NVML, probes the node exactly as this process would,
 and sends the snapshot back pickled through a pipe (29 kB and 2 ms for eight GPUs of the fake node).
 
 Only the node this process runs on (`--root /`) is collected so: with --root the node is a recorded tree, with no
