@@ -35,11 +35,6 @@ def test_the_corpus_is_large_enough_and_every_record_is_well_formed():
 # the figures). Strict: a record that comes to be read right fails here until it leaves this table. Issue 32 stays open
 # while any is here; the table is no expectation met.
 READ_WRONG = {
-    "acominer-9-smu-failed-to-send-message": "amdgpu's two-line SMU 'failed to send message' records pass",
-    "sglang-10195-mi300x-interleaved-page-faults": "amdgpu page-fault lines interleaved across GPUs without each "
-    "fault's header line are not read",
-    "qubes-7971-console-prefixed-amdgpu-init": "a '[YYYY-MM-DD hh:mm:ss] [ts]' console prefix is unreadable: a warn "
-    "(the false alarm)",
     "rp-ext-129-mlx5-load-one-failed": "mlx5 probe failures: no check reads NIC records other than flaps",
     "tinycore-9-mlx5-handle-hca-cap-probe-failed": "the same: an mlx5 probe failure",
 }
