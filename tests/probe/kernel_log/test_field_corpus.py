@@ -51,8 +51,6 @@ READ_WRONG = {
     "(the false alarm)",
     "sichek-xid-lines-mentioning-sxid": "an Xid line with a full BDF (PCI:0000:01:00.0) in a peer's test data is not "
     "read as an Xid",
-    "rp-ext-129-mlx5-load-one-failed": "mlx5 probe failures: no check reads NIC records other than flaps",
-    "tinycore-9-mlx5-handle-hca-cap-probe-failed": "the same: an mlx5 probe failure",
 }
 
 

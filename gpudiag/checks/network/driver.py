@@ -1,0 +1,123 @@
+"""network.driver_errors: what the NIC drivers themselves say went wrong, from their kernel-log records (issue 32, items
+6 and 7): a NIC the driver could not take, and an error-level record no rule names.
+
+- A probe failure (probe/network/kernel_log.py "nic_probe_failed": mlx5's `mlx5_load_one failed`, `handle_hca_cap
+  failed`, the driver core's `probe of <bus> failed with error -N`) fails the NIC it names: the driver unwound all it
+  had set up (mlx5/core/main.c init_one's error path), so the NIC has no netdev and no RDMA device and carries nothing
+  — the network.* checks that read /sys/class/infiniband cannot even see it. Where the NIC is registered now (an RDMA
+  device on that PCI function: the driver took it later, a rebind or a recovery) the old failure only warns.
+- A NIC driver's record at the error level or worse, by the record's own level, that no rule names ("nic_driver_error")
+  warns "unrecognised NIC driver error" with its line: the next new wording shows in the checklist. The probe keeps
+  at most gpudiag/probe/kernel_log/events.py MAX_UNRECOGNISED such records per scan (shared with the GPU drivers').
+
+A record's origin is the record's own (events.py): only a kernel record whose message starts with the NIC driver's
+prefix is read, never text inside another record or a user-space write. Results are node-level (a NIC is no GPU),
+one per PCI function the records name (`observed.pci_bus_id`), one for records that name none; every NIC a driver
+logged for is judged, fabric or not, since a NIC that failed to probe has no PCI ID the profile's nic_pci_ids could
+be matched with.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from gpudiag.checks.common import Check, failed, passed, skipped, unknown, warned
+from gpudiag.checks.network.common import label, not_collected
+from gpudiag.checks.verdicts import with_verdict
+from gpudiag.expect.network_settings import settings_of
+from gpudiag.model import CheckResult, KernelEvent, NodeSnapshot, Status
+from gpudiag.model.network import RdmaDevice
+
+DRIVER_ERRORS = "network.driver_errors"
+_PROBE_FAILED, _UNRECOGNISED = "nic_probe_failed", "nic_driver_error"
+_SHOWN = 3  # the first lines of a NIC's records in `observed`: a flood of one wording is one line in the checklist
+_PROBE_CODE = "GPUDIAG-NETWORK-NIC-PROBE-FAILED"
+_EXPECTED = "no NIC driver probe failure or unrecognised error record"
+
+
+def _registered(snapshot: NodeSnapshot, bus: Optional[str]) -> Optional[RdmaDevice]:
+    """The RDMA device on that PCI function now, if the NICs were read and one is."""
+    info = snapshot.network
+    if bus is None or info is None or not info.readable:
+        return None
+    return next((d for d in info.devices if d.pci_bus_id == bus), None)
+
+
+def _shown(text: str) -> str:
+    return f"{text[:160]}{'…' if len(text) > 160 else ''}"
+
+
+def _judge(bus: Optional[str], events: list[KernelEvent], snapshot: NodeSnapshot) -> CheckResult:
+    device = _registered(snapshot, bus)
+    where = label(device) if device is not None else (f"the NIC at {bus}" if bus else "a NIC driver (no device named)")
+    probes = [e for e in events if e.kind == _PROBE_FAILED]
+    others = [e for e in events if e.kind == _UNRECOGNISED]
+    # `nic` names what a result is about (gpudiag/report/subject.py: a NIC, never "the GPU at" its bus): the RDMA device
+    # where one is registered, else the driver whose records these are
+    driver = events[0].message.split(" ", 1)[0].rstrip(":")
+    observed = {"pci_bus_id": bus, "nic": device.name if device is not None else driver,
+                "probe_failures": len(probes), "unrecognised_errors": len(others),
+                "records": [e.message[:300] for e in (probes or others)[:_SHOWN]]}
+    if others:
+        observed["unrecognised_lines"] = [e.message[:300] for e in others[:_SHOWN]]
+    cmd = f"`dmesg -T | grep -e '{bus}'`" if bus else "`dmesg -T -l err | grep -e mlx5 -e bnxt -e ionic`"
+    if probes:
+        steps = sorted({p.detail for p in probes if p.detail})
+        errno = next((p.code for p in probes if p.code is not None), None)
+        what = (f"{where}: its driver failed to take it ({', '.join(steps)} failed"
+                f"{f' with error -{errno}' if errno is not None else ''}): {_shown(probes[0].message)}")
+        advice = (f"A NIC whose probe failed has no driver: no interface, no RDMA device, no traffic. Read the records "
+                  f"around it ({cmd}): error -22 in handle_hca_cap is a firmware the driver cannot configure (bring "
+                  f"the NIC's firmware to the one the driver's release names: `mlxfwmanager -d {bus or '<bdf>'} "
+                  f"--query`), -12 or -28 the host out of memory or interrupt vectors, a wait for the firmware that "
+                  f"timed out a NIC that did not come up (`mlxfwreset -d {bus or '<bdf>'} reset`, or power-cycle "
+                  f"the node). Rebind it after the fix (`echo {bus or '<bdf>'} > /sys/bus/pci/drivers/mlx5_core/"
+                  f"bind`); one that keeps failing on known-good firmware is an RMA case.")
+        if device is not None:
+            return with_verdict(warned(DRIVER_ERRORS, None, f"{what}; it is registered now ({device.name})",
+                                       observed=observed, expected=_EXPECTED,
+                                       remediation=f"The driver took the NIC later (a rebind or a recovery). {advice}"),
+                                "watch", _PROBE_CODE)
+        return failed(DRIVER_ERRORS, None, what, observed=observed, expected=_EXPECTED, remediation=advice)
+    return warned(DRIVER_ERRORS, None, f"{where}: unrecognised NIC driver error: {_shown(others[0].message)}",
+                  observed=observed, expected=_EXPECTED,
+                  remediation=(f"A NIC driver logged an error gpudiag has no rule for (observed.unrecognised_lines): "
+                               f"read it with {cmd}, judge the NIC by hand (`ibstat`, `rdma link show`, "
+                               f"`mlxlink -d <bdf>` on mlx5) and report the wording so that a rule can name it."))
+
+
+def driver_errors(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
+    log = snapshot.kernel_log
+    # A node without RDMA NICs (none registered, or none read) and without a NIC driver's record has nothing to judge:
+    # the family's skip. With a record, the record is judged whatever sysfs shows (a NIC that failed has no RDMA device)
+    early = not_collected(DRIVER_ERRORS, snapshot, settings_of(expect))
+    nothing = early if early is not None and early[0].status == Status.SKIP else None
+    if not log.readable:
+        if nothing is not None or (log.source is None and log.error is None):
+            return nothing or [skipped(DRIVER_ERRORS, None, "the kernel log was not read in this collection")]
+        why = log.error.message if log.error is not None else "not readable"
+        return [unknown(DRIVER_ERRORS, None, f"the kernel log could not be read ({why}): a NIC its driver could not "
+                                             f"take cannot be seen", observed={"source": log.source, "error": why},
+                        expected="the kernel log readable",
+                        remediation="Run gpudiag as root or with CAP_SYSLOG (dmesg_restrict), or give it the log with "
+                                    "--kernel-log FILE.")]
+    by_bus: dict[Optional[str], list[KernelEvent]] = {}
+    for event in log.nic_events:
+        if event.kind in (_PROBE_FAILED, _UNRECOGNISED):
+            by_bus.setdefault(event.pci_bus_id, []).append(event)
+    if not by_bus:
+        return nothing or [passed(DRIVER_ERRORS, None, "no NIC driver probe failure or error record since boot",
+                       observed={"pci_bus_id": None}, expected=_EXPECTED)]
+    return [_judge(bus, events, snapshot) for bus, events in sorted(by_bus.items(), key=lambda i: i[0] or "")]
+
+
+CHECKS = (Check(DRIVER_ERRORS, driver_errors, "no NIC driver failed to take its NIC or logged an error no rule names"),)
+VERDICTS = {DRIVER_ERRORS: {Status.FAIL: ("drain", _PROBE_CODE),
+                            Status.WARN: ("watch", "GPUDIAG-NETWORK-NIC-DRIVER-ERROR"),
+                            Status.UNKNOWN: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")}}
+REFERENCE = {DRIVER_ERRORS: (
+    "the kernel log's NIC driver records (mlx5_core, bnxt_en, ionic): probe failures, and records at the error level "
+    "(by their own level) that no rule names",
+    "A probe failure: the NIC has no driver; fix its firmware (or the host's memory / IRQ shortage the error names), "
+    "rebind or power-cycle, RMA a NIC that keeps failing. An unrecognised error: read it (`dmesg -T -l err`), judge "
+    "the NIC by hand and report the wording.")}
