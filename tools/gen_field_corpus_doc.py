@@ -45,10 +45,11 @@ docs/kernel-log-formats.md names them), `log` (the lines, verbatim, joined by ne
 part of a longer log, never edited), `source_verdict` (what the source says the record means) and `expect`: the
 results that must appear, each `check`, `status`, `pci_bus_id` (a GPU's; an NVSwitch's for kernel_log.sxid; a NIC's
 PCI function for network.driver_errors; null: node-level, the line names no GPU) and optionally `action`,
-`fault_code`, `events` (the distinct events the result counts) and `in_inventory: false` (a GPU the driver never listed: it is not on the fake node, and its result is
-node-level). `pci_parents` (`{"<GPU bus ID>": ["<root port>", ..., "<port above the GPU>"]}`) places a GPU below the
-bridges a firmware-first (APEI/GHES) record names. `absent` lists results that must not appear as anything but a pass (a
-forged line, say); `note` says what a record shows beyond its verdict.
+`fault_code`, `events` (the distinct events the result counts) and `in_inventory: false` (a GPU the driver never
+listed: it is not on the fake node, and its result is node-level). `pci_parents` (`{"<GPU bus ID>": ["<root port>",
+..., "<port above the GPU>"]}`) places a GPU below the bridges a firmware-first (APEI/GHES) record names. `absent`
+lists results that must not appear as anything but a pass (a forged line, say); `note` says what a record shows
+beyond its verdict.
 """
 
 
