@@ -1,11 +1,15 @@
 """network.driver_errors: what the NIC drivers themselves say went wrong, from their kernel-log records (issue 32, items
-6 and 7): a NIC the driver could not take, and an error-level record no rule names.
+6 and 7): a NIC the driver could not take, the faults they report in words a rule names, and an error-level record no
+rule names.
 
 - A probe failure (probe/network/kernel_log.py "nic_probe_failed": mlx5's `mlx5_load_one failed`, `handle_hca_cap
   failed`, the driver core's `probe of <bus> failed with error -N`) fails the NIC it names: the driver unwound all it
   had set up (mlx5/core/main.c init_one's error path), so the NIC has no netdev and no RDMA device and carries nothing
   — the network.* checks that read /sys/class/infiniband cannot even see it. Where the NIC is registered now (an RDMA
   device on that PCI function: the driver took it later, a rebind or a recovery) the old failure only warns.
+- A fault the driver reports (health poll missed, a health syndrome at an error severity, PCI slot unavailable, a
+  command timeout, a cable/module error, a fatal firmware reset, too little slot power: _FAULTS) warns: the record is of
+  the past, and whether the NIC works now is network.nics's.
 - A NIC driver's record at the error level or worse, by the record's own level, that no rule names ("nic_driver_error")
   warns "unrecognised NIC driver error" with its line: the next new wording shows in the checklist. The probe keeps
   at most gpudiag/probe/kernel_log/events.py MAX_UNRECOGNISED such records per scan (shared with the GPU drivers').
@@ -30,6 +34,28 @@ from gpudiag.model.network import RdmaDevice
 
 DRIVER_ERRORS = "network.driver_errors"
 _PROBE_FAILED, _UNRECOGNISED = "nic_probe_failed", "nic_driver_error"
+# The faults the NIC drivers report in words a rule names (probe/network/kernel_log.py, docs/network.md cites each):
+# events of the past, each a warning here; whether the NIC works now is network.nics's (its ports' state). Left out on
+# purpose: link and module plug events (network.flaps), command failures (mlx5_cmd_out_err: a restricted PF refuses
+# register reads all day, GPUd issue 1164), the PCIe bandwidth line (printed at the info level for any NIC in a
+# narrower slot) and a non-fatal firmware reset (bnxt's planned ones, a firmware update).
+_FAULTS = {
+    "nic_health_compromised": "its firmware stopped answering the health poll (mlx5 poll_health: error state)",
+    "nic_health_syndrome": "a firmware health syndrome at an error severity",
+    "nic_pci_unavailable": "its PCI slot unavailable (mlx5 health)",
+    "nic_command_timeout": "a firmware command that timed out",
+    "nic_module_error": "a cable or module error",
+    "nic_firmware_reset": "a fatal firmware reset",
+    "nic_pcie_power_insufficient": "insufficient power on its PCIe slot",
+}
+
+
+def _fault(event: KernelEvent) -> bool:
+    if event.kind == "nic_health_syndrome":  # print_health_info's severity is a syslog level: error (3) or worse
+        return event.code is not None and event.code <= 3
+    if event.kind == "nic_firmware_reset":
+        return event.detail == "fatal"
+    return event.kind in _FAULTS
 _SHOWN = 3  # the first lines of a NIC's records in `observed`: a flood of one wording is one line in the checklist
 _PROBE_CODE = "GPUDIAG-NETWORK-NIC-PROBE-FAILED"
 _EXPECTED = "no NIC driver probe failure or unrecognised error record"
@@ -52,12 +78,13 @@ def _judge(bus: Optional[str], events: list[KernelEvent], snapshot: NodeSnapshot
     where = label(device) if device is not None else (f"the NIC at {bus}" if bus else "a NIC driver (no device named)")
     probes = [e for e in events if e.kind == _PROBE_FAILED]
     others = [e for e in events if e.kind == _UNRECOGNISED]
+    faults = [e for e in events if e.kind not in (_PROBE_FAILED, _UNRECOGNISED)]
     # `nic` names what a result is about (gpudiag/report/subject.py: a NIC, never "the GPU at" its bus): the RDMA device
     # where one is registered, else the driver whose records these are
     driver = events[0].message.split(" ", 1)[0].rstrip(":")
     observed = {"pci_bus_id": bus, "nic": device.name if device is not None else driver,
-                "probe_failures": len(probes), "unrecognised_errors": len(others),
-                "records": [e.message[:300] for e in (probes or others)[:_SHOWN]]}
+                "probe_failures": len(probes), "faults": len(faults), "unrecognised_errors": len(others),
+                "records": [e.message[:300] for e in (probes or faults or others)[:_SHOWN]]}
     if others:
         observed["unrecognised_lines"] = [e.message[:300] for e in others[:_SHOWN]]
     cmd = f"`dmesg -T | grep -e '{bus}'`" if bus else "`dmesg -T -l err | grep -e mlx5 -e bnxt -e ionic`"
@@ -79,6 +106,16 @@ def _judge(bus: Optional[str], events: list[KernelEvent], snapshot: NodeSnapshot
                                        remediation=f"The driver took the NIC later (a rebind or a recovery). {advice}"),
                                 "watch", _PROBE_CODE)
         return failed(DRIVER_ERRORS, None, what, observed=observed, expected=_EXPECTED, remediation=advice)
+    if faults:
+        kinds = ", ".join(dict.fromkeys(_FAULTS[e.kind] for e in faults))
+        return warned(DRIVER_ERRORS, None, f"{where}: its driver reported {kinds} ({len(faults)} record(s)): "
+                                           f"{_shown(faults[0].message)}", observed=observed, expected=_EXPECTED,
+                      remediation=(f"The records are of the past ({cmd}): check the NIC now with `ibstat`, `rdma link "
+                                   f"show` and network.nics. A module error or too little slot power is the cable, "
+                                   f"optic or slot (reseat, swap, check the riser's power); a health poll miss, a "
+                                   f"command timeout or a fatal firmware reset is the NIC's firmware (`mlxfwmanager "
+                                   f"-d {bus or '<bdf>'} --query`; update it, `mlxfwreset` or power-cycle if it "
+                                   f"recurs); collect `devlink health show` (mlx5) before a reboot clears it."))
     return warned(DRIVER_ERRORS, None, f"{where}: unrecognised NIC driver error: {_shown(others[0].message)}",
                   observed=observed, expected=_EXPECTED,
                   remediation=(f"A NIC driver logged an error gpudiag has no rule for (observed.unrecognised_lines): "
@@ -103,7 +140,7 @@ def driver_errors(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
                                     "--kernel-log FILE.")]
     by_bus: dict[Optional[str], list[KernelEvent]] = {}
     for event in log.nic_events:
-        if event.kind in (_PROBE_FAILED, _UNRECOGNISED):
+        if event.kind in (_PROBE_FAILED, _UNRECOGNISED) or _fault(event):
             by_bus.setdefault(event.pci_bus_id, []).append(event)
     if not by_bus:
         return nothing or [passed(DRIVER_ERRORS, None, "no NIC driver probe failure or error record since boot",
@@ -111,13 +148,16 @@ def driver_errors(snapshot: NodeSnapshot, expect) -> list[CheckResult]:
     return [_judge(bus, events, snapshot) for bus, events in sorted(by_bus.items(), key=lambda i: i[0] or "")]
 
 
-CHECKS = (Check(DRIVER_ERRORS, driver_errors, "no NIC driver failed to take its NIC or logged an error no rule names"),)
+CHECKS = (Check(DRIVER_ERRORS, driver_errors, "no NIC driver failed to take its NIC, reported a fault or logged an "
+                                              "error no rule names"),)
 VERDICTS = {DRIVER_ERRORS: {Status.FAIL: ("drain", _PROBE_CODE),
                             Status.WARN: ("watch", "GPUDIAG-NETWORK-NIC-DRIVER-ERROR"),
                             Status.UNKNOWN: ("watch", "GPUDIAG-KERNEL-LOG-UNREADABLE")}}
 REFERENCE = {DRIVER_ERRORS: (
-    "the kernel log's NIC driver records (mlx5_core, bnxt_en, ionic): probe failures, and records at the error level "
-    "(by their own level) that no rule names",
+    "the kernel log's NIC driver records (mlx5_core, bnxt_en, ionic): probe failures, the faults they report (health "
+    "poll missed, health syndrome, slot unavailable, command timeout, module error, fatal firmware reset, slot power), "
+    "and records at the error level (by their own level) that no rule names",
     "A probe failure: the NIC has no driver; fix its firmware (or the host's memory / IRQ shortage the error names), "
-    "rebind or power-cycle, RMA a NIC that keeps failing. An unrecognised error: read it (`dmesg -T -l err`), judge "
-    "the NIC by hand and report the wording.")}
+    "rebind or power-cycle, RMA a NIC that keeps failing. A fault: check the NIC now (`ibstat`), then its cable, slot "
+    "or firmware as the record says. An unrecognised error: read it (`dmesg -T -l err`), judge the NIC by hand and "
+    "report the wording.")}

@@ -6,6 +6,7 @@ reader (gpudiag/probe/kernel_log/reader.py); each is verbatim from the source na
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import subprocess
 
@@ -116,6 +117,54 @@ def test_an_error_level_nic_record_no_rule_names_warns_with_its_line(tmp_path):
                                                                  "GPUDIAG-NETWORK-NIC-DRIVER-ERROR")
     assert "unrecognised NIC driver error" in result.message and "Failed to alloc IRQs" in result.message
     assert result.observed["unrecognised_lines"] == [NO_IRQS] and result.observed["pci_bus_id"] == "0000:01:00.0"
+
+
+# The NIC records of tests/fixtures/rdma/kernel-log-nic.json (each with its source there) that a rule reads: the faults
+# warn, the rest (link and port state, cable plugged, command failures a restricted PF logs all day, the PCIe
+# bandwidth line) pass.
+NIC_RECORDS = [(r["id"], r["log"], r["expect"][0]["kind"]) for s in json.loads(
+    (FIXTURES / "rdma" / "kernel-log-nic.json").read_text())["sources"] for r in s["records"] if r["expect"]]
+FAULT_KINDS = {"nic_health_compromised", "nic_command_timeout", "nic_pcie_power_insufficient", "nic_module_error"}
+
+
+@pytest.mark.parametrize("line, kind", [(log, kind) for _, log, kind in NIC_RECORDS],
+                         ids=[i for i, _, _ in NIC_RECORDS])
+def test_the_faults_a_rule_names_warn_and_the_rest_pass(tmp_path, line, kind):
+    _, (result,) = _results(tmp_path, line + "\n")
+    if kind in FAULT_KINDS:
+        assert (result.status, result.fault_code) == (Status.WARN, "GPUDIAG-NETWORK-NIC-DRIVER-ERROR"), result.message
+        assert "its driver reported" in result.message and result.observed["faults"] == 1
+    else:
+        assert result.status == Status.PASS, result.message
+
+
+def test_every_fault_kind_the_check_names_is_one_the_probe_gives():
+    from gpudiag.checks.network.driver import _FAULTS
+    from gpudiag.probe.network.kernel_log import NIC_EVENT_KINDS
+
+    assert set(_FAULTS) <= set(NIC_EVENT_KINDS) and FAULT_KINDS <= set(_FAULTS)
+    assert {k for _, _, k in NIC_RECORDS} & set(_FAULTS) == FAULT_KINDS  # every recorded fault kind is tested
+
+
+def _from_formats(kind: str, index: int = 0) -> str:
+    """A line tests/probe/network/test_kernel_log.py builds from the driver's printk format (its source cited there)."""
+    from tests.probe.network.test_kernel_log import FROM_FORMATS
+
+    return [line for line, k, _ in FROM_FORMATS if k == kind][index]
+
+
+@pytest.mark.parametrize("line, status", [
+    # bnxt_en's reset notices: a fatal one warns, a non-fatal one (a planned reset: a firmware update) passes
+    (_from_formats("nic_firmware_reset", 0), Status.WARN),
+    (_from_formats("nic_firmware_reset", 1), Status.PASS),
+    # mlx5 print_health_info: the severity is a syslog level; an error (3) warns, a notice (5) does not
+    (_from_formats("nic_health_syndrome"), Status.WARN),
+    (_from_formats("nic_health_syndrome").replace("severity(3) ERROR", "severity(5) NOTICE"), Status.PASS),
+    (_from_formats("nic_pci_unavailable"), Status.WARN),
+])
+def test_a_fault_s_own_words_say_whether_it_counts(tmp_path, line, status):
+    _, (result,) = _results(tmp_path, line + "\n")
+    assert result.status == status, result.message
 
 
 @pytest.mark.skipif(shutil.which("dmesg") is None, reason="util-linux dmesg is not installed")
