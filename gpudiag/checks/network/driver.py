@@ -58,7 +58,7 @@ def _fault(event: KernelEvent) -> bool:
     return event.kind in _FAULTS
 _SHOWN = 3  # the first lines of a NIC's records in `observed`: a flood of one wording is one line in the checklist
 _PROBE_CODE = "GPUDIAG-NETWORK-NIC-PROBE-FAILED"
-_EXPECTED = "no NIC driver probe failure or unrecognised error record"
+_EXPECTED = "no NIC driver probe failure, fault or unrecognised error record"
 
 
 def _registered(snapshot: NodeSnapshot, bus: Optional[str]) -> Optional[RdmaDevice]:
@@ -93,13 +93,14 @@ def _judge(bus: Optional[str], events: list[KernelEvent], snapshot: NodeSnapshot
         errno = next((p.code for p in probes if p.code is not None), None)
         what = (f"{where}: its driver failed to take it ({', '.join(steps)} failed"
                 f"{f' with error -{errno}' if errno is not None else ''}): {_shown(probes[0].message)}")
+        bdf = bus or "<bdf>"
         advice = (f"A NIC whose probe failed has no driver: no interface, no RDMA device, no traffic. Read the records "
                   f"around it ({cmd}): error -22 in handle_hca_cap is a firmware the driver cannot configure (bring "
-                  f"the NIC's firmware to the one the driver's release names: `mlxfwmanager -d {bus or '<bdf>'} "
+                  f"the NIC's firmware to the one the driver's release names: on mlx5 `mlxfwmanager -d {bdf} "
                   f"--query`), -12 or -28 the host out of memory or interrupt vectors, a wait for the firmware that "
-                  f"timed out a NIC that did not come up (`mlxfwreset -d {bus or '<bdf>'} reset`, or power-cycle "
-                  f"the node). Rebind it after the fix (`echo {bus or '<bdf>'} > /sys/bus/pci/drivers/mlx5_core/"
-                  f"bind`); one that keeps failing on known-good firmware is an RMA case.")
+                  f"timed out a NIC that did not come up (`mlxfwreset -d {bdf} reset`, or power-cycle the node). "
+                  f"Rebind it after the fix (`echo {bdf} > /sys/bus/pci/drivers/{driver}/bind`); one that keeps "
+                  f"failing on known-good firmware is an RMA case.")
         if device is not None:
             return with_verdict(warned(DRIVER_ERRORS, None, f"{what}; it is registered now ({device.name})",
                                        observed=observed, expected=_EXPECTED,
