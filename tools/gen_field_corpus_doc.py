@@ -43,12 +43,13 @@ source is a repository; `lab:` for the lab's own recordings), `what` (one line),
 (unique in the corpus), `gpu_model` and `driver` (null when unknown), `format` (the line format, as
 docs/kernel-log-formats.md names them), `log` (the lines, verbatim, joined by newlines: the record may be a chosen
 part of a longer log, never edited), `source_verdict` (what the source says the record means) and `expect`: the
-results that must appear, each `check`, `status`, `pci_bus_id` (a GPU's; an NVSwitch's for kernel_log.sxid; null:
-node-level, the line names no GPU) and optionally `action`, `fault_code`, `events` (the distinct events the result
-counts) and `in_inventory: false` (a GPU the driver never listed: it is not on the fake node, and its result is
-node-level). `pci_parents` (`{"<GPU bus ID>": ["<root port>", ..., "<port above the GPU>"]}`) places a GPU below the
-bridges a firmware-first (APEI/GHES) record names. `absent` lists results that must not appear as anything but a pass (a
-forged line, say); `note` says what a record shows beyond its verdict.
+results that must appear, each `check`, `status`, `pci_bus_id` (a GPU's; an NVSwitch's for kernel_log.sxid; a NIC's
+PCI function for network.driver_errors; null: node-level, the line names no GPU) and optionally `action`,
+`fault_code`, `events` (the distinct events the result counts) and `in_inventory: false` (a GPU the driver never
+listed: it is not on the fake node, and its result is node-level). `pci_parents` (`{"<GPU bus ID>": ["<root port>",
+..., "<port above the GPU>"]}`) places a GPU below the bridges a firmware-first (APEI/GHES) record names. `absent`
+lists results that must not appear as anything but a pass (a forged line, say); `note` says what a record shows
+beyond its verdict.
 """
 
 
@@ -136,8 +137,8 @@ def render() -> str:
     readings = _readings()
     lines += ["", "## How gpudiag reads it", "",
               "From `python3 tools/gen_field_corpus_doc.py --replay` (tests/fixtures/field/readings.json): every "
-              "record replayed through `gpudiag check --kernel-log FILE --json --only kernel_log`. A false alarm is a "
-              "non-pass "
+              "record replayed through `gpudiag check --kernel-log FILE --json --only "
+              "kernel_log,network.driver_errors`. A false alarm is a non-pass "
               "where the record expects a pass (or a result its `absent` list forbids).", ""]
     lines += _figures(rows, readings)
     wrong = [(name, r) for name, _, r in rows if r["id"] in readings and not readings[r["id"]]["right"]]

@@ -33,6 +33,8 @@ DEFAULT_MAX_BYTES = 512 * 1024
 MAX_LINE_BYTES = 4096  # one entry; a longer line is not the service's own
 JOURNAL_MODE = 0o640  # the kernel-log lines it quotes are root-only on most nodes: owner and group gpudiag only
 CARRY_SHARE = 4  # what rotation carries into a new generation: at most 1/4 of max_bytes
+EVIDENCE_DROPPED = "evidence_dropped"  # the entry that stands for carried entries the share could not hold
+_MARKER_BYTES = 512  # room kept in the share for that entry
 
 Carry = Callable[[list[dict]], list[dict]]
 
@@ -154,14 +156,27 @@ class Journal:
         self._current_size = sum(len(_line(e)) for e in carried)
 
     def _carried(self, dropped: list[dict]) -> list[dict]:
-        """What the keeper wants kept of the generation rotation drops, newest first within CARRY_SHARE."""
+        """What the keeper wants kept of the generation rotation drops, newest first within CARRY_SHARE. Where that is
+        more than the share holds, the oldest go, and one fail-level `evidence_dropped` entry in their place says how
+        many and which was the newest of them (a genuine flood of hardware evidence can exhaust the share: the history
+        says so rather than look complete)."""
         if self.carry is None or not dropped:
             return []
+        wanted = self.carry(dropped)
         kept, size = [], 0
-        for entry in reversed(self.carry(dropped)):
+        for entry in reversed(wanted):
             size += len(_line(entry))
-            if size > self.max_bytes // CARRY_SHARE:
+            if size > self.max_bytes // CARRY_SHARE - _MARKER_BYTES:
                 log.warning("journal: more hardware evidence than rotation can carry; the oldest is dropped")
+                lost = wanted[:len(wanted) - len(kept)]
+                earlier = sum(e.get("count", 1) if e.get("kind") == EVIDENCE_DROPPED else 1 for e in lost)
+                newest = lost[-1]
+                kept.append({"kind": EVIDENCE_DROPPED, "event": "event", "level": "fail", "time": newest.get("time"),
+                             "count": earlier, "message": (
+                                 f"{earlier} older fail-level entries did not fit what rotation carries "
+                                 f"({self.max_bytes // CARRY_SHARE} bytes) and were dropped; the newest of them: "
+                                 f"{newest.get('kind')} {newest.get('code') or newest.get('check') or ''} "
+                                 f"{newest.get('pci_bus_id') or ''} at {newest.get('time')}")[:300]})
                 break
             kept.append(entry)
         return kept[::-1]

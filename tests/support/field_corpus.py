@@ -16,6 +16,9 @@ from tests.support.paths import FIXTURES
 FIELD = FIXTURES / "field"
 NVIDIA_CHECKS = ("kernel_log.xid", "kernel_log.sxid")
 AMD_CHECKS = ("kernel_log.amdgpu_errors",)
+# What the runner runs: the kernel_log family, and the network family's check of the NIC drivers' own records (issue
+# 32, items 6 and 7), whose results are node-level with the NIC's PCI function in observed.pci_bus_id.
+RUN = ("kernel_log", "network.driver_errors")
 GPU_CHECKS = ("kernel_log.xid", "kernel_log.amdgpu_errors")  # their pci_bus_id is a GPU's
 REQUIRED = ("id", "format", "log", "source_verdict", "expect")
 # Kernel-log records, by vendor; field/amdsmi/ holds amd-smi outputs, replayed by
@@ -155,8 +158,8 @@ def _amd_root(tmp_path: Path, buses: list[str], parents: dict[str, list[str]]):
 
 
 def replay(record: Record, tmp_path: Path) -> Reading:
-    """`gpudiag check --kernel-log FILE --json --only kernel_log` over the record on a fake node whose GPUs carry
-    the bus IDs it names, and what differs from its expectations."""
+    """`gpudiag check --kernel-log FILE --json --only kernel_log,network.driver_errors` over the record on a fake
+    node whose GPUs carry the bus IDs it names, and what differs from its expectations."""
     from gpudiag.cli import app as cli
 
     log = tmp_path / "kernel.log"
@@ -168,7 +171,7 @@ def replay(record: Record, tmp_path: Path) -> Reading:
         fake, root = _nvidia_root(tmp_path / "node", buses, record.data.get("pci_parents", {}))
     out = io.StringIO()
     with fake, contextlib.redirect_stdout(out):
-        code = cli.main(["check", "--json", "--root", str(root), "--kernel-log", str(log), "--only", "kernel_log"])
+        code = cli.main(["check", "--json", "--root", str(root), "--kernel-log", str(log), "--only", ",".join(RUN)])
     if code not in (0, 1):
         return Reading([f"exit {code}: {out.getvalue()[:300]}"], False)
     results = json.loads(out.getvalue())["results"]

@@ -7,9 +7,9 @@ down, every job that spans nodes runs at that node's pace. What a port must be c
 same model that are up at full rate fails; a port no sibling has up either (an unused second port) is not judged.
 Sources of the files and their formats: docs/network.md.
 
-The family's declaration ends this module: its checks (these, counters.py's and affinity.py's
-network.gpudirect), verdict rows, reference text, settings and probe parts. topology.gpu_nic_affinity is judged in
-affinity.py too, but it is a topology check and the topology family declares it (checks/topology.py).
+The family's declaration ends this module: its checks (these, counters.py's, affinity.py's network.gpudirect and
+driver.py's network.driver_errors, which declares its own rows), verdict rows, reference text, settings and probe parts.
+topology.gpu_nic_affinity is judged in affinity.py, but the topology family declares it (checks/topology.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Optional
 
 from gpudiag.checks.common import Check, failed, passed, skipped, unknown, warned
 from gpudiag.checks.family import Family
-from gpudiag.checks.network import affinity as network_affinity, counters as network_counters
+from gpudiag.checks.network import affinity as network_affinity, counters as network_counters, driver as nic_driver
 from gpudiag.checks.network.common import (ERRORS, FIRMWARE, FLAPS, GPUDIRECT, NICS, RATE, UNLOCATED_ADVICE, board_of,
                                            confirm, each_fabric_port, error_text, errors_of, fabric_nics, ident,
                                            label, located_text, model_of, not_collected, not_read, pci_id, unlocated,
@@ -390,9 +390,9 @@ _SETTINGS = {
     GPUDIRECT: _FABRIC + ("expected_nics", "gpudirect_path", "gpu_nic_pairs"),
 }
 FAMILY = Family(
-    "network", order=75, checks=CHECKS + network_counters.CHECKS + network_affinity.CHECKS,
-    verdicts=_VERDICTS, reference=_REFERENCE, settings=_SETTINGS,
-    # network.flaps reads the kernel log's NIC records beside the NICs
-    probe_parts={"network": ("network.",), "kernel_log": ("network.flaps",)},
+    "network", order=75, checks=CHECKS + network_counters.CHECKS + network_affinity.CHECKS + nic_driver.CHECKS,
+    verdicts={**_VERDICTS, **nic_driver.VERDICTS}, reference={**_REFERENCE, **nic_driver.REFERENCE}, settings=_SETTINGS,
+    # network.flaps and network.driver_errors read the kernel log's NIC records
+    probe_parts={"network": ("network.",), "kernel_log": ("network.flaps", "network.driver_errors")},
     note="The RDMA NICs beside the GPUs (InfiniBand / RoCE): docs/network.md.",
 )

@@ -74,7 +74,8 @@ def _pcie_slot_event(message: str, seconds: Optional[float]) -> Optional[KernelE
 
 # The record kinds families add (gpudiag/probe/<part>/kernel_log.py, found by name through index.py: this layer
 # imports no family's module by its name): each says the prefixes its records start with, its kinds, its parser
-# `parse(message, seconds)` and, optionally, the KernelLogInfo list its events are kept in (KEPT_IN).
+# `parse(message, seconds)` and, optionally, the KernelLogInfo list its events are kept in (KEPT_IN) and the reader
+# of its error-level records that no rule names (UNRECOGNISED(message, seconds): item 7 below, under its bound).
 _FAMILY_RECORDS = tuple(importlib.import_module(name) for name in RECORD_MODULES)
 _FAMILY_PREFIXES = tuple(prefix for module in _FAMILY_RECORDS for prefix in module.PREFIXES)
 FAMILY_MARKERS = tuple(sorted({prefix.strip() for prefix in _FAMILY_PREFIXES}))  # what reader.py looks for in a line
@@ -111,8 +112,8 @@ def parse_event(message: str, seconds: Optional[float] = None) -> Optional[Kerne
 
 # An error-level record of a GPU driver that no rule above recognises (issue 32, item 7): by the record's own level
 # (LogLine.level, from its priority field; never its text), and only a record whose message starts with the driver's
-# prefix. Kept as an event (a warning), at most MAX_UNRECOGNISED per scan: a flood of one new wording cannot grow
-# memory, and the first ones say what it is.
+# prefix. Kept as an event (a warning), at most MAX_UNRECOGNISED per scan (for the GPUs' and for each family's list):
+# a flood of one new wording cannot grow memory, and the first ones say what it is.
 UNRECOGNISED_KIND = "driver_error"
 MAX_UNRECOGNISED = 64
 _ERROR_LEVEL = 3  # KERN_ERR and worse
@@ -125,7 +126,11 @@ _AMDGPU_DRM = lazy_compile(r"\[drm:[a-z0-9_.]{1,96} \[amdgpu\]\] ", re.ASCII)
 
 
 def unrecognised_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
-    """The record as an unrecognised GPU driver error, when it starts with a GPU driver's prefix (else None)."""
+    """The record as an unrecognised GPU driver error, when it starts with a GPU driver's prefix, or as a family's
+    (its module's UNRECOGNISED: the RDMA NICs' "nic_driver_error"), when it starts with the family's (else None)."""
+    if message.startswith(_FAMILY_PREFIXES):
+        module = next(m for m in _FAMILY_RECORDS if message.startswith(m.PREFIXES))
+        return module.UNRECOGNISED(message, seconds) if getattr(module, "UNRECOGNISED", None) else None
     if message.startswith(("NVRM: ", "nvidia-nvswitch", "nvidia: ", "nvidia ")):
         if message.startswith(_NVRM_BANNERS):
             return None
@@ -150,7 +155,7 @@ class EventReader:
     def __init__(self) -> None:
         self._nvrm = NvrmReader()
         self._ghes = GhesRecords()  # APEI/GHES records span lines too (ghes.py)
-        self._unrecognised = 0
+        self._unrecognised: dict[str, int] = {}  # unrecognised errors kept so far, by the KernelLogInfo list
         self._opened = False  # the record fed last began a multi-line NVRM message: its later lines may finish it
         self._amdgpu_head: Optional[str] = None  # the record fed last is amdgpu's prefix alone: its text follows
         self._faults = PageFaults()  # amdgpu's page faults print several records, GPUs' interleaved
@@ -199,10 +204,15 @@ class EventReader:
         return events
 
     def _unrecognised_error(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
-        if self._unrecognised >= MAX_UNRECOGNISED:
-            return None
         event = unrecognised_event(message, seconds)
-        self._unrecognised += event is not None
+        if event is None:
+            return None
+        # one bound per list the events are kept in: a flood of a NIC driver's new wording leaves the GPUs' own
+        # MAX_UNRECOGNISED, and the other way round
+        kept_in = KEPT_IN.get(event.kind, "events")
+        if self._unrecognised.get(kept_in, 0) >= MAX_UNRECOGNISED:
+            return None
+        self._unrecognised[kept_in] = self._unrecognised.get(kept_in, 0) + 1
         return event
 
     def continue_record(self, piece: str, seconds: Optional[float]) -> Optional[KernelEvent]:

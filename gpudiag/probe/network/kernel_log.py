@@ -25,6 +25,16 @@ message (Linux 6.x unless said; real lines in tests/fixtures/rdma/kernel-log-*.j
 - bnxt_en: bnxt_qplib_rcfw "QPLIB: cmdq[%#x]=%#x status %#x" (a RoCE firmware command failed); firmware reset
   notifications "Firmware fatal|non-fatal reset event received…" (≤ 5.9), "Firmware %s reset event, …" (5.10-6.0),
   "Fatal|Non-fatal firmware reset event, …" (6.1+).
+- Probe failures (issue 32, item 6): the driver could not take the NIC, which is then left without a driver (no
+  netdev, no RDMA device). mlx5 (mlx5/core/main.c, torvalds/linux@00679b631edd): init_one, the PCI probe, logs
+  mlx5_core_err "mlx5_load_one failed with error code %d" and unwinds everything it set up (err_load_one:
+  mlx5_pci_close, mlx5_mdev_uninit) — 6.1+'s probe_one says "mlx5_init_one failed with error code %d" — and
+  mlx5_pci_resume, after a PCI error recovery, "%s: mlx5_load_one failed with error code: %d"; set_hca_cap, on the way
+  through mlx5_load_one, "handle_hca_cap failed" (and _atomic, _odp, _2), after which the load is abandoned. The driver
+  core then logs "<driver>: probe of <device> failed with error %d" (drivers/base/dd.c really_probe, pr_warn; 6.10+
+  call_driver_probe: dev_err "probe with driver <driver> failed with error %d" under the device's own prefix).
+- What no rule above names (issue 32, item 7): `unrecognised` gives any other record of these drivers, when events.py
+  finds it at the error level or worse by the record's own level, as one "nic_driver_error" event.
 """
 
 from __future__ import annotations
@@ -37,11 +47,12 @@ from gpudiag.probe.kernel_log.text import BUS_ID, bounded_int
 from gpudiag.probe.patterns import lazy_compile
 
 NIC_DRIVERS = ("mlx5_core", "bnxt_en", "bnxt_re", "ionic", "ionic_rdma")
-NIC_PREFIXES = tuple(f"{driver} " for driver in NIC_DRIVERS)
+# "<driver> <device>: " (dev_printk), and "<driver>: " (pr_* under KBUILD_MODNAME, the driver core's probe failure)
+NIC_PREFIXES = tuple(f"{driver} " for driver in NIC_DRIVERS) + tuple(f"{driver}: " for driver in NIC_DRIVERS)
 NIC_EVENT_KINDS = ("nic_port_state", "nic_link_down", "nic_link_up", "nic_module_plugged", "nic_module_unplugged",
                    "nic_module_disabled", "nic_module_error", "nic_health_compromised", "nic_health_syndrome",
                    "nic_pci_unavailable", "nic_command_timeout", "nic_command_failed", "nic_pcie_power_insufficient",
-                   "nic_pcie_bandwidth_limited", "nic_firmware_reset")
+                   "nic_pcie_bandwidth_limited", "nic_firmware_reset", "nic_probe_failed", "nic_driver_error")
 
 _PREFIX = lazy_compile(
     rf"({'|'.join(NIC_DRIVERS)}) "
@@ -71,7 +82,20 @@ _QPLIB = _p(r"QPLIB: cmdq\[0x[0-9a-f]{1,8}\]=0x([0-9a-f]{1,4}) status 0x([0-9a-f
 _POWER = _p(r"Detected insufficient power on the PCIe slot \(([0-9]{1,4})W\)")
 _BANDWIDTH = lazy_compile(rf"[0-9]{{1,5}}\.[0-9]{{3}} Gb/s available PCIe bandwidth, limited by ([0-9.]{{1,5}} GT/s"
                           rf"(?: PCIe)?) x([0-9]{{1,2}}) link at ({BUS_ID}) ", re.ASCII | re.IGNORECASE)
+# The driver core's "<driver>: probe of <device> failed with error <n>" (the device: a PCI function, or an auxiliary
+# device such as "mlx5_core.rdma.0", which names no PCI function), and 6.10+'s body "probe with driver <driver> failed"
+_CORE_PROBE = lazy_compile(rf"({'|'.join(NIC_DRIVERS)}): probe of ((?i:{BUS_ID})|[a-z0-9_]{{1,32}}\.[a-z0-9_]{{1,32}}"
+                           r"\.[0-9]{1,4}) failed with error (-?[0-9]{1,6})\s*$", re.ASCII)
+_PROBE_WITH = _p(rf"probe with driver (?:{'|'.join(NIC_DRIVERS)}) failed with error (-?[0-9]{{1,6}})\s*$")
+# mlx5's own: a load that failed (at probe, or the reload after a PCI error recovery: "mlx5_pci_resume: …"), or the
+# capability step that made it fail
+_MLX5_LOAD = _p(r"(?:[a-z0-9_]{1,48}: )?(mlx5_(?:load_one|init_one)) failed with error code:? (-?[0-9]{1,6})\s*$")
+_MLX5_CAPS = _p(r"(handle_hca_cap(?:_[a-z0-9]{1,16})?) failed\s*$")
 _FW_RESET = _p(r"(?:Firmware (fatal|non-fatal) reset event(?: received|, )|(Fatal|Non-fatal) firmware reset event, )")
+
+
+def _errno(digits: str) -> int:
+    return bounded_int(digits.lstrip("-"), "errno", 6)
 
 
 def nic_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
@@ -79,7 +103,13 @@ def nic_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
     again); raises MalformedRecord for a number no driver prints."""
     prefix = _PREFIX.match(message)
     if prefix is None:
-        return None
+        core = _CORE_PROBE.match(message)
+        if core is None:
+            return None
+        device = core[2]
+        return KernelEvent(vendor=None, kind="nic_probe_failed", message=message, timestamp_seconds=seconds,
+                           pci_bus_id=normalize_pci_bus_id(device) if ":" in device else None,
+                           decoded=None if ":" in device else device, detail="probe", code=_errno(core[3]))
     device, name = prefix[2], prefix[3]
     bus_id = normalize_pci_bus_id(device) if ":" in device else None
     body = message[prefix.end():]
@@ -119,13 +149,33 @@ def nic_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
     if match := _FW_RESET.match(body):
         word = (match[1] or match[2]).lower()
         return event("nic_firmware_reset", detail="fatal" if word == "fatal" else "nonfatal")
+    if match := _PROBE_WITH.match(body):
+        return event("nic_probe_failed", detail="probe", code=_errno(match[1]))
+    if prefix[1] == "mlx5_core":
+        if match := _MLX5_LOAD.match(body):
+            return event("nic_probe_failed", detail=match[1], code=_errno(match[2]))
+        if match := _MLX5_CAPS.match(body):
+            return event("nic_probe_failed", detail=match[1])
     return None
+
+
+def unrecognised(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    """A NIC driver's record that no rule of nic_event names, as a "nic_driver_error" event; events.py calls it only
+    for a record at the error level or worse by its own level (issue 32, item 7), and bounds how many it keeps."""
+    prefix = _PREFIX.match(message)
+    if prefix is None and not message.startswith(tuple(f"{driver}: " for driver in NIC_DRIVERS)):
+        return None
+    device = prefix[2] if prefix is not None else None
+    return KernelEvent(vendor=None, kind="nic_driver_error", message=message, timestamp_seconds=seconds,
+                       pci_bus_id=normalize_pci_bus_id(device) if device and ":" in device else None,
+                       decoded=prefix[3] if prefix is not None else None)
 
 
 # The record kind's registration (gpudiag/probe/kernel_log/index.py lists this module; events.py reads these names):
 # the prefixes a record must start with, the kinds it yields, the parser, and the KernelLogInfo list they are kept in
-# (apart from the GPU events, which the GPU checks read).
+# (apart from the GPU events, which the GPU checks read), and the reader of an error-level record no rule names.
 PREFIXES = NIC_PREFIXES
 EVENT_KINDS = NIC_EVENT_KINDS
 parse = nic_event
 KEPT_IN = "nic_events"
+UNRECOGNISED = unrecognised

@@ -22,7 +22,10 @@ from tests.support.rdma_tree import GPUD_HCAS, HGX_GPUS, firmware, half_rate, li
 from tests.support.rdma_tree_amd import mi300x_thor2, mi355x_pollara
 from tests.support.snapshots import assert_actionable
 
-CHECKS = network.FAMILY.checks + network_affinity.TOPOLOGY_CHECKS
+# The checks that judge the NICs /sys/class/infiniband shows; network.driver_errors reads only the kernel log (a NIC its
+# driver could not take is no RDMA device) and is tested in tests/checks/network/test_driver.py.
+CHECKS = tuple(c for c in network.FAMILY.checks if c.id != "network.driver_errors") + \
+    network_affinity.TOPOLOGY_CHECKS
 IDS = tuple(c.id for c in CHECKS)
 # What the shipped HGX H100/H200 profiles set (gpudiag/profiles/h100-8x.toml), with an IB site's count and link layer.
 HGX_PROFILE = NetworkSettings(nic_pci_ids=("15b3:1021",), expected_nics=8, expected_nic_rate_gbps=400.0,

@@ -34,10 +34,7 @@ def test_the_corpus_is_large_enough_and_every_record_is_well_formed():
 # Records of issue 32's outside set that gpudiag reads wrong today, each with why (docs/field-corpus.md lists them with
 # the figures). Strict: a record that comes to be read right fails here until it leaves this table. Issue 32 stays open
 # while any is here; the table is no expectation met.
-READ_WRONG = {
-    "rp-ext-129-mlx5-load-one-failed": "mlx5 probe failures: no check reads NIC records other than flaps",
-    "tinycore-9-mlx5-handle-hca-cap-probe-failed": "the same: an mlx5 probe failure",
-}
+READ_WRONG: dict[str, str] = {}
 
 
 def _with_known_wrong(record: Record):
