@@ -126,3 +126,19 @@ def test_the_records_survive_a_recording_and_older_recordings_load(tmp_path):
         device["unsupported"].pop(SOURCE, None)
     (tmp_path / "older.json").write_text(json.dumps(older))
     assert {r.status for r in run_checks(load_snapshot(tmp_path / "older.json"), only=["ras.cper"])} == {Status.SKIP}
+
+
+@pytest.mark.parametrize("fatal_first, status", [(False, Status.UNKNOWN), (True, Status.FAIL)])
+def test_a_read_that_fails_after_its_first_call_is_kept_and_never_a_pass(tmp_path, fatal_first, status):
+    """20 records come with the first call, the second fails: what was read stands (a fatal record still fails the
+    GPU), and with nothing worse in it the GPU is unknown, not a pass: the rest might hold a fatal record."""
+    node = mi300x_node(1)
+    node.gpus[0].cper_records = [corrected_aca(f"1:{i}") for i in range(25)]
+    if fatal_first:
+        node.gpus[0].cper_records[3] = fatal_crashdump("1:3")
+    node.failing_calls["amdsmi_get_gpu_cper_entries"] = [None, 12]  # AMDSMI_STATUS_IO on the second call
+    snapshot, results = check_node(tmp_path, node)
+    log = snapshot.devices[0].cper
+    assert (len(log.records), log.complete) == (20, False) and "after 20 record(s)" in log.problems[-1]
+    (result,) = [r for r in results if r.check == "ras.cper"]
+    assert result.status == status

@@ -177,7 +177,7 @@ class FakeAmdNode:
     # Kernels that carry the partition in location_id bits [31:28] report every CPX partition at function .0.
     partitions_at_function_zero: bool = False
     # C symbol → the AMDSMI_STATUS_* it returns instead of answering: an int for every call, a list for the next
-    # calls in turn (then it answers normally).
+    # calls in turn (None in it: that call answers normally; after the list, every call does).
     failing_calls: dict[str, int | list[int]] = field(default_factory=dict)
     unhang: threading.Event = field(default_factory=threading.Event)
 

@@ -93,7 +93,10 @@ class FakeLibAmdSmi(IdentityCalls):
             self.calls.append(name)
             failure = self.node.failing_calls.get(name)
             if isinstance(failure, list) and failure:
-                return failure.pop(0)
+                code = failure.pop(0)
+                if code is not None:  # None: this call answers normally, the next ones in the list fail
+                    return code
+                failure = None
             if isinstance(failure, int):
                 return failure
             if self.node.libdrm_missing and name in NEEDS_LIBDRM:
