@@ -43,6 +43,8 @@ def _cper(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     observed = {"records": len(records), **{k: v for k, v in counts.items() if v},
                 "worst": [_record(r) for r in judged[-_SHOWN:]], "complete": log.complete,
                 "problems": log.problems[:_SHOWN]}
+    if log.recorded_at:
+        observed["source"] = log.recorded_at  # root's record: this process may not read the ring itself
     expected = "no fatal or uncorrected CPER record since the driver loaded"
     confirm = f"Confirm with `amd-smi ras --cper -g {device.index}` (as root)."
     found = worst(records)
@@ -91,6 +93,7 @@ FAMILY = Family(
         "each record's severity and the AMD Field IDs amdsmi decodes from it (AMD's AFID table)",
         "A fatal record: drain and reset the GPU, or what its AFID calls for (a cold boot for a boot-time or PCIe "
         "failure, an RMA at the HBM bad-page threshold); an uncorrected one: watch.")},
+    probe_parts={"ras": ("ras.",)},
     note="AMD Instinct GPUs (MI300 series and later) keep a UEFI CPER record of every RAS event since the driver "
          "loaded; `amd-smi ras --cper` shows them.",
 )

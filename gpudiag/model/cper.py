@@ -35,3 +35,6 @@ class CperLog:
     records: list[CperRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     complete: bool = True
+    # Where the records came from when not from this process's own read: root's record ("recorded by root 2 min ago
+    # (…)", gpudiag/probe/ras/part.py); "" when read here.
+    recorded_at: str = ""

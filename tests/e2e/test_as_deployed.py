@@ -3,8 +3,8 @@
 exactly the units' capabilities, groups, NoNewPrivileges, UMask and file-system view, after their `ExecStartPre=+`
 (tests/support/as_deployed.py) — must give the same verdict on every check and device: the textfile's
 gpudiag_check_status, and the status and action of each result the service's socket answers `check` with. A difference
-is allowed only as a `skip` that docs/service.md documents, naming the run that judges it (DOCUMENTED_SKIPS:
-ras.cper, whose records amdsmi reads from debugfs).
+is allowed only as a `skip` that docs/service.md documents, naming the run that judges it (DOCUMENTED_SKIPS: none
+today).
 
 Needs root (to switch users), setpriv and a mount namespace (`unshare --mount`); skips without them."""
 
@@ -26,10 +26,7 @@ pytestmark = pytest.mark.slow
 
 # check -> why the service's user may skip it where root judges it, as docs/service.md says it ("What the service
 # cannot read, and who reads it"). Everything else root reads, the units read too, or root records it for them.
-DOCUMENTED_SKIPS: dict[str, str] = {
-    "ras.cper": "amdsmi reads the CPER ring from debugfs (amdgpu_ring_cper), which only root may enter; root's own "
-                "`gpudiag check` judges it (issue 32, item 9; root-facts does not record it yet)",
-}
+DOCUMENTED_SKIPS: dict[str, str] = {}
 
 
 def _unusable() -> str:
@@ -85,6 +82,7 @@ def test_the_units_judge_every_node_as_root_does(runtime, name):
 
 @pytest.mark.parametrize("name,check,root_says,unit_says", [
     ("h200-ib-acs-redirect", "network.gpudirect", ("warn", "watch"), ("unknown", "watch")),
+    ("mi300x-fatal-cper", "ras.cper", ("fail", "rma"), ("skip", "none")),
     ("nvidia-xid79-in-three-boots", "kernel_log.xid", ("fail", "rma"), ("fail", "reboot")),
 ])
 def test_without_roots_record_the_sandbox_hides_what_root_reads(runtime, name, check, root_says, unit_says):
