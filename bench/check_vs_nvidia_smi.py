@@ -6,8 +6,9 @@ command for the lab GPU (issue 36, item 9: the first answer no slower than `nvid
    each, and the ratio of the medians.
 2. The breakdown: a few more cold runs of the same check, each reporting its own phases (interpreter start, the fast
    path, the imports, the probe and its parts, judging and writing, the exit; NVML's early initialisation beside the
-   imports; any program it started, timed again on its own), and one more run with each module body timed (CPU by
-   package, the top modules).
+   imports; any program it started, timed again on its own), as many less each overlap of the probe with the
+   imports (the A/Bs: bench WITHOUT), and one more run with each module body timed (CPU by package, the top
+   modules). With the early collection the "probe" step is what is left of it once the imports are done.
 
 gpudiag runs as a user runs it: `python3 -m gpudiag check --direct` (gpudiag/__main__.py calls
 gpudiag.cli.check.fastpath:run, the console script's own entry point) from this tree under this interpreter, or
@@ -197,30 +198,40 @@ def import_profile(python: list[str], check_args: list[str], env: dict, prelude:
             "top_modules_ms": {k: v for k, v in sorted(modules.items(), key=lambda kv: -kv[1])[:top]}}
 
 
-# The same check without NVML's early start (gpudiag/probe/nvml/early.py: nvmlInit and each GPU opened beside the
-# imports), for the A/B beside the breakdown's runs.
-NO_EARLY_START = "\nimport gpudiag.probe.nvml.early as _early\n_early.start_nvml_init = lambda: None\n"
+# The same check less one of its overlaps, for the A/Bs beside the breakdown's runs: the collection in a child
+# forked before the imports (gpudiag/cli/check/early_collect.py; without it, this process probes after importing,
+# with NVML's early start beside the imports), and NVML's early start (gpudiag/probe/nvml/early.py: nvmlInit and
+# each GPU opened beside the imports of the probe, in whichever process probes).
+WITHOUT = {
+    "without the forked collection": "\nimport gpudiag.cli.check.direct as _direct\n"
+                                     "_direct.forks_the_collection = lambda root: False\n",
+    "without NVML's early start": "\nimport gpudiag.probe.nvml.early as _early\n"
+                                  "_early.start_nvml_init = lambda: None\n",
+}
 
 
 def breakdown(python: list[str], check_args: list[str], env: dict, prelude: str, runs: int) -> dict:
-    """`runs` cold checks in steps, and interleaved with them as many without NVML's early start (its A/B)."""
-    samples, without = [], []
+    """`runs` cold checks in steps, and interleaved with them as many less each overlap (WITHOUT: the A/Bs)."""
+    samples: list[dict] = []
+    variants: dict[str, list[dict]] = {label: [] for label in WITHOUT}
     for number in range(runs + 1):  # one warm-up of each
-        shipped, bare = one_breakdown(python, check_args, env, prelude), one_breakdown(
-            python, check_args, env, prelude + NO_EARLY_START)
+        shipped = one_breakdown(python, check_args, env, prelude)
+        others = {label: one_breakdown(python, check_args, env, prelude + extra) for label, extra in WITHOUT.items()}
         if number:
             samples.append(shipped)
-            without.append(bare)
+            for label, sample in others.items():
+                variants[label].append(sample)
     median = {name: statistics.median(s["steps"][name] for s in samples) for name in STEPS}
     parts = {name: statistics.median(s["parts"].get(name, 0.0) for s in samples) for name in samples[0]["parts"]}
     early = {name: statistics.median(s["early_nvml"][name] for s in samples) for name in samples[0]["early_nvml"]}
     a_b = {label: {"total": statistics.median(s["total"] for s in group),
+                   "imports": statistics.median(s["steps"]["imports"] for s in group),
                    "probe": statistics.median(s["steps"]["probe"] for s in group),
                    "nvml part": statistics.median(s["parts"].get("nvml", 0.0) for s in group)}
-           for label, group in (("with the early start", samples), ("without it", without))}
+           for label, group in (("as shipped", samples), *variants.items())}
     return {"runs": runs, "steps_median_ms": median, "total_median_ms": statistics.median(s["total"] for s in samples),
             "probe_parts_median_ms": parts, "early_nvml_median_ms": early, "spawned": samples[-1]["spawned"],
-            "early_start_a_b_ms": a_b, "imports": import_profile(python, check_args, env, prelude), "samples": samples}
+            "a_b_ms": a_b, "imports": import_profile(python, check_args, env, prelude), "samples": samples}
 
 
 def time_programs(spawned: list[dict], env: dict, runs: int = 3, budget_seconds: float = 30.0) -> dict[str, dict]:
@@ -252,9 +263,9 @@ def describe(found: dict) -> list[str]:
     early = found["early_nvml_median_ms"]
     lines.append("  NVML's early start beside the imports: " + (", ".join(
         f"{name} {value:.1f}" for name, value in early.items()) if early else "not started (no /dev/nvidiactl)"))
-    lines.append("  the same check without NVML's early start, interleaved: " + "; ".join(
-        f"{label}: total {v['total']:.1f}, probe {v['probe']:.1f}, nvml part {v['nvml part']:.1f}"
-        for label, v in found["early_start_a_b_ms"].items()))
+    lines.append("  the same check less each overlap, interleaved (medians): " + "; ".join(
+        f"{label}: total {v['total']:.1f}, imports {v['imports']:.1f}, then probe {v['probe']:.1f} (nvml part "
+        f"{v['nvml part']:.1f})" for label, v in found["a_b_ms"].items()))
     lines.append("  programs started: " + ("; ".join(f"{' '.join(s['argv'])} at {s['at_ms']:.1f} ms"
                                                     for s in found["spawned"]) or "none"))
     for argv, timing in found.get("programs", {}).items():

@@ -28,27 +28,56 @@ def mark(step: str) -> None:
 
 
 def check(request: dict, root: str, timeout: "float | None") -> int:
-    """`gpudiag check` with the fields of a fast-path request (gpudiag/cli/check/fastpath.py), probed in this process;
-    the same messages and exit codes as gpudiag/cli/app.py's `main`."""
+    """`gpudiag check` with the fields of a fast-path request (gpudiag/cli/check/fastpath.py), probed in this process
+    (or its child, gpudiag/cli/check/early_collect.py); the same messages and exit codes as gpudiag/cli/app.py's
+    `main`."""
     mark("entered")
     debug = bool(os.environ.get("GPUDIAG_DEBUG"))
-    if root == "/":
+    # Forked first, while this process has no thread and has written nothing: the child inherits neither.
+    early = _collect_early(request, root, timeout)
+    if root == "/" and early is None:
         from gpudiag.probe.nvml.early import start_nvml_init
 
         start_nvml_init()  # the driver's 28 ms beside the imports below
-    from gpudiag.cli.shared.node_collect import exit_for_failure, start_logging
-
-    start_logging(debug)
     try:
-        return _check(request, root, timeout)
-    except KeyboardInterrupt:  # as click turns it into an Abort
-        print("gpudiag: aborted", file=sys.stderr)
-        return ExitCode.ABORTED
-    except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
-        return exit_for_failure(exc, debug)
+        from gpudiag.cli.shared.node_collect import exit_for_failure, start_logging
+
+        start_logging(debug)
+        try:
+            return _check(request, root, timeout, early)
+        except KeyboardInterrupt:  # as click turns it into an Abort
+            print("gpudiag: aborted", file=sys.stderr)
+            return ExitCode.ABORTED
+        except Exception as exc:  # noqa: BLE001 - the contract promises exit 4, not a traceback
+            return exit_for_failure(exc, debug)
+    finally:
+        if early is not None:
+            early.close()
 
 
-def _check(request: dict, root: str, timeout: "float | None") -> int:
+def forks_the_collection(root: str) -> bool:
+    """Whether the collection runs in a child beside the imports: on the node itself, where the probe waits for the
+    driver (a --root tree is read from files)."""
+    return root == "/"
+
+
+def _collect_early(request: dict, root: str, timeout: "float | None"):
+    """The collection started now, in a child beside this process's imports (gpudiag/cli/check/early_collect.py),
+    where the selection cannot change what is probed: neither --only nor --skip. None otherwise: probed here after
+    the selection is known."""
+    if request["only"] or request["skip"] or not forks_the_collection(root):
+        return None
+    from pathlib import Path
+
+    from gpudiag.cli.check.early_collect import ForkedCollection
+
+    try:
+        return ForkedCollection(Path(root), timeout)
+    except OSError:  # no process or pipe to be had (a limit on processes): probed here, as without the fork
+        return None
+
+
+def _check(request: dict, root: str, timeout: "float | None", early) -> int:
     from pathlib import Path
 
     from gpudiag.checks import probe_parts_for
@@ -64,7 +93,13 @@ def _check(request: dict, root: str, timeout: "float | None") -> int:
         raise UsageProblem(str(exc)) from None
     expected = expectations(request["profile"], request["params"], None)
     node_root = Path(root)
-    snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
+    if early is not None:
+        snapshot = early.snapshot()
+        from gpudiag.probe.nvml.early import WINDOW
+
+        WINDOW[:] = early.nvml_window  # for the benchmark's breakdown, as if NVML had started in this process
+    else:
+        snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
     mark("probed")
     PROBE_PARTS.update((run.name, run.duration_seconds) for run in snapshot.collectors)
     code = print_verdict(snapshot, expected, only, skip, [], "direct", request["format"], request["verbose"],

@@ -151,8 +151,15 @@ def test_the_early_start_opens_every_gpu_and_the_probe_reads_them_all_itself(tmp
     monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: path == "/dev/nvidiactl")
     with installed(node) as lib:
         opened = []
-        monkeypatch.setattr(nvml_early.threading, "Thread", lambda target, name, daemon: opened.append(target) or
-                            type("T", (), {"start": staticmethod(target)})())
+        real_thread = nvml_early.threading.Thread
+
+        def thread(target, name, daemon, **kwargs):  # the early start's runs at once; others (the collection) run
+            if name != "nvml-early-init":
+                return real_thread(target=target, name=name, daemon=daemon, **kwargs)
+            opened.append(target)
+            return type("T", (), {"start": staticmethod(target)})()
+
+        monkeypatch.setattr(nvml_early.threading, "Thread", thread)
         nvml_early.start_nvml_init()
         early = dict(lib.device_calls)
         assert early == {("nvmlDeviceGetHandleByIndex_v2", 0): 1, ("nvmlDeviceGetHandleByIndex_v2", 1): 1}

@@ -1,0 +1,123 @@
+"""A direct check of the node itself collects in a forked child beside the parent's imports
+(gpudiag/cli/check/early_collect.py): what it writes and how it ends are the in-process check's, and a child that
+fails, dies or hangs ends the check in one line, never a traceback, a wait without end or a process left behind.
+
+On a test machine the node itself has no GPU: `direct.forks_the_collection` is made true for the fake node's root,
+so that the child probes the fake node the parent installed (a fork inherits it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpudiag.cli.check import direct, early_collect, fastpath
+from tests.cli.check.test_direct import VARIANTS, both, captured, steady_cpu  # noqa: F401 - steady_cpu: a fixture
+from tests.support.exporter_node import fake_root
+from tests.support.fakes.fake_nvml import FakeNode, installed
+from tests.support.paths import REPO
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """Every root forks, and each ForkedCollection made is noted."""
+    made = []
+    real = early_collect.ForkedCollection
+
+    def noted(*args):
+        made.append(real(*args))
+        return made[-1]
+
+    monkeypatch.setattr(direct, "forks_the_collection", lambda root: True)
+    monkeypatch.setattr(early_collect, "ForkedCollection", noted)
+    return made
+
+
+def test_a_check_of_everything_collects_what_its_checks_judge():
+    from gpudiag.checks import probe_parts_for
+    from gpudiag.probe import PROBE_PARTS
+    from gpudiag.report.selection import select_checks
+
+    assert probe_parts_for(select_checks([], [])) == PROBE_PARTS
+
+
+def test_the_child_s_collection_is_written_as_the_full_cli_writes_its_own(tmp_path, forks):
+    node = FakeNode.hgx_h200(2)
+    node.gpus[1].remap_pending = True  # GPU 1 waits for a reset to remap a row: the node fails, exit 1
+    fake_root(tmp_path, node)
+    forked = 0
+    with installed(node):
+        for extra in VARIANTS:
+            before = len(forks)
+            lean, full = both(["check", "--root", str(tmp_path), "--direct", *extra])
+            assert lean == full, extra
+            selects = any(option in extra for option in ("--only", "--skip"))
+            assert len(forks) == before + (0 if selects else 1), extra  # only where the selection cannot matter
+            forked += not selects
+    assert forked >= 3
+    assert all(made.pid is None for made in forks)  # every child reaped
+
+
+def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, forks, monkeypatch):
+    lean, full = both(["check", "--root", str(tmp_path / "nowhere"), "--direct"])
+    assert forks and lean == full and lean[0] == 2 and "no sys/ directory" in lean[2]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    fake_root(tmp_path, FakeNode.hgx_h200(1))
+    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", broken)
+    lean, full = both(["check", "--root", str(tmp_path), "--direct"])
+    assert lean == full and lean[0] == 4 and "internal error: RuntimeError: boom" in lean[2]
+
+
+def test_a_child_that_dies_ends_the_check_in_one_line_exit_4(tmp_path, forks, monkeypatch):
+    fake_root(tmp_path, FakeNode.hgx_h200(1))
+    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect",
+                        lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL))
+    code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct"])
+    assert code == 4 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "the probe's process ended without an answer (killed by SIGKILL)" in line
+
+
+def test_a_child_that_hangs_is_given_up_after_the_deadline_and_ended(tmp_path, forks, monkeypatch):
+    fake_root(tmp_path, FakeNode.hgx_h200(1))
+    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", lambda *args, **kwargs: time.sleep(60))
+    monkeypatch.setattr(early_collect, "GRACE_SECONDS", 0.5)
+    started = time.monotonic()
+    code, _, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--timeout", "0.5"])
+    assert code == 4 and "did not answer within 1 s" in err
+    assert time.monotonic() - started < 10
+    (child,) = forks
+    assert child.pid is None  # killed and reaped
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child of this process is left
+
+
+# The console script as run (fastpath.run, then os._exit), the child forked: one whole JSON document on stdout (a
+# child that flushed the parent's buffered output, or wrote its own, would show here), the child's warnings on stderr.
+RUN_FORKED = ("import sys\nfrom tests.support.fakes.fake_nvml import FakeNode, installed\n"
+              "import gpudiag.cli.check.direct as direct\ndirect.forks_the_collection = lambda root: True\n"
+              "node = FakeNode.hgx_h200(8)\nnode.gpus[3].remap_pending = True\n"
+              "with installed(node):\n    from gpudiag.cli.check.fastpath import run\n    run()\n")
+
+
+def test_the_console_script_with_the_child_writes_one_whole_report(tmp_path):
+    node = FakeNode.hgx_h200(8)
+    node.gpus[3].remap_pending = True
+    fake_root(tmp_path, node)
+    done = subprocess.run([sys.executable, "-c", RUN_FORKED, "check", "--root", str(tmp_path), "--direct", "--json"],
+                          capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["collected_by"] == "direct" and report["status"] == "fail"
+    failed = [r for r in report["results"] if r["status"] == "fail"]
+    assert [r["check"] for r in failed] == ["memory.row_remap_pending"]
+    assert node.gpus[3].bus_id.lower()[-7:] in json.dumps(failed[0]["device"]).lower()
