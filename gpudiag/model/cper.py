@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from gpudiag.model.records import dataclass
 
 
 @dataclass(frozen=True)
