@@ -43,8 +43,8 @@ def _cper(device: DeviceSnapshot, expect: Expectations) -> CheckResult:
     observed = {"records": len(records), **{k: v for k, v in counts.items() if v},
                 "worst": [_record(r) for r in judged[-_SHOWN:]], "complete": log.complete,
                 "problems": log.problems[:_SHOWN]}
-    if log.recorded_at:
-        observed["source"] = log.recorded_at  # root's record: this process may not read the ring itself
+    if log.source:
+        observed["source"] = log.source  # root's record: this process may not read the ring itself
     expected = "no fatal or uncorrected CPER record since the driver loaded"
     confirm = f"Confirm with `amd-smi ras --cper -g {device.index}` (as root)."
     found = worst(records)

@@ -39,4 +39,4 @@ class CperLog:
     complete: bool = True
     # Where the records came from when not from this process's own read: root's record ("recorded by root 2 min ago
     # (…)", gpudiag/probe/ras/part.py); "" when read here.
-    recorded_at: str = ""
+    source: str = ""

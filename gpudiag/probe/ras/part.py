@@ -42,5 +42,5 @@ def store(snapshot: NodeSnapshot, value: Optional[Recorded], error: Optional[Pro
             device.unsupported[SOURCE] = f"{NOT_SUPPORTED}; root's record does not hold them ({why})"
             continue
         device.cper = dataclasses.replace(log, records=list(log.records), problems=list(log.problems),
-                                          recorded_at=why)
+                                          source=why)
         del device.unsupported[SOURCE]
