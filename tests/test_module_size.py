@@ -23,9 +23,6 @@ OVER = {
     # the link (generation, width, both sources) and its error counters (replays, AER, AMD retraining) with their
     # verdict rows: the counters could be a module of their own.
     "gpudiag/checks/pcie.py": 421,
-    # the saved log's line formats, grown with issue 32 (a record's level and sequence number, other locales' months,
-    # the strict cursor and JSON tests): the syslog/journal stamp parsing could be a module of its own.
-    "gpudiag/probe/kernel_log/formats.py": 421,
     # the scan of every form (kmsg, a saved file, the journal) into events, grown with issue 32's record framing: the
     # live /dev/kmsg read could be a module of its own.
     "gpudiag/probe/kernel_log/reader.py": 413,

@@ -12,6 +12,6 @@ AMDGPU_EVENT_KINDS = (
     "gpu_mode1_reset", "vram_lost", "cp_unrecoverable", "qcm_fence_timeout", "mes_unresponsive", "ip_block_hung",
     "ring_reset_failed", "ring_test_failed", "umc_error_address", "ras_fatal_error", "ras_poison_consumed",
     "ras_poison_created", "bad_pages_threshold", "ras_records_exceed_threshold", "bad_pages_near_threshold",
-    "ras_table_checksum", "page_fault", "throttled", "init_failed", "ras_uncorrectable", "ras_deferred",
-    "aca_uncorrectable", "aca_deferred", "ring_test_failed_multimedia",
+    "ras_table_checksum", "page_fault", "throttled", "init_failed", "smu_unresponsive", "ras_uncorrectable",
+    "ras_deferred", "aca_uncorrectable", "aca_deferred", "ring_test_failed_multimedia",
 )

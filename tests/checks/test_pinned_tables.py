@@ -68,6 +68,8 @@ AMDGPU = {
     # ACA banks as the kernel decodes them (amdgpu_aca.h): UC without Poison/Deferred, and Poison or Deferred.
     "aca_uncorrectable": (F, "reset"),
     "aca_deferred": (W, "reset"),
+    # issue 32: the SMU stopped answering (acominer#9: a hard power-off brought it back): a reset first.
+    "smu_unresponsive": (F, "reset"),
 }
 BUS = "0000:05:00.0"  # MI300X GPU 0 in tests/support/snapshots.py
 

@@ -116,7 +116,9 @@ class Reading(NamedTuple):
         return not self.problems
 
 
-def _nvidia_root(tmp_path: Path, buses: list[str]):
+def _nvidia_root(tmp_path: Path, buses: list[str], parents: Optional[dict[str, list[str]]] = None):
+    """An HGX-class node with a GPU at each named bus; `parents` (a record's `pci_parents`) puts a GPU below the
+    bridges it names, root port first, in the sysfs tree gpudiag reads a GPU's bridges from."""
     from tests.support.fakes.fake_nvml import HGX_BUS_IDS, FakeGpu, FakeNode, installed
     from tests.support.nvidia_node import sysfs_for
 
@@ -127,7 +129,7 @@ def _nvidia_root(tmp_path: Path, buses: list[str]):
                     minor_number=i)
             for i, bus in enumerate(chosen)]
     node = FakeNode(gpus=gpus)
-    sysfs_for(node, tmp_path)
+    sysfs_for(node, tmp_path, parents)
     return installed(node), tmp_path
 
 
@@ -163,7 +165,7 @@ def replay(record: Record, tmp_path: Path) -> Reading:
     if vendor_of(record) == "amd":
         fake, root = _amd_root(tmp_path / "node", buses, record.data.get("pci_parents", {}))
     else:
-        fake, root = _nvidia_root(tmp_path / "node", buses)
+        fake, root = _nvidia_root(tmp_path / "node", buses, record.data.get("pci_parents", {}))
     out = io.StringIO()
     with fake, contextlib.redirect_stdout(out):
         code = cli.main(["check", "--json", "--root", str(root), "--kernel-log", str(log), "--only", "kernel_log"])

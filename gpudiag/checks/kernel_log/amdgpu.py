@@ -129,6 +129,13 @@ AMDGPU_EVENTS = {
     "page_fault": Finding(Status.WARN, "GPU page fault",
                           "Usually a job that used an invalid address (the log names the process): check the job."),
     "throttled": Finding(Status.WARN, "GPU throttled", "See thermal.* and power.* for the cause."),
+    # The SMU (power-management firmware) stopped answering the driver (probe/kernel_log/amdgpu.py names its records):
+    # amdgpu does not recover it by itself, clocks and power are no longer managed, and a reset that goes through it
+    # may fail; the reporter of ishitatsuyuki/acominer#9 needed a hard power-off. A reset first, as for a hung GPU.
+    "smu_unresponsive": Finding(Status.FAIL, "the SMU (power-management firmware) stopped responding",
+                                "Drain the GPU and reset it (`amd-smi reset --gpureset -g <gpu>`); if the reset fails "
+                                "or the SMU still does not answer, power-cycle the node (a hung SMU often needs a cold "
+                                "boot); a GPU whose SMU hangs again is an RMA candidate.", "reset"),
     # APEI/GHES (firmware-first) PCIe errors on the GPU's link (gpudiag/probe/kernel_log/ghes.py).
     "ghes_pcie_fatal": Finding(Status.FAIL, "fatal PCIe error on the GPU's link, reported by firmware (APEI)",
                                "The platform firmware reported a fatal PCIe error on the link above the GPU: the GPU "

@@ -105,8 +105,9 @@ _REFERENCE = {
     "kernel_log.xid": (
         "NVIDIA Xid lines in the kernel log (/dev/kmsg or --kernel-log; every saved format, "
         "docs/kernel-log-formats.md), "
-        "judged by the Xid catalog and what the line says (Xid 144-150 Fatal/Nonfatal, Xid 154's new action); the "
-        "driver's fallen-off-the-bus, NVLink training, RmInitAdapter, reset-required, GSP timeout, invalid BAR and "
+        "judged by the Xid catalog and what the line says (Xid 144-150 Fatal/Nonfatal, Xid 94's RST/D-RST, Xid 154's "
+        "new action); the driver's fallen-off-the-bus, NVLink training, RmInitAdapter (a reset where its status is "
+        "NV_ERR_RESET_REQUIRED), reset-required, GSP timeout and core dump, multicast-fabric (warn), invalid BAR and "
         "probe failure records; fatal native PCIe AER records on the GPU's link or a bridge above it; error-level "
         "driver records no rule names (warn); earlier boots' faults",
         "Follow the Xid's resolution bucket (the result names it): restart the application, reset the GPU, reboot, "

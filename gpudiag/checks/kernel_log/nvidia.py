@@ -8,7 +8,10 @@ The Xid catalog (xid_catalog.py) decides by code, except where the line says mor
   the earlier ones are history.
 Driver records with no Xid: the "fallen off the bus" messages (the one-line one and the probe-time triple), an
 NVLink training failure (`knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!`, which
-names no GPU: node-level, reboot as GPUd does) and `RmInitAdapter failed!` (the driver could not bring the GPU up).
+names no GPU: node-level, reboot as GPUd does) and `RmInitAdapter failed!` (the driver could not bring the GPU up;
+a reset where its status is NV_ERR_RESET_REQUIRED). Issue 32, item 6: reset-required assertions, GSP timeouts and the
+GSP's core dump (reset), multicast-fabric failures (a warning: the job's fabric memory, not the GPU), invalid BARs and
+probe failures.
 
 SXids are judged per NVSwitch, node-level results that name the switch's PCI address: the line's own word first
 (`Fatal` fails and reboots, `Non-fatal` warns, `Correctable` is counted but not judged), the Fabric Manager's
@@ -57,6 +60,17 @@ _RM_INIT = Finding(
     "The GPU is on the bus but unusable: drain the node and cold-boot it (a warm reboot may not reset the GPU); check "
     "the firmware and GSP images for the driver version, and `dmesg` just above the line for the step that failed; "
     "if it persists, RMA the GPU.", "reboot", "GPUDIAG-NVRM-INIT-FAILED")
+# `RmInitAdapter failed! (0x62:…)`: the driver's own status is NV_ERR_RESET_REQUIRED (nvstatuscodes.h 0x62), and the
+# lines before it say so in words (kernel_gsp.c _kgspBootGspRm: "unexpected WPR2 already up, cannot proceed with
+# booting GSP" / "(the GPU is likely in a bad state and may need to be reset)", open-gpu-kernel-modules#1230): the
+# driver asks for a GPU reset, not a reboot, as it does for NV_ERR_RESET_REQUIRED anywhere (_RESET_REQUIRED below).
+_RM_INIT_RESET = _RM_INIT._replace(
+    description="the driver could not initialise the GPU and requires a reset (RmInitAdapter failed, "
+                "NV_ERR_RESET_REQUIRED)",
+    action="The driver found the GPU in a bad state (GSP firmware left running, e.g. \"WPR2 already up\") and could "
+           "not initialise it: drain the GPU and reset it (`nvidia-smi -r -i <gpu>`), or cold-boot the node where a "
+           "reset is refused; if it persists after a cold boot, check the driver and GSP firmware versions, then RMA.",
+    verdict="reset", fault_code="GPUDIAG-NVRM-INIT-RESET-REQUIRED")
 # Driver records with no Xid (issue 32, item 6; gpudiag/probe/kernel_log/nvidia.py says where each is printed).
 _RESET_REQUIRED = Finding(
     Status.FAIL, "the driver requires a GPU reset (NV_ERR_RESET_REQUIRED)",
@@ -66,6 +80,24 @@ _RESET_REQUIRED = Finding(
 _GSP_TIMEOUT = Finding(
     Status.FAIL, "GSP firmware stopped answering the driver (heartbeat / RPC timeout)",
     xid_catalog.action(119) + " Logged before (or without) Xid 119.", "reset", "GPUDIAG-NVRM-GSP-TIMEOUT")
+# The GSP's core dump (kernel_falcon.c kflcnCoreDumpNondestructive, from kernel_gsp.c _kgspLogGspTimeout): printed
+# only when the GSP stopped answering; NVIDIA's catalog resets the GPU for GSP timeouts and errors (Xid 119/120,
+# RESET_GPU).
+_GSP_CORE_DUMP = _GSP_TIMEOUT._replace(
+    description="GSP firmware core dump (the driver dumped the GSP's state: it stopped answering)",
+    action=xid_catalog.action(119) + " The core dump may be all the log kept (the Xid 119/120 before it lost).",
+    fault_code="GPUDIAG-NVRM-GSP-CORE-DUMP")
+# mem_multicast_fabric.c: NVLink multicast memory (NVLS, cuMulticastCreate and fabric handles) is set up through the
+# fabric: Fabric Manager on an NVSwitch node, the IMEX service across nodes (NVIDIA Fabric Manager User Guide; IMEX
+# Service for NVLink Networks User's Guide, "IMEX Channels": without the channel devices the CUDA APIs fail). A failure
+# there fails the job's multicast allocation, not the GPU: a warning, with where to look.
+_MULTICAST_FABRIC = Finding(
+    Status.WARN, "an NVLink multicast fabric object failed",
+    "A job's NVLink multicast (fabric) memory could not be set up: check each GPU's fabric state (`nvidia-smi -q | "
+    "grep -A4 -i fabric`: State Completed, Status Success), that nvidia-fabricmanager (NVSwitch nodes) or "
+    "nvidia-imex (multi-node NVLink, with /dev/nvidia-caps-imex-channels/) runs, and topology.fabric; then restart "
+    "the job. If it recurs with the fabric healthy, collect `nvidia-bug-report.sh` for NVIDIA support.",
+    "watch", "GPUDIAG-NVRM-MULTICAST-FABRIC")
 _BAR_INVALID = Finding(
     Status.FAIL, "the GPU's PCI BAR is invalid: the driver cannot map it",
     "The firmware did not assign the GPU's memory aperture (BAR): enable \"Above 4G Decoding\" / resizable BAR in the "
@@ -75,8 +107,8 @@ _PROBE_FAILED = Finding(
     Status.FAIL, "the NVIDIA driver could not take the GPU (probe failed)",
     "The driver did not bind to the GPU: the NVRM lines just above it say why (BAR, power cables, firmware). Fix "
     "that, then reboot; if it persists after a cold boot, RMA the GPU.", "reboot", "GPUDIAG-NVRM-PROBE-FAILED")
-_NO_XID = {"reset_required": _RESET_REQUIRED, "gsp_timeout": _GSP_TIMEOUT, "bar_invalid": _BAR_INVALID,
-           "probe_failed": _PROBE_FAILED}
+_NO_XID = {"reset_required": _RESET_REQUIRED, "gsp_timeout": _GSP_TIMEOUT, "gsp_core_dump": _GSP_CORE_DUMP,
+           "multicast_fabric_error": _MULTICAST_FABRIC, "bar_invalid": _BAR_INVALID, "probe_failed": _PROBE_FAILED}
 _RECOVERY = {
     "none": (Status.WARN, "watch", "Xid 154: the driver cleared the GPU's recovery action (back to None): nothing to "
                                    "do now; find the Xid before it that raised the action."),
@@ -85,6 +117,25 @@ _RECOVERY = {
     "reboot": (Status.FAIL, "reboot", "Xid 154: the driver requires a node reboot: drain the node and reboot it."),
     "drain": (Status.FAIL, "drain", "Xid 154: the driver asks to drain the GPU (P2P or IMEX traffic): drain it and "
                                     "follow `nvidia-smi -q -i <gpu> | grep -i -A1 recovery`."),
+}
+
+
+# Xid 94 (a contained uncorrectable error) by what its line says of a reset (`RST: Yes|No, D-RST: Yes|No`, the
+# driver's error-containment table). NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html)
+# gives 94 RESTART_APP, and its GPU Memory Error Management note (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt,
+# "Response to Uncorrectable Contained ECC Errors") says other work carries on and new work may start without a GPU
+# reset, the row remap waiting for the next service-window reset (memory.* sees that pending remap). So a line that
+# says no reset warns (the job restarts); one that asks for a reset or a drain-and-reset fails and resets. A line
+# that says neither keeps the catalog's departure (fail, reset: see xid_catalog.py).
+_CONTAINMENT = {
+    "no-reset": lambda base: base._replace(
+        severity=Status.WARN, verdict="watch", description=f"{base.description}, no reset needed (RST: No)",
+        action="Xid 94: the driver contained the error to the job that hit it (RST: No, D-RST: No): restart that "
+               "job; the GPU keeps running others (NVIDIA's catalog: RESTART_APP). Any row remap it recorded applies "
+               "at the next GPU reset: memory.* says when one is pending."),
+    "reset": lambda base: base._replace(description=f"{base.description}, GPU reset required (RST: Yes)"),
+    "drain-reset": lambda base: base._replace(description=f"{base.description}, drain and reset required (D-RST: "
+                                                         f"Yes)"),
 }
 
 
@@ -104,6 +155,8 @@ def _xid_finding(event: KernelEvent, expect: Expectations, last_154: dict) -> Op
                                  action=f"{base.action} The line says Fatal: drain the GPU and reset it "
                                         f"(`nvidia-smi -r -i <gpu>`).")
         return base._replace(severity=Status.WARN, description=f"{base.description}, Nonfatal", verdict="watch")
+    if code == 94 and event.detail in _CONTAINMENT:
+        return _CONTAINMENT[event.detail](base)
     if code == 154 and event.detail in _RECOVERY:
         if last_154.get(event.pci_bus_id) is not event and event.detail != "none":
             return base._replace(severity=Status.WARN, verdict="watch", description=f"{base.description} (to "
@@ -140,9 +193,11 @@ def nvidia_finding(event: KernelEvent, expect: Expectations, last_154: dict) -> 
     if event.kind == "nvlink_training_failed":
         return _NVLINK_TRAINING
     if event.kind == "rm_init_failed":
-        return _RM_INIT
+        return _RM_INIT_RESET if event.detail == "reset_required" else _RM_INIT
     if event.kind in PCIE_SLOT_EVENT_KINDS:
         return slot_finding(event)
+    if event.kind == "multicast_fabric_error" and event.detail:  # the status the driver named (NV_ERR_…)
+        return _MULTICAST_FABRIC._replace(description=f"{_MULTICAST_FABRIC.description} ({event.detail})")
     if event.kind in _NO_XID:
         return _NO_XID[event.kind]
     if event.kind == UNRECOGNISED_KIND:

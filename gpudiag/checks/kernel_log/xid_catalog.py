@@ -10,7 +10,9 @@ Severity is this tool's call for node health, not NVIDIA's bucket: anything that
 hardware work before the GPU should take jobs again fails; application-level faults (k8s-device-plugin treats
 13, 31, 43, 45, 68 as application errors) and informational events warn. Two deliberate departures from the
 buckets, both memory: 63 (a repair is recorded but only applies at the next reset) and 92/94 (memory producing
-errors) fail, because a node with pending memory repairs should be drained and reset before it takes jobs.
+errors) fail, because a node with pending memory repairs should be drained and reset before it takes jobs. For 94 that
+holds only where the line says nothing of a reset: a line that ends with the driver's containment verdict (`RST: No,
+D-RST: No`) warns, as NVIDIA's bucket RESTART_APP says (checks/kernel_log/nvidia.py _CONTAINMENT, with the sources).
 Unknown codes warn (kernel_log.xid). Operators override per code with Expectations.xid_*_codes.
 """
 

@@ -5,12 +5,13 @@ A cold `gpudiag check --direct` spent 43.7 ms importing and then 63.3 ms probing
 H100 (tests/fixtures/h100/recorded/lab-2026-12-06/check_vs_nvidia_smi.txt). A thread cannot overlap them: the probe
 holds the GIL for much of its work (the kernel log's parsing, the model, the host), and with the collection on a
 thread beside the imports the check took longer (184 ms against 173 ms, lab H100,
-tests/fixtures/h100/recorded/lab-2026-12-06b/thread_overlap/). A child has its own interpreter: it opens NVML, probes the node exactly as this process would,
-and sends the snapshot back pickled through a pipe (29 kB and 2 ms for eight GPUs of the fake node).
+tests/fixtures/h100/recorded/lab-2026-12-06b/thread_overlap/). A child has its own interpreter: it opens NVML,
+probes the node exactly as this process would, and sends the snapshot back pickled through a pipe (29 kB and 2 ms
+for eight GPUs of the fake node).
 
 Only the node this process runs on (`--root /`) is collected so: with --root the node is a recorded tree, with no
 driver to wait for. The collection is the one the checks would ask for: a check with neither --only nor --skip
-judges every optional probe part (tests/cli/check/test_direct.py holds the two equal).
+judges every optional probe part (tests/cli/check/test_forked_collection.py holds the two equal).
 """
 
 from __future__ import annotations

@@ -132,12 +132,22 @@ _PATTERNS: list[tuple[str, re.Pattern, Optional[str]]] = [
     # earlier kernels said "WARN: GPU thermal throttling temperature reached, …".
     ("throttled", _p(r"WARN: GPU (?:is throttled|thermal throttling temperature reached)"), None),
     ("init_failed", _p(r"Fatal error during GPU init"), None),
+    # The SMU (the GPU's power-management firmware) did not answer the driver; the wait for its response timed out:
+    # swsmu smu_cmn.c __smu_cmn_reg_print_error(), SMU_RESP_NONE: "SMU: I'm not done with your previous command:
+    # SMN_C2PMSG_66:0x%08X SMN_C2PMSG_82:0x%08X" (older "… command!"); vega20_smumgr.c (powerplay, MI50):
+    # "Failed to send message 0x%x, response 0x%x", the response register still 0; smu7_smumgr.c (Polaris):
+    # "\n failed to send message %x ret is %d \n" and "\n last message was failed ret is %d\n", ret 0 (the
+    # two-line record, read whole: continued_event below). A response other than none is the SMU's answer, not read.
+    ("smu_unresponsive", _p(r"SMU: I'm not done with your previous command"
+                            r"|Failed to send message 0x[0-9a-fA-F]{1,8}, response 0x0\b"
+                            r"|(?:failed to send message [0-9a-fA-F]{1,8}|last message was failed) ret is 0\b"), None),
 ]
 # How every body above starts: most amdgpu lines are chatter, and one test turns them away before the list is tried.
 _ANY_BODY = _p(r"ring |GPU reset|Mode[12] reset|ASIC reset|[Uu]ncorrectable hardware|[0-9]|poison is|Poison is|aca "
                r"entry"
                r"|ACA\[|Saved bad|RAS |\[[a-z0-9]{0,16}hub|WARN: GPU|Fatal error|MODE1 |GPU (?:smu |psp )?mode1 "
-               r"|VRAM is lost|The cp might|qcm fence|MES|IP block:|Ring |Error Address")
+               r"|VRAM is lost|The cp might|qcm fence|MES|IP block:|Ring |Error Address|SMU: I'm|Failed to send "
+               r"|failed to send |last message was")
 _PAGE_FAULT_PROCESS = lazy_compile(r"for process ([^ ]{0,64}) pid ([0-9]{1,10})\b", re.ASCII)
 _RAS_COUNT_KINDS = {"uncorrectable": "ras_uncorrectable", "deferred": "ras_deferred"}
 
@@ -212,21 +222,104 @@ def amdgpu_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent
 # The later lines of records read above, printed at the record's level: the ACA/MCA bank dump after its header
 # (amdgpu_aca.c / amdgpu_mca.c) and the page fault's status lines (gmc_v9_0.c: "VM_L2_PROTECTION_FAULT_STATUS:…",
 # then indented or tab-led fields).
-_DETAIL = _p(r"Accelerator Check Architecture events logged|(?:aca|mca) entry\[|ACA\[|MCA\[|VM_L2_PROTECTION_FAULT_"
-             r"|[ \t]")
+_DETAIL = _p(r"Accelerator Check Architecture events logged|(?:aca|mca) entry\[|ACA\[|MCA\["
+             r"|(?:GC|MM)?VM_L2_PROTECTION_FAULT_|[ \t]")
+
+
+# Records amdgpu prints at the error level on healthy GPUs: the Secure Display TA (a display content-protection
+# feature) failing its query at boot, amdgpu_psp.c psp_securedisplay_initialize() and amdgpu_securedisplay.c
+# psp_securedisplay_parse_resp_status(), both dev_err (kachick/dotfiles#970: "SECUREDISPLAY error log" on a healthy
+# RDNA GPU); the GPU works without the feature.
+_BENIGN = _p(r"(?:amdgpu )?(?:SECUREDISPLAY: query securedisplay TA failed\. ret 0x[0-9a-fA-F]{1,8}$"
+             r"|Secure display: Generic Failure\.$)")
 
 
 def known_record(message: str) -> bool:
     """Whether a rule above names the record, even one it passes over (corrected counts, running totals, a benign
-    ACA bank): such a record is not an unrecognised driver error (events.py, issue 32 item 7)."""
+    ACA bank, a benign record at the error level): such a record is not an unrecognised driver error (events.py,
+    issue 32 item 7)."""
+    if opens_record(message):  # the head of a two-line record: its text follows
+        return True
     prefix = _PREFIX.match(message)
     if prefix is None:
         return False
-    if _DETAIL.match(message, prefix.end()):
+    if _DETAIL.match(message, prefix.end()) or _BENIGN.match(message.rstrip(), prefix.end()):
         return True
     if not _ANY_BODY.match(message, prefix.end()):
         return False
     return any(pattern.match(message, prefix.end()) for _, pattern, _ in _PATTERNS)
 
 
-__all__ = ["AMDGPU_EVENT_KINDS", "MalformedRecord", "amdgpu_event", "known_record"]
+# -- records of several lines -------------------------------------------------------------------------------------
+
+# smu7_smumgr.c and ci_smumgr.c print their SMU failures with pr_info("\n failed to send message %x ret is %d \n"):
+# one record of two lines, the driver's prefix (pr_fmt "amdgpu: ") alone on the first (ishitatsuyuki/acominer#9, an
+# RX 480). Such a head opens the record, and its next line is read as its body: for the SMU's failures only.
+_EMPTY_HEAD = _p(rf"(?:amdgpu {BUS_ID}:(?: amdgpu:)?|amdgpu:) ?$")
+
+
+def opens_record(message: str) -> bool:
+    """Whether an amdgpu record's first line is its prefix alone: its text follows after the newline."""
+    return message[:6] == "amdgpu" and len(message) < 40 and _EMPTY_HEAD.match(message) is not None
+
+
+def continued_event(head: str, piece: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+    """The SMU failure the next line of a record `head` opened states (see opens_record), read as that record's body."""
+    body = piece.strip(" \t")
+    event = amdgpu_event(f"{head.rstrip()} {body}", seconds)
+    return event if event is not None and event.kind == "smu_unresponsive" else None
+
+
+# gmc_v9_0.c and its kin print a page fault as several records, each with the GPU's prefix: the header "[gfxhub] page
+# fault (…)", the process, "  in page starting at address 0x… from IH client …", on MI300 "  cookie node_id N fault
+# from die …", "VM_L2_PROTECTION_FAULT_STATUS:0x…" and its fields.
+_FAULT_LINE = _p(r"\s{0,8}(?:in page starting at address 0x[0-9a-fA-F]{1,16} from |(?:GC|MM)?VM_L2_PROTECTION_FAULT_"
+                 r"STATUS:0x[0-9a-fA-F]{1,8}|cookie node_id [0-9]{1,4} fault from die )")
+_MAX_OPEN_FAULTS = 256
+
+
+class PageFaults:
+    """The lines of one page fault, each on the GPU its own prefix names. GPUs that fault at once interleave their
+    lines (sgl-project/sglang#10195, eight MI300X): a line belongs to its own GPU's fault, never to another GPU's
+    header. A GPU's header opens its fault and that GPU's later fault lines are part of it; a fault line of a GPU with
+    no fault open (its header cut off, or quoted without it) stands for the fault itself; any other record of the GPU
+    closes its fault."""
+
+    def __init__(self) -> None:
+        self._open: set[str] = set()  # the bus IDs with a fault open
+        self._bus: dict[str, str] = {}  # a prefix's bus ID as printed → normalized (a scan sees few GPUs)
+
+    def feed(self, message: str, event: Optional[KernelEvent], seconds: Optional[float]) -> Optional[KernelEvent]:
+        """`event`: what the record states on its own (amdgpu_event); returns the event the record stands for."""
+        if event is not None:
+            if event.kind == "page_fault" and event.pci_bus_id is not None and len(self._open) < _MAX_OPEN_FAULTS:
+                self._open.add(event.pci_bus_id)
+            elif self._open:
+                self._open.discard(event.pci_bus_id)
+            return event
+        prefix = _PREFIX.match(message)
+        if prefix is None or prefix[1] is None:
+            return None
+        if _FAULT_LINE.match(message, prefix.end()):
+            bus = self._normalized(prefix[1])
+            if bus in self._open:
+                return None
+            if len(self._open) < _MAX_OPEN_FAULTS:
+                self._open.add(bus)
+            return KernelEvent(vendor=Vendor.AMD, kind="page_fault", message=message, pci_bus_id=bus,
+                               timestamp_seconds=seconds)
+        if self._open and not _DETAIL.match(message, prefix.end()):
+            self._open.discard(self._normalized(prefix[1]))
+        return None
+
+    def _normalized(self, printed: str) -> str:
+        bus = self._bus.get(printed)
+        if bus is None:
+            if len(self._bus) >= _MAX_OPEN_FAULTS:
+                self._bus.clear()
+            bus = self._bus[printed] = normalize_pci_bus_id(printed)
+        return bus
+
+
+__all__ = ["AMDGPU_EVENT_KINDS", "MalformedRecord", "PageFaults", "amdgpu_event", "continued_event", "known_record",
+           "opens_record"]

@@ -26,7 +26,8 @@ from typing import Optional
 
 from gpudiag.model import KernelEvent, Vendor, normalize_pci_bus_id
 from gpudiag.probe.kernel_log.aer import aer_event
-from gpudiag.probe.kernel_log.amdgpu import AMDGPU_EVENT_KINDS, amdgpu_event
+from gpudiag.probe.kernel_log.amdgpu import (AMDGPU_EVENT_KINDS, PageFaults, amdgpu_event, continued_event,
+                                             opens_record)
 from gpudiag.probe.kernel_log.amdgpu import known_record as known_amdgpu_record
 from gpudiag.probe.kernel_log.formats import LogLine, split_line, wall_seconds
 from gpudiag.probe.kernel_log.ghes import GhesRecords
@@ -143,19 +144,32 @@ def unrecognised_event(message: str, seconds: Optional[float]) -> Optional[Kerne
 class EventReader:
     """The events of a stream of `LogLine`s, in order. A message that holds several lines of one record (kmsg's
     \\x0a, rsyslog's #012, a journal MESSAGE) is read line by line, and NVRM records that span lines are put together
-    (nvidia.NvrmReader). Each event takes its line's wall clock and boot."""
+    (nvidia.NvrmReader), and so are amdgpu's (amdgpu.PageFaults, amdgpu.opens_record). Each event takes its line's
+    wall clock and boot."""
 
     def __init__(self) -> None:
         self._nvrm = NvrmReader()
         self._ghes = GhesRecords()  # APEI/GHES records span lines too (ghes.py)
         self._unrecognised = 0
         self._opened = False  # the record fed last began a multi-line NVRM message: its later lines may finish it
+        self._amdgpu_head: Optional[str] = None  # the record fed last is amdgpu's prefix alone: its text follows
+        self._faults = PageFaults()  # amdgpu's page faults print several records, GPUs' interleaved
+
+    @property
+    def awaits_more(self) -> bool:
+        """Whether the record fed last opened a multi-line driver record that its later lines may finish."""
+        return self._opened or self._amdgpu_head is not None
+
+    def _event(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
+        event = parse_event(message, seconds) or self._ghes.feed(message, seconds)
+        return self._faults.feed(message, event, seconds) if message.startswith("amdgpu ") else event
 
     def feed(self, line: LogLine) -> list[KernelEvent]:
         message = line.message
         self._opened = message.startswith(("NVRM: The NVIDIA GPU ", BAR_INVALID_HEAD))
+        self._amdgpu_head = message if opens_record(message) else None
         if "\n" not in message and not message.startswith("NVRM: "):  # the common case: one line, not NVRM
-            event = parse_event(message, line.seconds) or self._ghes.feed(message, line.seconds)
+            event = self._event(message, line.seconds)
             if event is None and line.level is not None and line.level <= _ERROR_LEVEL:
                 event = self._unrecognised_error(message, line.seconds)
             if event is None:
@@ -166,10 +180,11 @@ class EventReader:
             return [event]
         head, *rest = message.split("\n")
         head = head[:MAX_RECORD_CHARS]
+        self._amdgpu_head = head if opens_record(head) else None
         if head.startswith("NVRM: "):
             event = self._nvrm.feed(head, line.seconds)
         else:
-            event = parse_event(head, line.seconds) or self._ghes.feed(head, line.seconds)
+            event = self._event(head, line.seconds)
         if event is None and line.level is not None and line.level <= _ERROR_LEVEL and not self._nvrm.pending:
             event = self._unrecognised_error(head, line.seconds)  # the record's first line: its driver's own words
         events = [] if event is None else [event]
@@ -193,8 +208,11 @@ class EventReader:
     def continue_record(self, piece: str, seconds: Optional[float]) -> Optional[KernelEvent]:
         """A later line of the record fed last (after a newline in it, or dmesg's and journalctl's indented
         continuation line): read only as part of a multi-line driver record that record opened (the NVRM probe-time
-        "fallen off the bus" message, the invalid-BAR message); anything else in it is that record's text, whoever
-        wrote it."""
+        "fallen off the bus" message, the invalid-BAR message, amdgpu's two-line SMU failures); anything else in it
+        is that record's text, whoever wrote it."""
+        if self._amdgpu_head is not None:  # amdgpu's two-line SMU records: their one later line is their text
+            head, self._amdgpu_head = self._amdgpu_head, None
+            return continued_event(head, piece, seconds)
         if not self._opened:
             return None
         return self._nvrm.continue_record(piece.strip(" \t")[:MAX_RECORD_CHARS], seconds)

@@ -5,15 +5,17 @@ Prefixes are peeled off in the order the tools write them; each is optional:
 1. a whole-line frame: a /dev/kmsg record `<prio>,<seq>,<usec>,<flags>[,caller=T1];` (its ` KEY=value` dictionary
    lines are skipped), `talosctl dmesg`'s `<node>: <facility>: <level>: [<RFC 3339>]: `, an RFC 5424 header
    `<pri>1 <time> <host> <app> <procid> <msgid> <SD> `, or a syslog/journal prefix `<time> [<host> ]<ident>[<pid>]: `
-   (RFC 3164 and rsyslog's files, `journalctl -o short|short-iso|short-precise|short-full`, `--no-hostname`);
+   (RFC 3164 and rsyslog's files, `journalctl -o short|short-iso|short-precise|short-full`, `--no-hostname`), or a
+   serial console log's `[2024-01-07 00:05:45] ` (xenconsoled), read only where the kernel's since-boot stamp follows;
 2. `dmesg -x`'s `kern  :err   : `, `dmesg -r`'s `<3>`;
 3. up to three stamps: `[   12.345678]` (dmesg, journalctl -o short-monotonic), `[Tue Dec  1 22:49:29 2026]` (-T),
    `2026-12-01T22:49:29,238898+00:00` (--time-format iso), `[Dec 1 22:49]` / `[  +0.000001]` (reltime),
    `[<    0.000001>]` (delta); then a printk caller id `[T1946]` / `[    C3]`;
 4. after a monotonic stamp, journalctl -o short-monotonic's `host kernel: ` (or `kernel: `).
 A line that starts with two or more spaces continues the record above it (dmesg and journalctl indent the later
-lines of a multi-line record). Multi-line records also arrive as one line: kmsg escapes the newline as `\\x0a`,
-rsyslog as `#012`; the message then holds `\\n` and the reader splits it.
+lines of a multi-line record; a console repeats the record's stamps: framing.py). Multi-line records also arrive as
+one line: kmsg escapes the newline as `\\x0a`, rsyslog as `#012`; the message then holds `\\n` and the reader splits
+it.
 
 Structured forms are read by their own readers: `journalctl -o export` on bytes (export.py),
 `journalctl -o json|json-seq|json-pretty` and `dmesg --json`.
@@ -33,6 +35,10 @@ import json
 import re
 from typing import Iterable, Iterator, NamedTuple, Optional
 
+from gpudiag.probe.kernel_log.clocks import MONTH as _MONTH
+from gpudiag.probe.kernel_log.clocks import ctime_seconds as _ctime_seconds
+from gpudiag.probe.kernel_log.clocks import iso_seconds, syslog_seconds
+from gpudiag.probe.kernel_log.clocks import month_number, wall_seconds  # noqa: F401 - where the scanners take them
 from gpudiag.probe.kernel_log.text import MAX_RECORD_CHARS, bounded_int
 from gpudiag.probe.patterns import lazy_compile
 
@@ -65,9 +71,6 @@ _ISO = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})
 # Syslog and journal stamps: `Nov 30 11:08:44` (RFC 3164, journalctl -o short; `.123456` with short-precise), ISO 8601
 # with a point (rsyslog's RSYSLOG_FileFormat, short-iso, short-iso-precise) — dmesg --time-format iso writes a comma,
 # and no host or identifier follows it — and `Tue 2026-11-30 11:08:44 UTC` (short-full).
-# journalctl and rsyslog print the month with strftime's %b, in the reader's locale (systemd logs-show.c): `Jan`, but
-# also `jan.` (nb_NO), `фев` (ru_RU), `6月` (zh_CN), `april`; any word of letters or an `N月`/`N월` is taken for one.
-_MONTH = r"(?:[0-9]{1,2}[\u6708\uc6d4]|[^\x00-\x40\[\]\\^_`{|}~\x7f]{2,12}\.?)"
 _SYSLOG_STAMP = (rf"{_MONTH} [ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}(?:\.[0-9]{{1,9}})?"
                  r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
                  r"|[A-Z][a-z]{2} [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})? [A-Z]{1,5}")
@@ -94,25 +97,17 @@ _ISO_STAMP = lazy_compile(rf"({_ISO}) ", _A)
 _RELTIME = lazy_compile(rf"\[(?:{_MONTH} ?[ 0-9]?[0-9] [0-9]{{2}}:[0-9]{{2}}"
                         r"| {0,12}\+[0-9]{1,12}\.[0-9]{1,9})\] ?", _A)
 _DELTA = lazy_compile(r"\[< {0,16}[0-9]{1,12}\.[0-9]{1,9}>\] ?", _A)
+# A serial console's log as xenconsoled writes a guest's (tools/console/daemon/io.c write_with_timestamp(), strftime
+# "[%Y-%m-%d %H:%M:%S] " before each line: Qubes' /var/log/xen/console/guest-*.log), read only where the kernel's own
+# since-boot stamp follows it (printk.time=1, as every line of the kernel's console output then carries).
+CONSOLE_STAMPS = lazy_compile(r"\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})\] "
+                              r"(\[ {0,16}[0-9]{1,12}\.[0-9]{1,9}\] ?)", _A)
 _CALLER = lazy_compile(r"\[ {0,8}[TC][0-9]{1,10}\] ?", _A)
 _HOST_KERNEL_TAG = lazy_compile(r"(?:[^ ]{1,255} )?kernel: ", _A)
 # "kernel: [16450076.435595] NVRM: ..." and "kernel: NVRM: Xid ...": journal or syslog lines whose date and host were
 # cut when they were pasted (open-gpu-kernel-modules#1150). Only at the very start: "evil kernel: " is text.
 _BARE_KERNEL_TAG = lazy_compile(r"kernel: ", _A)
 
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
-                                        "Dec"), start=1)}
-_ISO_PARTS = lazy_compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]{1,9}))?"
-                          r"(Z|[+-][0-9]{2}:?[0-9]{2})?", _A)
-_SYSLOG_TIME = lazy_compile(rf"({_MONTH}) ([ 0-9]?[0-9]) ([0-9]{{2}}):([0-9]{{2}}):([0-9]{{2}})"
-                            r"(?:\.([0-9]{1,9}))?", _A)
-# %b in the locales journalctl is most often read in (glibc localedata/locales/*: abmon), lower case, without the
-# point: a name not here leaves the line without a wall clock, never unread.
-_LOCALE_MONTHS = {name: number for number, names in enumerate((
-    "jan janv ene gen sty led", "feb febr fév févr fev фев lut úno", "mar mär mrt mars мар maa bře",
-    "apr avr abr kwi апр dub", "may mai mei mag maj мая кві", "jun juin jun giu cze чер июн",
-    "jul juil lug lip июл", "aug aoû août ago sie авг srp", "sep sept set wrz сен zář", "oct okt ott paź окт říj",
-    "nov noi lis ноя", "dec déc dez dic gru дек pro"), start=1) for name in names.split()}
 _SGR = lazy_compile(r"\x1b\[[0-9;]{0,32}m", _A)  # `dmesg -H` (and --color=always) colours on a terminal
 _SYSLOG_FIRST = frozenset("<0123456789ADFJMNOSTW")  # a PRI, a year, a month or (short-full) a weekday
 _LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "warning": 4, "notice": 5, "info": 6, "debug": 7}
@@ -129,6 +124,9 @@ def split_line(line: str) -> Optional[LogLine]:
         line = _SGR.sub("", line)
     first = line[:1]
     if first == "[":  # plain dmesg, short-monotonic, -T, reltime, delta: the common case, no frame
+        console = CONSOLE_STAMPS.match(line) if line[5:6] == "-" else None
+        if console:  # a serial console's log: the console's wall clock, then the kernel's own since-boot stamp
+            return _after_frame(line[console.start(2):], True, "console", (iso_seconds, console[1]), True)
         return _after_frame(line, True, None, None, False)
     if first == " " and _KMSG_PROPERTY.match(line):
         return None
@@ -223,76 +221,6 @@ def _unescape_kmsg(message: str) -> str:
         return message
     raw = _KMSG_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), message)
     return raw.encode("latin-1").decode("utf-8", errors="replace")  # escaped bytes may be UTF-8 sequences
-
-
-# -- wall clocks -------------------------------------------------------------------------------------------------
-
-
-def wall_seconds(wall: object) -> Optional[float]:
-    """A LogLine's wall_time in seconds (converted now if it was left as (converter, stamp))."""
-    if isinstance(wall, tuple):
-        return wall[0](wall[1])
-    return wall if isinstance(wall, float) else None
-
-
-def iso_seconds(text: str) -> Optional[float]:
-    """An ISO 8601 / RFC 3339 stamp → epoch seconds (UTC when it names no zone); None if it is not one."""
-    parts = _ISO_PARTS.match(text)
-    if not parts:
-        return None
-    year, month, day, hour, minute, second = (int(parts[i]) for i in range(1, 7))
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
-        return None
-    import calendar  # here: a check's imports do without it (issue 36, item 9)
-
-    value = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[7] or 0}")
-    zone = parts[8]
-    if zone and zone != "Z":
-        sign = -1 if zone[0] == "+" else 1
-        digits = zone[1:].replace(":", "")
-        value += sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
-    return value
-
-
-def syslog_seconds(text: str) -> Optional[float]:
-    """`Nov 30 11:08:44[.123]` (no year, no zone) → seconds on a clock that starts in 2000: good for telling lines of
-    one file apart and in order, not for the date. An ISO stamp (short-iso) is read as such."""
-    if text[8:9] == "-" and text[4:8].isdigit():  # short-full: "Tue 2026-11-30 11:08:44 UTC", the zone read as UTC
-        return iso_seconds(text[4:23].replace(" ", "T"))
-    parts = _SYSLOG_TIME.match(text)
-    if not parts:
-        return iso_seconds(text)
-    month = month_number(parts[1])
-    if month is None:
-        return None
-    day, hour, minute, second = int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5])
-    if not (1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
-        return None
-    import calendar  # here: a check's imports do without it (issue 36, item 9)
-
-    return calendar.timegm((2000, month, day, hour, minute, second, 0, 0, 0)) + float(f"0.{parts[6] or 0}")
-
-
-def month_number(name: str) -> Optional[int]:
-    """A month as %b prints it in English or another locale (`Jan`, `jan.`, `фев`, `6月`) → 1-12, or None."""
-    if name[-1:] in "\u6708\uc6d4":
-        number = int(name[:-1]) if name[:-1].isascii() and name[:-1].isdigit() else 0
-        return number if 1 <= number <= 12 else None
-    english = _MONTHS.get(name)
-    if english is not None:
-        return english
-    word = name.rstrip(".").lower()
-    return _LOCALE_MONTHS.get(word) or _LOCALE_MONTHS.get(word[:4]) or _LOCALE_MONTHS.get(word[:3])
-
-
-def _ctime_seconds(stamp: re.Match) -> Optional[float]:
-    month = _MONTHS.get(stamp[1])
-    day, hour, minute, second = int(stamp[2]), int(stamp[3]), int(stamp[4]), int(stamp[5])
-    if month is None or not (1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
-        return None
-    import calendar  # here: a check's imports do without it (issue 36, item 9)
-
-    return float(calendar.timegm((int(stamp[6]), month, day, hour, minute, second, 0, 0, 0)))  # dmesg -T: local
 
 
 # -- structured forms --------------------------------------------------------------------------------------------

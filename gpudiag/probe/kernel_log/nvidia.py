@@ -8,7 +8,8 @@ Sources (NVIDIA/open-gpu-kernel-modules, tag 595.45.04):
   GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s`. The PCI tag has no function digit; an unknown process
   prints pid='<unknown>', name=<unknown>; older drivers print pid=… without name=, some paths neither (Xid 79, 154),
   and the oldest no `PCI:` (`NVRM: Xid (0000:03:00): 14, Channel 00000001`, in GPUd's tests; `NVRM: GPU 18:00.0: …`
-  without the domain likewise).
+  without the domain likewise). A full bus ID with its function (`NVRM: Xid (PCI:0000:01:00.0): 13, …`, in
+  scitix/sichek's test data, components/dmesg/kmsg_event_cache_test.go) is read as the same GPU.
 - Xid 144-150 (NVLink5): `<UNIT> Fatal|Nonfatal XC0 i0 Link 00 (…)` (the lines GPUd's tests quote, e.g.
   `149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 …)`).
 - Xid 154: src/nvidia/src/kernel/gpu/gpu.c _gpuRefreshRecoveryActionInLock: `GPU recovery action changed from 0x%x
@@ -41,6 +42,9 @@ Records with no Xid (issue 32, item 6):
   with no domain), then the driver core's `nvidia: probe of %s failed with error %d` (drivers/base/dd.c).
 - The older one-line fallen-off message, kernel-open/nvidia/nv.c before 470: `NVRM: GPU at %04x:%02x:%02x.%x has
   fallen off the bus.`
+- The GSP's core dump (kernel_falcon.c kflcnCoreDumpNondestructive, called by kernel_gsp.c _kgspLogGspTimeout) and
+  NV_CHECK_OK / NV_ASSERT_OK failures in mem_multicast_fabric.c (NVLink multicast memory): see _CORE_DUMP and
+  _MULTICAST_FABRIC below.
 """
 
 from __future__ import annotations
@@ -53,11 +57,12 @@ from gpudiag.probe.kernel_log.text import BUS_ID, DOMAIN, FLAGS, bounded_int
 from gpudiag.probe.patterns import lazy_compile
 
 NVIDIA_EVENT_KINDS = ("xid", "fallen_off_bus", "sxid", "nvlink_training_failed", "rm_init_failed", "reset_required",
-                      "gsp_timeout", "bar_invalid", "probe_failed")
+                      "gsp_timeout", "gsp_core_dump", "multicast_fabric_error", "bar_invalid", "probe_failed")
 
+# "…): 46" alone at the end: NVSentinel's minimal line.
 _XID = lazy_compile(
-    rf"NVRM: Xid \((?:PCI:)?({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}})(?: GPU-I:[0-9]{{1,3}}(?: GPU-CI:[0-9]{{1,3}})?)?\): "
-    r"([0-9]+)(?:, {0,4}|(?=[ (]|$))", FLAGS)  # "…): 46" alone at the end: NVSentinel's minimal line
+    rf"NVRM: Xid \((?:PCI:)?({DOMAIN}:[0-9a-f]{{2}}:[0-9a-f]{{2}}(?:\.[0-7])?)"
+    r"(?: GPU-I:[0-9]{1,3}(?: GPU-CI:[0-9]{1,3})?)?\): ([0-9]+)(?:, {0,4}|(?=[ (]|$))", FLAGS)
 _XID_PROCESS = lazy_compile(r"(?:pid=('?<unknown>'?|[0-9]+), {0,4})?(?:name=([^,]{0,256}), {0,4})?", FLAGS)
 _NVLINK5_SEVERITY = lazy_compile(r"[A-Z0-9_/]{1,48} {1,4}(Fatal|Nonfatal|Non-fatal) ", re.ASCII)
 _RECOVERY_CHANGE = lazy_compile(r"GPU recovery action changed from 0x[0-9a-f]{1,8} \([^)]{0,40}\) to "
@@ -78,12 +83,29 @@ _PROBE_PCI_ID = lazy_compile(r"NVRM: (?:\(PCI ID: [0-9a-f]{4}:[0-9a-f]{4}\) )?in
 _PROBE_FALLEN = "NVRM: fallen off the bus and is not responding to commands."
 _POST_RX_DET = lazy_compile(r"NVRM: knvlinkDiscoverPostRxDetLinks_[A-Z0-9]{2,8}: Getting peer[01]'s "
                             r"postRxDetLinkMask failed!", re.ASCII)
-_RM_INIT = lazy_compile(rf"NVRM: (?:GPU ({BUS_ID}): )?RmInitAdapter failed! \(0x[0-9a-f]{{1,8}}:0x[0-9a-f]{{1,8}}:"
+_RM_INIT = lazy_compile(rf"NVRM: (?:GPU ({BUS_ID}): )?RmInitAdapter failed! \(0x([0-9a-f]{{1,8}}):0x[0-9a-f]{{1,8}}:"
                         r"[0-9]{1,6}\)", FLAGS)
+# nvstatuscodes.h (src/common/sdk/nvidia/inc/): NV_STATUS_CODE(NV_ERR_RESET_REQUIRED, 0x00000062, "Reset required").
+NV_ERR_RESET_REQUIRED = 0x62
 _FALLEN_OFF_OLD = lazy_compile(rf"NVRM: GPU at ({BUS_ID}) has fallen off the bus\.?\s*$", FLAGS)
 _GPU_TAG = rf"(?:GPU ({BUS_ID}): |GPU[0-9]{{1,3}} )?"  # NV_DEV_PRINTF's bus ID, or the GPU instance number
 _RESET_REQUIRED = lazy_compile(rf"NVRM: {_GPU_TAG}nv(?:Assert|Check)OkFailedNoLog: (?:Assertion|Check) failed: "
                                r"Reset required \[NV_ERR_RESET_REQUIRED\]", FLAGS)
+# kernel_falcon.c kflcnCoreDumpNondestructive (older drivers' NVOC name: `…_IMPL`) and kflcnCoreDumpDestructive:
+# one NV_PRINTF line per register (`PRI: riscvPc …`, `TRACE: 08 = 0x…`), printed by kernel_gsp.c _kgspLogGspTimeout
+# (and the GSP error paths before it) only when the GSP has stopped answering.
+_CORE_DUMP = lazy_compile(rf"NVRM: {_GPU_TAG}kflcnCoreDump(?:Nondestructive|Destructive)(?:_IMPL)?: ", FLAGS)
+# mem_multicast_fabric.c (NVLink multicast memory over the fabric): an NV_CHECK_OK / NV_ASSERT_OK failure there, e.g.
+# `Check failed: Requested object not found [NV_ERR_OBJECT_NOT_FOUND] (0x00000057) returned from status @
+# mem_multicast_fabric.c:2917` (scitix/sichek's test data). The status name goes in the event's detail.
+_MULTICAST_FABRIC = lazy_compile(
+    rf"NVRM: {_GPU_TAG}nv(?:Assert|Check)OkFailedNoLog: (?:Assertion|Check) failed: [^\[]{{0,96}}"
+    r"\[(NV_ERR_[A-Z_]{1,64})\] \(0x[0-9a-f]{1,8}\) returned from [^@]{0,256}@ mem_multicast_fabric\.c:[0-9]{1,6}",
+    FLAGS)
+# Xid 94 (and 95) on Ampere and later end with the error-containment verdict (kern_gpu_error_cont_ga100.c and _gb100.c
+# gpuGenerateErrorLog: `… RST: %s, D-RST: %s`, the containment table's bGpuResetReqd and bGpuDrainAndResetReqd).
+# Read at the end of the line only: the process name (`name=%s`) comes before it and is a user's.
+_CONTAINMENT = lazy_compile(r"RST: (Yes|No), D-RST: (Yes|No)\s*$", re.ASCII)
 _GSP_TIMEOUT = lazy_compile(rf"NVRM: {_GPU_TAG}(?:_kgspIsHeartbeatTimedOut: Heartbeat timed out|_kgspRpcRecvPoll: "
                             r"GSP RM heartbeat timed out|_kgspLog(?:Rpc|Gsp)Timeout: |_kgspLogXid119: |"
                             r"kgmmuCheckMemSubsysError_IMPL: )", FLAGS)
@@ -113,6 +135,11 @@ def _xid_detail(code: int, text: str) -> Optional[str]:
     if 144 <= code <= 150:
         word = _NVLINK5_SEVERITY.match(text)
         return None if word is None else ("fatal" if word[1] == "Fatal" else "nonfatal")
+    if code == 94:  # Xid 95 (uncontained) prints the same verdict; NVIDIA's catalog resets it whatever it says
+        verdict = _CONTAINMENT.search(text, max(0, len(text) - 40))
+        if verdict is None:
+            return None
+        return "drain-reset" if verdict[2] == "Yes" else ("reset" if verdict[1] == "Yes" else "no-reset")
     if code == 154:
         change = _RECOVERY_CHANGE.match(text)
         if change is None:
@@ -151,11 +178,21 @@ def nvrm_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
         return _event("nvlink_training_failed", message, None, seconds) if _POST_RX_DET.match(message) else None
     init = _RM_INIT.match(message) if "RmInitAdapter" in message[:40] else None
     if init:
-        return _event("rm_init_failed", message, init[1], seconds)
+        status = int(init[2], 16)  # the first of RmInitAdapter's three: the NV_STATUS it failed with
+        return _event("rm_init_failed", message, init[1], seconds,
+                      detail="reset_required" if status == NV_ERR_RESET_REQUIRED else None)
     if "NV_ERR_RESET_REQUIRED" in message:
         required = _RESET_REQUIRED.match(message)
         if required:
             return _event("reset_required", message, required[1], seconds)
+    if "mem_multicast_fabric.c:" in message:
+        multicast = _MULTICAST_FABRIC.match(message)
+        if multicast:
+            return _event("multicast_fabric_error", message, multicast[1], seconds, detail=multicast[2])
+    if "kflcnCoreDump" in message[:64]:
+        dump = _CORE_DUMP.match(message)
+        if dump:
+            return _event("gsp_core_dump", message, dump[1], seconds)
     if "kgsp" in message[:48] or "kgmmu" in message[:48]:
         gsp = _GSP_TIMEOUT.match(message)
         if gsp:
@@ -200,11 +237,14 @@ class NvrmReader:
         self._lines = 0
         self._in_probe = False  # the record fed last is the probe message's first line
         self._bar = False  # the line before was "This PCI I/O region … is invalid:", whose BAR line names the GPU
+        self._dumping = False  # the NVRM record fed last was a line of a GSP core dump
+        self._dump_continued = False  # the record fed last was a later line of a core dump already read
 
     @property
     def pending(self) -> bool:
-        """Whether the record just fed opened one whose later lines are awaited (not an error of its own)."""
-        return self._pending is not None or self._bar
+        """Whether the record just fed opened one whose later lines are awaited, or went on a core dump already read
+        (not an error of its own)."""
+        return self._pending is not None or self._bar or self._dump_continued
 
     def _bar_line(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
         self._bar = False
@@ -234,6 +274,7 @@ class NvrmReader:
 
     def feed(self, message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
         self._in_probe = message.startswith("NVRM: The NVIDIA GPU ")  # this record may go on over lines
+        dumping, self._dumping, self._dump_continued = self._dumping, False, False
         if self._bar:  # older kernels printed each line of the message as a record of its own
             event = self._bar_line(message, seconds)
             if event is not None:
@@ -256,4 +297,12 @@ class NvrmReader:
         # its first line was lost (cut from a saved log): a GPU fell off, which one is unknown
         if message == _PROBE_FALLEN:
             return _event("fallen_off_bus", message, None, seconds, detail="probe")
-        return nvrm_event(message, seconds)
+        event = nvrm_event(message, seconds)
+        if event is not None and event.kind == "gsp_core_dump":
+            # A core dump prints a line per register, one record each: the lines that follow one another are one
+            # dump, one event (the first line read); another NVRM record in between ends it.
+            self._dumping = True
+            if dumping:
+                self._dump_continued = True
+                return None
+        return event

@@ -23,6 +23,7 @@ from gpudiag.model import ErrorKind, KernelLogInfo, ProbeError, normalize_pci_bu
 from gpudiag.probe.kernel_log.events import FAMILY_MARKERS, KEPT_IN, MAX_RECORD_CHARS, EventReader, split_line
 from gpudiag.probe.kernel_log.export import export_entries, is_export
 from gpudiag.probe.kernel_log.formats import _KMSG_PROPERTY, LogLine, json_records, structured_kind, wall_seconds
+from gpudiag.probe.kernel_log.framing import console_stamps, continues
 from gpudiag.probe.patterns import lazy_compile
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
     reader = EventReader()
     context: Optional[LogLine] = None  # the last driver record read, whose continuation lines may finish it
     head: Optional[str] = None  # the last line that began a record: an indented line at its message column continues it
+    console: Optional[str] = None  # the kernel's stamp on the line above, in a console log: a line that repeats it too
     boot, last_seconds = 0, None
     for number, line in enumerate(lines):
         if number % _CLOCK_EVERY == 0 and until is not None and time.monotonic() > until:
@@ -81,13 +83,16 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
         if line[:1] == " ":
             if line[1:2] != " " and _KMSG_PROPERTY.match(line):
                 continue  # a kmsg dictionary line ( KEY=value): not a record
-            if head is not None and line[1:2] == " " and _continues(head, line):
+            if head is not None and line[1:2] == " " and continues(head, line):
                 # dmesg and journalctl print a record's later lines indented to its message column: they are that
                 # record's text, whoever wrote it (a segfault report's file name), never a record (issue 32, item 1)
-                info.lines_scanned += 1
-                if context is not None and _has_marker(line):
-                    _read_continuation(context, line, info, reader)
+                _read_continuation(context, line, info, reader)
                 continue
+        stamps = console_stamps(line)  # a console prints a record's stamps on each of its lines (framing.py)
+        if stamps is not None and stamps[2] == console and head is not None:
+            _read_continuation(context, line[stamps.end():], info, reader)
+            continue
+        console = stamps[2] if stamps is not None else None
         info.lines_scanned += 1
         head = line
         if line[:1].isdigit():
@@ -113,11 +118,12 @@ def scan(lines: Iterable[str], info: KernelLogInfo, until: Optional[float] = Non
             last_seconds = split.seconds
         if boot:
             split = split._replace(boot=f"log-boot-{boot}")
-        context = split
         if not split.message.startswith(_DRIVER_PREFIXES) and (
                 (split.fmt is None and _SIGNATURE.search(split.message)) or _WRAPPED.search(split.message)):
             _unreadable_line(info, number, line)
+            context = None  # its later lines are its own: no earlier record's
             continue
+        context = split
         _read(split, info, reader)
     if boot:
         info.boots = boot + 1
@@ -171,22 +177,9 @@ def _note_seq(line: str, info: KernelLogInfo) -> None:
         info.last_seq = seq if info.last_seq is None else max(info.last_seq, seq)
 
 
-def _continues(head: str, line: str) -> bool:
-    """Whether an indented `line` is a later line of the record `head` began: indented to exactly its message column,
-    as dmesg (util-linux print_record's indent) and journalctl (the short modes' continuation lines) print one."""
-    indent = len(line) - len(line.lstrip(" "))
-    try:
-        split = split_line(head)
-    except Exception:  # noqa: BLE001 - hostile input: a head that cannot be split opens no column
-        return False
-    if split is None:
-        return False
-    column = len(head.rstrip("\r\n")[:MAX_RECORD_CHARS]) - len(split.message)
-    return indent == column and column >= 2
-
-
-def _read_continuation(context: LogLine, line: str, info: KernelLogInfo, reader: EventReader) -> None:
-    if not context.kernel:
+def _read_continuation(context: Optional[LogLine], line: str, info: KernelLogInfo, reader: EventReader) -> None:
+    info.lines_scanned += 1
+    if context is None or not context.kernel or not (reader.awaits_more or _has_marker(line)):
         return
     try:
         event = reader.continue_record(line.strip(), context.seconds)

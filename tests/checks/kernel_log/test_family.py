@@ -85,12 +85,14 @@ def test_every_kernel_event_kind_the_scanner_emits_is_judged():
     judged_amd = set(kernel_log_amdgpu.AMDGPU_EVENTS)
     assert set(AMDGPU_EVENT_KINDS) <= judged_amd
     codes = {"xid": 79, "sxid": 24007}
+    # A multicast-fabric failure fails a job's fabric memory, not the GPU: it warns (checks/kernel_log/nvidia.py).
+    warns = {"multicast_fabric_error"}
     for kind in NVIDIA_EVENT_KINDS:  # each fails where it lands: its GPU, its NVSwitch, or node-level
         snap = nvidia_h200_node()
         snap.kernel_log.events = [KernelEvent(Vendor.NVIDIA, kind, "NVRM: x", pci_bus_id="0000:19:00.0",
                                               code=codes.get(kind), detail="fatal" if kind == "sxid" else None)]
         results = run(snap, "kernel_log.xid") + run(snap, "kernel_log.sxid")
-        assert Status.FAIL in {r.status for r in results}, kind
+        assert (Status.WARN if kind in warns else Status.FAIL) in {r.status for r in results}, kind
 
 
 def test_xid_on_a_gpu_outside_the_inventory_is_node_level():

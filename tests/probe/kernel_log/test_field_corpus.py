@@ -35,22 +35,6 @@ def test_the_corpus_is_large_enough_and_every_record_is_well_formed():
 # the figures). Strict: a record that comes to be read right fails here until it leaves this table. Issue 32 stays open
 # while any is here; the table is no expectation met.
 READ_WRONG = {
-    "gpu-burn-1-surprise-down-without-the-xid": "native AER on the GPU's root port: the fake NVIDIA node of the "
-    "runner places no GPU below the record's pci_parents",
-    "returnn-1500-native-aer-fatal-recovery-failed": "the same: native AER on an NVIDIA GPU's root port",
-    "ogkm-446-talosctl-gsp-core-dump-trace": "a GSP falcon core dump (kflcnCoreDumpNondestructive) without an Xid "
-    "is not read (item 6)",
-    "sichek-nv-err-object-not-found-multicast-fabric": "multicast-fabric NV_ERR_OBJECT_NOT_FOUND is not read (item 6)",
-    "ogkm-1230-wpr2-already-up-rminitadapter-failed": "gpudiag says reboot where the driver says the GPU may need a "
-    "reset: a catalog decision not yet made",
-    "akash-244-xid94-contained-sm-no-reset": "Xid 94 fails by policy; this record says RST: No, D-RST: No",
-    "acominer-9-smu-failed-to-send-message": "amdgpu's two-line SMU 'failed to send message' records pass",
-    "sglang-10195-mi300x-interleaved-page-faults": "amdgpu page-fault lines interleaved across GPUs without each "
-    "fault's header line are not read",
-    "qubes-7971-console-prefixed-amdgpu-init": "a '[YYYY-MM-DD hh:mm:ss] [ts]' console prefix is unreadable: a warn "
-    "(the false alarm)",
-    "sichek-xid-lines-mentioning-sxid": "an Xid line with a full BDF (PCI:0000:01:00.0) in a peer's test data is not "
-    "read as an Xid",
     "rp-ext-129-mlx5-load-one-failed": "mlx5 probe failures: no check reads NIC records other than flaps",
     "tinycore-9-mlx5-handle-hca-cap-probe-failed": "the same: an mlx5 probe failure",
 }

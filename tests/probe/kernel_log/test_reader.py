@@ -141,6 +141,10 @@ AMDGPU_CASES = [
     (AMD + "WARN: GPU thermal throttling temperature reached, expect performance decrease. PPT0 and THM_CORE.",
      "throttled", None),
     (AMD + "Fatal error during GPU init", "init_failed", None),
+    # issue 32: the SMU stopped answering, verbatim from ROCm/legacy-rocm-build#2196 (swsmu) and #1886 (vega20, MI50)
+    (AMD + "SMU: I'm not done with your previous command: SMN_C2PMSG_66:0x00000012 SMN_C2PMSG_82:0x00000005",
+     "smu_unresponsive", None),
+    (AMD + "Failed to send message 0x26, response 0x0", "smu_unresponsive", None),
 ]
 
 
