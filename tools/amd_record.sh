@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Record what an AMD Instinct node (MI300X / MI325X / MI355X) answers, for the fakes in tests/support/fakes/amd_node.py:
 # the quirks gpudiag relies on (xgmi_error EINVAL, XGMI_WAFL counts, gpu_metrics version, xgmi_link_status, the
-# bad-page threshold as root and not, the in-tree driver version, CPX BDFs and KFD partition IDs, VF answers).
+# bad-page threshold as root and not, the in-tree driver version, CPX BDFs and KFD partition IDs, VF answers, the CPER
+# records and their AFIDs: as root, `amd-smi ras --cper --folder` writes each record as it came, for
+# tests/support/cper_records.py to be checked against).
 # Run from the repository root, once as root and once as a normal user:
 #   tools/amd_record.sh OUTDIR NAME            (e.g. tools/amd_record.sh /tmp/rec mi300x-root)
 set -u
@@ -14,6 +16,9 @@ for args in "static --json" "metric --json" "metric --ecc-blocks --json" "xgmi -
             "partition --json" "bad-pages --json" "version --json"; do
     echo "== amd-smi $args"; amd-smi $args 2>&1
 done > "$d/amd-smi.txt"
+mkdir -p "$d/cper"; amd-smi ras --cper --folder "$d/cper" > "$d/cper/amd-smi-ras.txt" 2>&1
+for f in "$d"/cper/*.cper; do [ -e "$f" ] && { echo "== $f"; amd-smi ras --afid --cper-file "$f" 2>&1; }; done \
+    > "$d/cper/afids.txt"
 {
     for f in /sys/class/drm/card*/device/xgmi_error /sys/class/drm/card*/device/ras/features \
              /sys/class/drm/card*/device/ras/*_err_count /sys/class/drm/card*/device/current_compute_partition \
@@ -36,7 +41,8 @@ for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
                        ("amdsmi_get_gpu_ecc_count", (amdsmi.AmdSmiGpuBlock.XGMI_WAFL,)),
                        ("amdsmi_get_gpu_bad_page_threshold", ()), ("amdsmi_get_power_info", ()),
                        ("amdsmi_get_power_cap_info", ()), ("amdsmi_get_gpu_vram_usage", ()),
-                       ("amdsmi_get_gpu_vbios_info", ()), ("amdsmi_get_pcie_info", ())]:
+                       ("amdsmi_get_gpu_vbios_info", ()), ("amdsmi_get_pcie_info", ()),
+                       ("amdsmi_get_gpu_cper_entries", (0xFFFFFFFF,))]:
         try:
             print(i, name, repr(getattr(amdsmi, name)(h, *args)))
         except Exception as exc:  # the status is the point: print it and go on

@@ -1,7 +1,8 @@
 """`gpudiag root-facts`: as root, record what the unprivileged service and textfile timer cannot read (the PCIe bridges'
-ACS control, earlier boots in the systemd journal) in their state directory. The shipped units run it as
-`ExecStartPre=-+` (root, outside their sandbox; a failure does not stop the service, whose checks then say what is
-missing). gpudiag/probe/root_facts/record.py says what is recorded and how the record is used; docs/service.md why."""
+ACS control, AMD GPUs' CPER records, earlier boots in the systemd journal) in their state directory. The shipped units
+run it as `ExecStartPre=-+` (root, outside their sandbox; a failure does not stop the service, whose checks then say
+what is missing). gpudiag/probe/root_facts/record.py says what is recorded and how the record is used;
+docs/service.md why."""
 
 from __future__ import annotations
 
@@ -53,5 +54,6 @@ def root_facts(
     except OSError as exc:
         raise UsageProblem(f"{path}: cannot write: {exc.strerror or exc}") from None
     boots = len({fault.boot for fault in facts.journal.faults}) if facts.journal else 0
-    stdout.write(f"gpudiag: recorded the ACS control of {len(facts.bridges)} bridge(s) and the driver faults of "
+    cper = f", the CPER records of {len(facts.cper)} AMD GPU(s)" if facts.cper else ""
+    stdout.write(f"gpudiag: recorded the ACS control of {len(facts.bridges)} bridge(s){cper} and the driver faults of "
                  f"{boots} earlier boot(s) in {path}\n", "the account")  # whole, or exit 4 (gpudiag/stdout.py)

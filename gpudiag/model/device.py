@@ -6,6 +6,7 @@ from dataclasses import field
 from typing import Optional
 
 from gpudiag.model.common import ProbeError, Vendor
+from gpudiag.model.cper import CperLog
 from gpudiag.model.records import dataclass
 
 
@@ -280,6 +281,9 @@ class DeviceSnapshot:
     links: list[GpuLink] = field(default_factory=list)
     # AMD: the device's XGMI error status, "no_errors" | "error" | "multiple_errors" (amdsmi_gpu_xgmi_error_status).
     xgmi_error_status: Optional[str] = None
+    # AMD: the GPU's CPER records (amdsmi_get_gpu_cper_entries; issue 32 item 9). None: not read (another vendor, the
+    # call unsupported or failed: `unsupported` or `errors` says which, or a snapshot recorded before gpudiag read it).
+    cper: Optional[CperLog] = None
     # NVIDIA: filled by the NVML probe; None where nothing read it (another vendor, or a snapshot recorded before
     # gpudiag read it).
     driver_health: Optional[DriverHealth] = None

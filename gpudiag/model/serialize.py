@@ -74,6 +74,11 @@ def from_dict(cls: Any, data: Any, path: str = "$") -> Any:
             raise SchemaError(f"{path}: expected a list")
         (item,) = typing.get_args(cls)
         return [from_dict(item, v, f"{path}[{i}]") for i, v in enumerate(data)]
+    if origin is tuple:  # tuple[X, ...]: a frozen record's sequence (gpudiag/model/cper.py)
+        if not isinstance(data, list):
+            raise SchemaError(f"{path}: expected a list")
+        item = typing.get_args(cls)[0]
+        return tuple(from_dict(item, v, f"{path}[{i}]") for i, v in enumerate(data))
     if origin is dict:
         if not isinstance(data, dict):
             raise SchemaError(f"{path}: expected an object")

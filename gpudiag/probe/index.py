@@ -5,6 +5,7 @@ tests/test_registry_index.py."""
 # Written by tools/gen_registry_index.py from the package's modules: do not edit, run it again.
 FAMILY_PARTS = {
     'network': 'gpudiag.probe.network.part',
+    'ras': 'gpudiag.probe.ras.part',
     'screening': 'gpudiag.probe.screening.part',
     'services': 'gpudiag.probe.services.part',
 }

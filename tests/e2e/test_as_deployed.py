@@ -25,7 +25,7 @@ from tests.support.as_user import GPUDIAG
 pytestmark = pytest.mark.slow
 
 # check -> why the service's user may skip it where root judges it, as docs/service.md says it ("What the service
-# cannot read, and who reads it"). Empty: everything root reads, the units read too, or root records it for them.
+# cannot read, and who reads it"). Everything else root reads, the units read too, or root records it for them.
 DOCUMENTED_SKIPS: dict[str, str] = {}
 
 
@@ -82,6 +82,7 @@ def test_the_units_judge_every_node_as_root_does(runtime, name):
 
 @pytest.mark.parametrize("name,check,root_says,unit_says", [
     ("h200-ib-acs-redirect", "network.gpudirect", ("warn", "watch"), ("unknown", "watch")),
+    ("mi300x-fatal-cper", "ras.cper", ("fail", "rma"), ("skip", "none")),
     ("nvidia-xid79-in-three-boots", "kernel_log.xid", ("fail", "rma"), ("fail", "reboot")),
 ])
 def test_without_roots_record_the_sandbox_hides_what_root_reads(runtime, name, check, root_says, unit_says):

@@ -14,7 +14,7 @@ Also a runnable script, for running gpudiag over one such node as a process of i
 
 It installs the node's fake library (and reports the other vendor's library missing, so that no library of the test
 machine's own is found), makes the probe read the node's own fake systemd journal where it has one, and runs the
-CLI. libamd_smi.so reads the bad-page threshold from debugfs, which only root
+CLI. libamd_smi.so reads the bad-page threshold and the CPER records from debugfs, which only root
 may enter (fs/debugfs/inode.c DEBUGFS_DEFAULT_MODE 0700): the fake answers it only where ROOT/sys/kernel/debug can be
 entered by this process (tests/support/as_deployed.py gives the tree that directory with the kernel's mode).
 """
@@ -168,6 +168,9 @@ NODES: dict[str, DeployedNode] = {n.name: n for n in [
     DeployedNode("mi300x-in-tree-amdgpu", AMD, _amd(lambda: amd_node.mi300x_node(2), amd_node.in_tree_amdgpu)),
     DeployedNode("mi300x-ras-inaccessible", AMD,
                  _amd(lambda: amd_node.mi300x_node(2), lambda n: amd_node.ras_inaccessible(n, 1))),
+    # A fatal CPER record (issue 32, item 9): amdsmi reads the ring from debugfs, root's alone; root-facts records it.
+    DeployedNode("mi300x-fatal-cper", AMD,
+                 _amd(lambda: amd_node.mi300x_node(2), lambda n: amd_node.fatal_cper(n, 1, afids=(19,)))),
     DeployedNode("mi300x-sysfs-backend", AMD, _amd(lambda: amd_node.mi300x_node(2), _without_libamd_smi)),
     DeployedNode("mi300x-sysfs-backend-faults", AMD,
                  _amd(lambda: amd_node.mi300x_node(2), _without_libamd_smi,
@@ -178,6 +181,9 @@ NODES: dict[str, DeployedNode] = {n.name: n for n in [
 def debugfs_enterable(root: Path) -> bool:
     """Whether this process may enter ROOT/sys/kernel/debug (what libamd_smi needs to read the bad-page threshold)."""
     return os.access(root / "sys/kernel/debug", os.R_OK | os.X_OK)
+
+
+_INSTALLED: list = []
 
 
 def install(spec: DeployedNode, root: Path) -> object:
@@ -194,6 +200,9 @@ def install(spec: DeployedNode, root: Path) -> object:
         fakes = [fake_nvml.library_missing(), fake_amdsmi.installed(node)]
     for fake in fakes:
         fake.__enter__()
+    # Held for the rest of the process: a generator-based context manager nothing refers to is collected at once,
+    # and collecting it runs its clean-up (GeneratorExit): the fake library was uninstalled before gpudiag ran.
+    _INSTALLED.extend(fakes)
     if (root / JOURNALCTL).exists():
         _journalctl_of_the_node(str(root / JOURNALCTL))
     return node

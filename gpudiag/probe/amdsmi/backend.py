@@ -209,6 +209,23 @@ class AmdsmiBackend:
             device.errors.append(ProbeError(source, ErrorKind.GPU_LOST, message))
         return device
 
+    def cper_by_bus(self, tracker: CallTracker) -> dict[str, DeviceSnapshot]:
+        """Each physical GPU's CPER records alone, by PCI bus ID (`gpudiag root-facts`: the ring is in debugfs, which
+        only root may enter; probe/root_facts/gather.py)."""
+        from gpudiag.probe.amdsmi.cper_entries import fill_cper
+
+        found = {}
+        for index, processor in enumerate(self._processors):
+            if processor.pci_bus_id is None or processor.partition_id not in (None, 0):
+                continue
+            device = DeviceSnapshot(index=index, vendor=self.vendor, source=SOURCE, pci_bus_id=processor.pci_bus_id)
+            try:
+                fill_cper(device, AmdsmiCaller(self._smi, tracker, device.errors), processor.handle)
+            except DeviceLost as exc:
+                device.errors.append(ProbeError("amdsmi.amdsmi_get_gpu_cper_entries", ErrorKind.GPU_LOST, str(exc)))
+            found[processor.pci_bus_id] = device
+        return found
+
     @staticmethod
     def _inherit_partition_modes(device: DeviceSnapshot, call: AmdsmiCaller, processor: Processor) -> None:
         """Secondary partitions do not report the partition modes; they are those of partition 0 (the

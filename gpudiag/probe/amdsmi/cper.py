@@ -2,10 +2,12 @@
 
 On MI300-series nodes amdgpu keeps each RAS event as a UEFI Common Platform Error Record in a ring; amdsmi hands them
 out with amdsmi_get_gpu_cper_entries (the raw records back to back, each as long as its own header says) and
-`amd-smi ras --cper --folder DIR` writes one record per `.cper` file. amdsmi's own decoder (addc) maps a record's
-register dumps to AMD Field IDs (amdsmi_get_afids_from_cper); that mapping is not public, so the AFIDs are taken from
-amdsmi where it answers and otherwise left empty: the record's own severity is what gpudiag judges, as AMD's
-device-metrics-exporter does (a fatal CPER makes the GPU unhealthy: pkg/amdgpu/gpuagent/gpuagent_health.go).
+`amd-smi ras --cper --folder DIR` writes one record per `.cper` file. amdsmi's own decoder maps a record's ACA
+register dumps to AMD Field IDs (amdsmi_get_afids_from_cper, over its ras-decode library): gpudiag takes the AFIDs
+from amdsmi where it answers and otherwise leaves them empty, and does not decode the registers itself. The record's
+own severity is what gpudiag judges first, as AMD's device-metrics-exporter does (a fatal CPER makes the GPU
+unhealthy: pkg/amdgpu/gpuagent/gpuagent_health.go); its AFIDs name the fault (gpudiag/checks/afid_catalog.py).
+Reading them through amdsmi, bounded and fail-closed, is gpudiag/probe/amdsmi/cper_entries.py.
 
 The layout (all little-endian, packed), from amdsmi.h amdsmi_cper_hdr_t and the UEFI specification appendix N:
 - record header, 128 bytes: "CPER" (0), revision (4), 0xFFFFFFFF (6), section count (10), error severity (12: 0
@@ -30,6 +32,7 @@ from gpudiag.model.cper import CperRecord, CperSection
 HEADER = 128
 DESCRIPTOR = 72
 MAX_RECORDS = 1024  # amdgpu's CPER ring holds far fewer; a bound on a hostile buffer
+MAX_AFIDS = 12  # amdsmi.h MAX_NUMBER_OF_AFIDS_PER_RECORD
 SEVERITIES = {0: "non-fatal-uncorrected", 1: "fatal", 2: "corrected", 3: "informational"}
 SECTION_TYPES = {
     bytes.fromhex("780cac322326f648b0d07365725fd6ae"): "crashdump",
@@ -76,7 +79,20 @@ def decode_one(buffer: bytes, at: int = 0) -> tuple[CperRecord, int]:
         raise CperError(f"record at offset {at}: sections overlap")
     notify = NOTIFY_TYPES.get(struct.unpack_from("<Q", buffer, at + 80)[0], "unknown")
     record_id = bytes(buffer[at + 96:at + 104]).split(b"\0", 1)[0].decode("ascii", "replace")
-    return CperRecord(SEVERITIES.get(severity, "unknown"), record_id, notify, tuple(sections)), length
+    return CperRecord(SEVERITIES.get(severity, "unknown"), record_id, notify, tuple(sections),
+                      timestamp=_timestamp(buffer, at)), length
+
+
+def _timestamp(buffer: bytes, at: int) -> str:
+    """The header's timestamp where its valid bit (bit 1 of the valid bits at 16) says it is set: seconds, minutes,
+    hours, flags, day, month, year, century at 24..31, in binary as amdgpu writes them (amdgpu_cper.c fills them from
+    time64_to_tm) and amdsmi reads them (a two-digit year is 20xx). A field out of range gives "" (hostile bytes)."""
+    if not struct.unpack_from("<I", buffer, at + 16)[0] & 0b10:
+        return ""
+    second, minute, hour, _, day, month, year, _ = buffer[at + 24:at + 32]
+    if second > 60 or minute > 59 or hour > 23 or not 1 <= day <= 31 or not 1 <= month <= 12:
+        return ""
+    return f"{year + 2000 if year < 100 else year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
 
 
 def decode(buffer: bytes) -> tuple[list[CperRecord], list[str]]:
@@ -95,36 +111,53 @@ def decode(buffer: bytes) -> tuple[list[CperRecord], list[str]]:
 
 
 def _raw(entry: Any) -> Optional[bytes]:
-    """One record's bytes as amdsmi's Python binding gives them: bytes, or {'bytes': [...], 'size': n}."""
+    """One record's bytes as amdsmi's Python binding gives them: bytes, or {'bytes': [...], 'size': n}. The binding
+    reads the buffer as `ctypes.c_byte` (signed: amdsmi_interface.py amdsmi_get_gpu_cper_entries), so every byte
+    of 0x80 or more comes as a negative int (the header's 0xFFFFFFFF as four -1s): `bytes()` of that list raises."""
     if isinstance(entry, (bytes, bytearray)):
         return bytes(entry)
     if isinstance(entry, dict) and isinstance(entry.get("bytes"), (list, bytes, bytearray)):
-        data = bytes(entry["bytes"])
+        values = entry["bytes"]
+        if isinstance(values, list) and not all(isinstance(v, int) and -128 <= v <= 255 for v in values):
+            return None
+        data = bytes(v & 0xFF for v in values)
         size = entry.get("size")
         return data[:size] if isinstance(size, int) and 0 <= size <= len(data) else data
     return None
 
 
+def undecodable(raw: bytes) -> CperRecord:
+    """A record gpudiag could not decode, kept so that it still counts (fail closed): its header's own severity where
+    the bytes reach that far (offset 12), else "unknown"."""
+    severity = SEVERITIES.get(struct.unpack_from("<I", raw, 12)[0], "unknown") if len(raw) >= 16 else "unknown"
+    return CperRecord(severity, "", "unknown", ())
+
+
 def from_amdsmi(cper_data: Iterable[Any], afids_of: Optional[Callable[[bytes], Any]] = None
                 ) -> tuple[list[CperRecord], list[str]]:
-    """The records of amdsmi_get_gpu_cper_entries' `cper_data`, with each record's AFIDs from `afids_of`
-    (amdsmi_get_afids_from_cper: answers `(afids, count)`) where given; a record amdsmi cannot decode keeps none."""
+    """The records of amdsmi_get_gpu_cper_entries' `cper_data` (one record per entry), with each record's AFIDs from
+    `afids_of` (amdsmi_get_afids_from_cper: answers `(afids, count)`) where given; a record amdsmi cannot give the
+    AFIDs of keeps none. An entry gpudiag cannot decode is still a record (`undecodable`), and the problems say why."""
     records, problems = [], []
     for n, entry in enumerate(cper_data):
         raw = _raw(entry)
         if raw is None:
             problems.append(f"entry {n}: not a CPER record amdsmi hands out ({type(entry).__name__})")
+            records.append(undecodable(b""))
             continue
         decoded, why = decode(raw)
         problems += [f"entry {n}: {w}" for w in why]
+        if not decoded:
+            records.append(undecodable(raw))
         for record in decoded:
             afids: tuple[int, ...] = ()
             if afids_of is not None:
                 try:
                     answer = afids_of(raw)
                     found = answer[0] if isinstance(answer, tuple) else answer
-                    afids = tuple(int(a) for a in found)[:64]
+                    afids = tuple(int(a) for a in found)[:MAX_AFIDS]
                 except Exception as exc:  # amdsmi's decoder refuses some records; the severity still stands
                     problems.append(f"entry {n}: amdsmi could not give its AFIDs ({type(exc).__name__})")
-            records.append(CperRecord(record.severity, record.record_id, record.notify, record.sections, afids))
+            records.append(CperRecord(record.severity, record.record_id, record.notify, record.sections, afids,
+                                      record.timestamp))
     return records, problems

@@ -13,6 +13,7 @@ from typing import Any
 from gpudiag.model import DeviceSnapshot, GpuProcess, TemperatureSensor
 from gpudiag.probe.amdsmi import throttle as amdsmi_throttle
 from gpudiag.probe.amdsmi.calls import AmdsmiCaller, get, integer, number, text
+from gpudiag.probe.amdsmi.cper_entries import fill_cper
 from gpudiag.probe.amdsmi.ras import fill_bad_pages, fill_ecc, fill_xgmi
 from gpudiag.probe.pcie_generation import generation_from_mts
 
@@ -57,6 +58,7 @@ def fill_device(device: DeviceSnapshot, call: AmdsmiCaller, handle: Any) -> None
     _pcie(device, call, handle)
     fill_ecc(device, call, handle, smi)
     fill_bad_pages(device, call, handle, smi)
+    fill_cper(device, call, handle)
     _temperatures(device, call, handle, smi)
     _power(device, call, handle)
     _throttle(device, call, handle)

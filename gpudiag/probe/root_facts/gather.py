@@ -4,8 +4,13 @@ record import that module, and this one imports them)."""
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 from typing import Optional
+
+from gpudiag.model import Vendor
+from gpudiag.model.cper import CperLog
+from gpudiag.probe import deadline
 
 from gpudiag.probe.host import probe_host
 from gpudiag.probe.kernel_log.boot_history import read_boot_history
@@ -29,4 +34,34 @@ def gather(root: Path, until: float, previous: Optional[RootFacts] = None,
     else:
         history = read_boot_history(root, None, host.boot_id, host.boot_time, until, journalctl)
         facts.journal = JournalPart(faults=history.faults, sources=history.sources, problems=history.problems)
+    if any(gpu.vendor == Vendor.AMD for gpu in pci_gpus):
+        facts.cper, facts.cper_problem = _cper(until)
+    else:
+        facts.cper_problem = "no AMD GPU on the PCI bus"
     return facts
+
+
+def _cper(until: float) -> tuple[Optional[dict[str, CperLog]], str]:
+    """Every AMD GPU's CPER records through amdsmi, under the deadline (a hung call is left behind, named)."""
+    from gpudiag.probe.amdsmi.backend import AmdsmiBackend
+
+    def read(tracker: deadline.CallTracker) -> tuple[Optional[dict[str, CperLog]], str]:
+        backend = AmdsmiBackend()
+        info = backend.open(tracker)
+        if not info.available:
+            return None, f"amdsmi is not usable ({info.error.message if info.error else 'no GPU handles'})"
+        try:
+            devices = backend.cper_by_bus(tracker)
+        finally:
+            backend.close()
+        found = {bus: device.cper for bus, device in devices.items() if device.cper is not None}
+        missing = [f"{bus}: {'; '.join(e.message for e in device.errors) or '; '.join(device.unsupported.values())}"
+                   for bus, device in devices.items() if device.cper is None]
+        return found, "; ".join(missing)
+
+    outcome = deadline.run_one(read, max(0.5, until - time.monotonic()), "root-facts cper")
+    if not outcome.done:
+        return None, f"amdsmi did not answer within the deadline (in {outcome.tracker.current or 'a call'})"
+    if outcome.error is not None:
+        return None, f"reading them failed: {outcome.error}"
+    return outcome.value

@@ -6,16 +6,19 @@ The shipped units run gpudiag as the `gpudiag` user with CAP_SYSLOG only. Two th
 - the ACS control of the PCIe bridges between each GPU and its NIC (network.gpudirect): it lies in extended config
   space, and sysfs `config` gives a reader without CAP_SYS_ADMIN only the first 64 bytes (drivers/pci/pci-sysfs.c,
   pci_read_config);
+- an AMD GPU's CPER records (ras.cper): amdsmi reads amdgpu's CPER ring from debugfs (amdgpu_ring_cper), which only
+  root may enter (fs/debugfs/inode.c, mode 0700), and answers NOT_SUPPORTED to anyone else;
 - the kernel records of earlier boots in the systemd journal (a fault that comes back after reboots: the
   kernel-log checks' boots count): journalctl lets only root and the groups systemd-journal, adm and wheel read the
   system journal (journalctl(1), "all users are granted access to their private per-user journals"), and shows any
   other user nothing, not an error.
 
-`gpudiag root-facts` (the units' `ExecStartPre=+`, which systemd runs as root outside the sandbox) reads both and
+`gpudiag root-facts` (the units' `ExecStartPre=+`, which systemd runs as root outside the sandbox) reads them and
 writes them to the state directory as root-facts.json. The unprivileged probe uses the record where its own read
 gave nothing: the ACS words when the record is from this boot and at most MAX_ACS_AGE_SECONDS old (the textfile
-timer's run every 5 minutes refreshes it; config space is reprogrammed at boot and by `setpci`), the earlier boots'
-faults when it is from this boot (they cannot change within it). Root itself never needs it: its own reads win.
+timer's run every 5 minutes refreshes it; config space is reprogrammed at boot and by `setpci`), the CPER records
+under the same bound (new records come with any RAS event), the earlier boots' faults when it is from this boot
+(they cannot change within it). Root itself never needs it: its own reads win.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Optional
 
 from gpudiag.fileio import DocumentError, read_json
 from gpudiag.model import BootFault, PciBridge
+from gpudiag.model.cper import CperLog
 from gpudiag.model.records import dataclass
 from gpudiag.model.serialize import SchemaError, from_dict, to_dict
 
@@ -57,6 +61,10 @@ class RootFacts:
     boot_id: Optional[str] = None  # /proc/sys/kernel/random/boot_id as journald writes it (32 hex digits)
     bridges: list[PciBridge] = field(default_factory=list)
     journal: Optional[JournalPart] = None
+    # AMD GPUs' CPER records by PCI bus ID, as root read them through amdsmi; None: not read (`cper_problem` says why,
+    # or a record an older gpudiag wrote)
+    cper: Optional[dict[str, CperLog]] = None
+    cper_problem: str = ""
 
     def age_seconds(self, now: Optional[float] = None) -> Optional[float]:
         try:
@@ -100,6 +108,19 @@ def acs_of(facts: Optional[RootFacts], why: str) -> tuple[dict[str, PciBridge], 
                     f"gpudiag-check.timer refreshes it every 5 min)")
     recorded = {b.pci_bus_id: b for b in facts.bridges if b.acs_state in ("present", "absent")}
     return recorded, f"recorded by root {_duration(age)} ago ({facts.written_at})"
+
+
+def cper_of(facts: Optional[RootFacts], why: str) -> tuple[dict[str, CperLog], str]:
+    """The recorded CPER records by bus ID, when the record is fresh enough (as for ACS); else {} and why."""
+    if facts is None:
+        return {}, why
+    age = facts.age_seconds() or 0.0
+    if age > MAX_ACS_AGE_SECONDS:
+        return {}, (f"the record root wrote is {_duration(age)} old (at most {MAX_ACS_AGE_SECONDS // 60} min is used: "
+                    f"gpudiag-check.timer refreshes it every 5 min)")
+    if facts.cper is None:
+        return {}, f"root's record holds no CPER records ({facts.cper_problem or 'written by an older gpudiag'})"
+    return facts.cper, f"recorded by root {_duration(age)} ago ({facts.written_at})"
 
 
 def fill_unreadable(bridges: list[PciBridge], recorded: dict[str, PciBridge], written_at: str) -> int:

@@ -14,32 +14,7 @@ import struct
 import pytest
 
 from gpudiag.probe.amdsmi.cper import CperError, decode, decode_one, from_amdsmi
-
-HEADER, DESCRIPTOR = 128, 72
-CRASHDUMP = bytes([0x78, 0x0c, 0xac, 0x32, 0x23, 0x26, 0xf6, 0x48, 0xb0, 0xd0, 0x73, 0x65, 0x72, 0x5f, 0xd6, 0xae])
-NONSTANDARD = bytes([0x78, 0x0c, 0xac, 0x32, 0x23, 0x26, 0xf6, 0x48, 0x81, 0xa2, 0xac, 0x69, 0x17, 0x80, 0x55, 0x1d])
-BOOT = bytes([0x66, 0xa4, 0x61, 0x3d, 0x40, 0xab, 0x9a, 0x40, 0xa6, 0x98, 0xf3, 0x62, 0xd4, 0x64, 0xb3, 0x8f])
-MI300_REVISION_MAJOR = 0x22
-
-
-def gpu_record(sections: list[tuple[bytes, int]], severity: int = 0) -> bytearray:
-    """[header][descriptors][sections]: addc_adapter_test.cc make_gpu_record / make_mi300_event_record."""
-    first = HEADER + len(sections) * DESCRIPTOR
-    size = first + sum(length for _, length in sections)
-    record = bytearray(size)
-    struct.pack_into("<I", record, 0, 0x52455043)  # "CPER", little endian (kCperSignature)
-    struct.pack_into("<I", record, 6, 0xFFFFFFFF)  # kSignatureEnd
-    struct.pack_into("<H", record, 10, len(sections))
-    struct.pack_into("<I", record, 12, severity)
-    struct.pack_into("<I", record, 20, size)
-    offset = first
-    for i, (guid, length) in enumerate(sections):
-        d = HEADER + i * DESCRIPTOR
-        struct.pack_into("<II", record, d, offset, length)
-        record[d + 9] = MI300_REVISION_MAJOR  # cper_sec_desc.revision_major (revision_minor is byte 8)
-        record[d + 16:d + 32] = guid
-        offset += length
-    return record
+from tests.support.cper_records import BOOT, CRASHDUMP, DESCRIPTOR, HEADER, NONSTANDARD, fatal_crashdump, gpu_record
 
 
 def test_an_mi300_crashdump_record_as_amds_test_builds_it():
@@ -96,5 +71,33 @@ def test_amdsmi_entries_with_their_afids_and_a_refusal_kept_apart():
         raise RuntimeError("AMDSMI_STATUS_UNEXPECTED_DATA")
 
     records, problems = from_amdsmi(entries, afids_of)
-    assert [(r.severity, r.afids) for r in records] == [("fatal", (28, 30)), ("non-fatal-uncorrected", ())]
+    # An entry that is no record at all still counts, of no known severity (fail closed: the check warns on it).
+    assert [(r.severity, r.afids) for r in records] == [("fatal", (28, 30)), ("non-fatal-uncorrected", ()),
+                                                        ("unknown", ())]
     assert any("AFIDs" in p for p in problems) and any("entry 2" in p for p in problems)
+
+
+def test_the_bindings_signed_bytes_are_read():
+    """amdsmi's binding lists a record's bytes as ctypes.c_byte, signed: 0xFF comes as -1 (amdsmi_interface.py
+    amdsmi_get_gpu_cper_entries). Before, bytes() of that list raised and the record was lost."""
+    raw = fatal_crashdump("3:7")
+    signed = [b - 256 if b > 127 else b for b in raw]
+    records, problems = from_amdsmi([{"bytes": signed, "size": len(raw)}])
+    assert problems == [] and [(r.severity, r.record_id, r.notify) for r in records] == [("fatal", "3:7", "MCE")]
+    assert records[0].timestamp == "2026-12-05 22:41:07"
+
+
+def test_a_fatal_record_gpudiag_cannot_decode_keeps_its_severity():
+    raw = gpu_record([(CRASHDUMP, 4), (NONSTANDARD, 4)], severity=1)
+    struct.pack_into("<I", raw, HEADER + DESCRIPTOR, HEADER + 2 * DESCRIPTOR)  # overlapping: refused
+    records, problems = from_amdsmi([bytes(raw)])
+    assert [r.severity for r in records] == ["fatal"] and "overlap" in problems[0]
+
+
+def test_a_timestamp_without_its_valid_bit_or_out_of_range_is_not_shown():
+    raw = bytearray(fatal_crashdump())
+    struct.pack_into("<I", raw, 16, 0)
+    assert decode_one(bytes(raw))[0].timestamp == ""
+    raw = bytearray(fatal_crashdump())
+    raw[29] = 13  # month 13
+    assert decode_one(bytes(raw))[0].timestamp == ""

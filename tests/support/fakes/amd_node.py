@@ -129,6 +129,12 @@ class FakeAmdGpu:
     upstream_port: Optional[str] = None
     bridges: tuple[str, ...] = ()
     hang_in: Optional[str] = None  # a C symbol that blocks on this GPU until FakeAmdNode.unhang is set
+    # amdgpu's CPER ring (debugfs amdgpu_ring_cper, Linux 6.15+), oldest record first (tests/support/cper_records.py
+    # builds them); None: a kernel without the ring (amdsmi answers NOT_SUPPORTED).
+    cper_records: Optional[list[bytes]] = field(default_factory=list)
+    # What amdsmi_get_afids_from_cper answers for a record, by its record id: this fake does not decode ACA
+    # registers as AMD's ras-decode does; a record not listed gets no AFIDs.
+    cper_afids: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def numa_node(self) -> int:
@@ -171,7 +177,7 @@ class FakeAmdNode:
     # Kernels that carry the partition in location_id bits [31:28] report every CPX partition at function .0.
     partitions_at_function_zero: bool = False
     # C symbol → the AMDSMI_STATUS_* it returns instead of answering: an int for every call, a list for the next
-    # calls in turn (then it answers normally).
+    # calls in turn (None in it: that call answers normally; after the list, every call does).
     failing_calls: dict[str, int | list[int]] = field(default_factory=dict)
     unhang: threading.Event = field(default_factory=threading.Event)
 
@@ -313,3 +319,20 @@ def violation_counters_without_throttling(node: FakeAmdNode) -> None:
         total = gpu.violation_counters["acc_counter"]
         gpu.violation_counters.update(acc_socket_thrm=total, acc_vr_thrm=total, acc_hbm_thrm=total)
         gpu.violations = {"active_socket_thrm", "active_vr_thrm", "active_hbm_thrm"}
+
+
+def fatal_cper(node: FakeAmdNode, gpu: int, afids: tuple[int, ...] = (30,), record_id: str = "1:1") -> None:
+    """A fatal CPER record in the GPU's ring (an MI300 crash dump), which amdsmi decodes to `afids` (30: "Device
+    Internal Errors, All Others, Fatal" in AMD's AFID table, gpudiag/checks/afid_catalog.py)."""
+    from tests.support.cper_records import fatal_crashdump
+
+    node.gpus[gpu].cper_records.append(fatal_crashdump(record_id))
+    node.gpus[gpu].cper_afids[record_id] = afids
+
+
+def corrected_cper(node: FakeAmdNode, gpu: int, afids: tuple[int, ...] = (24,), record_id: str = "1:2") -> None:
+    """A corrected error's CPER record (24: "HBM Errors, All, Corrected")."""
+    from tests.support.cper_records import corrected_aca
+
+    node.gpus[gpu].cper_records.append(corrected_aca(record_id))
+    node.gpus[gpu].cper_afids[record_id] = afids

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import struct
 import sys
 from typing import Any, Callable, Iterator
 
@@ -22,7 +23,7 @@ from tests.support.fakes.amd_node import XGMI_DISABLED, FakeAmdGpu, FakeAmdNode
 from tests.support.fakes.fake_amdsmi_identity import NEEDS_LIBDRM, IdentityCalls
 
 SUCCESS, NOT_SUPPORTED, INVAL, NOT_FOUND, AMDGPU_RESTART_ERR = 0, 2, 1, 31, 54
-API_FAILED, UNEXPECTED_DATA = 7, 43
+API_FAILED, UNEXPECTED_DATA, OUT_OF_RESOURCES, MORE_DATA = 7, 43, 15, 39
 UINT16_NA, UINT32_NA, UINT64_NA = 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 
 # amdsmi_temperature_type_t and amdsmi_temperature_metric_t values of the C header.
@@ -38,7 +39,7 @@ PRIMARY_ONLY = {
     "amdsmi_get_gpu_bad_page_info", "amdsmi_get_gpu_bad_page_threshold", "amdsmi_get_temp_metric",
     "amdsmi_get_power_info", "amdsmi_get_power_cap_info", "amdsmi_get_energy_count",
     "amdsmi_get_gpu_xgmi_link_status", "amdsmi_gpu_xgmi_error_status", "amdsmi_get_gpu_compute_partition",
-    "amdsmi_get_gpu_memory_partition", "amdsmi_get_gpu_metrics_header_info",
+    "amdsmi_get_gpu_memory_partition", "amdsmi_get_gpu_metrics_header_info", "amdsmi_get_gpu_cper_entries",
 }
 # Still answered for a lost GPU: cached by the library at discovery.
 CACHED_AT_DISCOVERY = {"amdsmi_get_gpu_device_bdf", "amdsmi_get_gpu_kfd_info"}
@@ -92,7 +93,10 @@ class FakeLibAmdSmi(IdentityCalls):
             self.calls.append(name)
             failure = self.node.failing_calls.get(name)
             if isinstance(failure, list) and failure:
-                return failure.pop(0)
+                code = failure.pop(0)
+                if code is not None:  # None: this call answers normally, the next ones in the list fail
+                    return code
+                failure = None
             if isinstance(failure, int):
                 return failure
             if self.node.libdrm_missing and name in NEEDS_LIBDRM:
@@ -223,6 +227,44 @@ class FakeLibAmdSmi(IdentityCalls):
         if not self.node.root or p.gpu.vf:
             return NOT_SUPPORTED
         _target(threshold).value = p.gpu.bad_page_threshold
+        return SUCCESS
+
+    def c_amdsmi_get_gpu_cper_entries(self, p: Processor, mask: Any, buffer: Any, size: Any, headers: Any,
+                                      count: Any, cursor: Any) -> int:
+        """As amd_smi_cper.cc amdsmi_get_gpu_cper_entries_by_path: the ring's records whose `1 << severity` is in
+        the mask, from the cursor on (it counts the records that passed the mask), while the buffer and the header
+        array have room; MORE_DATA when one is full, OUT_OF_RESOURCES when not even one record fits. The ring is in
+        debugfs: a reader who may not enter it (not root) cannot stat it, which answers NOT_SUPPORTED."""
+        if not self.node.root or p.gpu.cper_records is None:
+            return NOT_SUPPORTED
+        mask, capacity, room = int(getattr(mask, "value", mask)), _target(size).value, _target(count).value
+        at, copied, index = 0, 0, 0
+        for record in p.gpu.cper_records:
+            severity = struct.unpack_from("<I", record, 12)[0]
+            if severity >= 32 or not (mask >> severity) & 1:
+                continue
+            if capacity - at < len(record) or copied == room:
+                _target(count).value, _target(size).value = copied, at
+                return OUT_OF_RESOURCES if at == 0 else MORE_DATA
+            if index != _target(cursor).value:  # the C compares with *cursor, which each copy moves on
+                index += 1
+                continue
+            ctypes.memmove(ctypes.addressof(buffer) + at, record, len(record))
+            headers[copied] = ctypes.cast(ctypes.addressof(buffer) + at, headers._type_)
+            copied, index = copied + 1, index + 1
+            _target(cursor).value = index
+            at += len(record)
+        _target(count).value, _target(size).value = copied, at
+        return SUCCESS
+
+    def c_amdsmi_get_afids_from_cper(self, buffer: Any, size: Any, afids: Any, count: Any) -> int:
+        """The AFIDs the scenario gives the record, found by its record id (this fake decodes no ACA registers)."""
+        raw = ctypes.string_at(buffer, int(getattr(size, "value", size)))
+        record_id = raw[96:104].split(b"\0", 1)[0].decode("ascii", "replace")
+        found = next((gpu.cper_afids[record_id] for gpu in self.node.gpus if record_id in gpu.cper_afids), ())
+        for i, afid in enumerate(found[:_target(count).value]):
+            afids[i] = afid
+        _target(count).value = len(found)
         return SUCCESS
 
     # -- thermal, power, throttling -------------------------------------------------------------------------
