@@ -14,7 +14,7 @@ FAMILY_MODULES = (
     'gpudiag.checks.network.family',
     'gpudiag.checks.pcie',
     'gpudiag.checks.power',
-    'gpudiag.checks.ras',
+    'gpudiag.checks.ras.family',
     'gpudiag.checks.screen',
     'gpudiag.checks.services',
     'gpudiag.checks.thermal',

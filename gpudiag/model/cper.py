@@ -1,5 +1,5 @@
 """AMD CPER records as plain data (issue 32, item 9): what the probe decoded from a GPU's Common Platform Error Records
-(gpudiag/probe/amdsmi/cper.py) and the checks judge (gpudiag/checks/ras.py, gpudiag/checks/kernel_log/cper.py)."""
+(gpudiag/probe/amdsmi/cper.py) and the checks judge (gpudiag/checks/ras/family.py, gpudiag/checks/ras/cper.py)."""
 
 from __future__ import annotations
 

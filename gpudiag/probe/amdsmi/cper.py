@@ -6,7 +6,7 @@ out with amdsmi_get_gpu_cper_entries (the raw records back to back, each as long
 register dumps to AMD Field IDs (amdsmi_get_afids_from_cper, over its ras-decode library): gpudiag takes the AFIDs
 from amdsmi where it answers and otherwise leaves them empty, and does not decode the registers itself. The record's
 own severity is what gpudiag judges first, as AMD's device-metrics-exporter does (a fatal CPER makes the GPU
-unhealthy: pkg/amdgpu/gpuagent/gpuagent_health.go); its AFIDs name the fault (gpudiag/checks/afid_catalog.py).
+unhealthy: pkg/amdgpu/gpuagent/gpuagent_health.go); its AFIDs name the fault (gpudiag/checks/ras/afid_catalog.py).
 Reading them through amdsmi, bounded and fail-closed, is gpudiag/probe/amdsmi/cper_entries.py.
 
 The layout (all little-endian, packed), from amdsmi.h amdsmi_cper_hdr_t and the UEFI specification appendix N:

@@ -323,7 +323,7 @@ def violation_counters_without_throttling(node: FakeAmdNode) -> None:
 
 def fatal_cper(node: FakeAmdNode, gpu: int, afids: tuple[int, ...] = (30,), record_id: str = "1:1") -> None:
     """A fatal CPER record in the GPU's ring (an MI300 crash dump), which amdsmi decodes to `afids` (30: "Device
-    Internal Errors, All Others, Fatal" in AMD's AFID table, gpudiag/checks/afid_catalog.py)."""
+    Internal Errors, All Others, Fatal" in AMD's AFID table, gpudiag/checks/ras/afid_catalog.py)."""
     from tests.support.cper_records import fatal_crashdump
 
     node.gpus[gpu].cper_records.append(fatal_crashdump(record_id))

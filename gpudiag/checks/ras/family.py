@@ -1,8 +1,8 @@
 """ras.*: what an AMD GPU's own RAS records say (issue 32, item 9): the CPER records amdgpu keeps in its ring since
 the driver loaded, as amdsmi hands them out (`amd-smi ras --cper`; gpudiag/probe/amdsmi/cper_entries.py).
 
-ras.cper judges each GPU by its worst record (gpudiag/checks/kernel_log/cper.py): a fatal record fails with the
-action and fault code its AFIDs call for (gpudiag/checks/afid_catalog.py, AMD's AFID table), an uncorrected one
+ras.cper judges each GPU by its worst record (gpudiag/checks/ras/cper.py): a fatal record fails with the
+action and fault code its AFIDs call for (gpudiag/checks/ras/afid_catalog.py, AMD's AFID table), an uncorrected one
 warns, corrected and informational ones pass. A GPU whose records could not be read is unknown; one whose amdsmi or
 kernel has no CPER ring, or whose ring only root may read, is a skip that says which. Records stay in the ring until
 the driver reloads, as amdgpu's own error counts do (ecc.uncorrected), so a fatal record fails the GPU until then.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpudiag.checks.common import device_check, failed, not_available, passed, skipped, unknown, warned
 from gpudiag.checks.family import Family
-from gpudiag.checks.kernel_log.cper import verdict, worst
+from gpudiag.checks.ras.cper import verdict, worst
 from gpudiag.checks.verdicts import with_verdict
 from gpudiag.expect import Expectations
 from gpudiag.model import CheckResult, DeviceSnapshot, Status, Vendor
@@ -84,7 +84,7 @@ CHECKS = (
 F, W, U = Status.FAIL, Status.WARN, Status.UNKNOWN
 FAMILY = Family(
     "ras", order=42, checks=CHECKS,
-    # Per-record verdicts come from the record's severity and AFIDs (checks/kernel_log/cper.py); these are the
+    # Per-record verdicts come from the record's severity and AFIDs (checks/ras/cper.py); these are the
     # fallback and the unreadable case.
     verdicts={CPER: {F: ("reset", "GPUDIAG-CPER-FATAL"), W: ("watch", "GPUDIAG-CPER-UNCORRECTED"),
                      U: ("watch", "GPUDIAG-CPER-UNREADABLE")}},

@@ -1,10 +1,10 @@
-"""What a CPER record means for its GPU (issue 32, item 9): gpudiag/checks/kernel_log/cper.py. The severities are
+"""What a CPER record means for its GPU (issue 32, item 9): gpudiag/checks/ras/cper.py. The severities are
 amdsmi's (amdsmi.h amdsmi_cper_sev_t; amdsmi's RAS page: 0 recoverable/non-fatal uncorrected, 1 fatal, 2
 corrected, 3 informational); a fatal record makes the GPU unhealthy in AMD's device-metrics-exporter."""
 
 from __future__ import annotations
 
-from gpudiag.checks.kernel_log.cper import verdict, worst
+from gpudiag.checks.ras.cper import verdict, worst
 from gpudiag.model import Status
 from gpudiag.model.cper import CperRecord, CperSection
 
@@ -29,7 +29,7 @@ def test_the_afids_are_shown_and_the_worst_record_decides():
 
 
 def test_a_fatal_records_afid_gives_its_action_and_fault_code():
-    """AMD's AFID table (gpudiag/checks/afid_catalog.py): 19 is HBM at the bad-page retirement threshold, 14 a fatal
+    """AMD's AFID table (gpudiag/checks/ras/afid_catalog.py): 19 is HBM at the bad-page retirement threshold, 14 a fatal
     PCIe AER error, 30 a fatal device-internal error; 34 ("Unidentified Error") names nothing."""
     assert verdict(record("fatal", [19]))[:3] == (Status.FAIL, "rma", "GPUDIAG-CPER-AFID-19")
     assert verdict(record("fatal", [14]))[:3] == (Status.FAIL, "reboot", "GPUDIAG-CPER-AFID-14")

@@ -4,7 +4,7 @@ from the record's own severity (gpudiag/model/cper.py), named more closely by th
 - fatal: the GPU met an uncorrectable error it could not contain; amdgpu resets the GPU (MI300: a mode-1 reset of
   the hive) and AMD's device-metrics-exporter marks the GPU unhealthy (isFatalCPERActionable,
   pkg/amdgpu/gpuagent/gpuagent_health.go): fail, reset; where an AFID of the record names the fault
-  (gpudiag/checks/afid_catalog.py), its action and the fault code GPUDIAG-CPER-AFID-<n> (e.g. AFID 19, HBM at the
+  (gpudiag/checks/ras/afid_catalog.py), its action and the fault code GPUDIAG-CPER-AFID-<n> (e.g. AFID 19, HBM at the
   bad-page threshold: rma).
 - non-fatal uncorrected ("recoverable", amdsmi's RAS page): an uncorrected error that was contained (poison
   consumed by one process): warn, watch (the code names the AFID where AMD's table has it).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gpudiag.checks.afid_catalog import ACTIONS, AFIDS, describe
+from gpudiag.checks.ras.afid_catalog import ACTIONS, AFIDS, describe
 from gpudiag.checks.verdicts import ACTION_RANK
 from gpudiag.model import Status
 from gpudiag.model.cper import CperRecord
