@@ -12,7 +12,7 @@ import sys
 
 from tests.support.checklist_scenarios import ALL, ISSUE_CASES, checklist
 
-BUDGET = 42  # lines, by default, for any of these nodes (docs/checklist.md "The line budget")
+BUDGET = 43  # lines, by default, for any of these nodes (docs/checklist.md "The line budget")
 
 
 def main(argv: list[str]) -> int:
