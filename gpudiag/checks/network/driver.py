@@ -56,6 +56,8 @@ def _fault(event: KernelEvent) -> bool:
     if event.kind == "nic_firmware_reset":
         return event.detail == "fatal"
     return event.kind in _FAULTS
+
+
 _SHOWN = 3  # the first lines of a NIC's records in `observed`: a flood of one wording is one line in the checklist
 _PROBE_CODE = "GPUDIAG-NETWORK-NIC-PROBE-FAILED"
 _EXPECTED = "no NIC driver probe failure, fault or unrecognised error record"
