@@ -98,29 +98,40 @@ def load(state_dir: Optional[Path], boot_id: Optional[str]) -> tuple[Optional[Ro
     return facts, ""
 
 
+def _too_old(facts: RootFacts) -> Optional[str]:
+    """Why the record is too old to judge by (ACS, CPER records), or None."""
+    age = facts.age_seconds() or 0.0
+    if age > MAX_ACS_AGE_SECONDS:
+        return (f"the record root wrote is {_duration(age)} old (at most {MAX_ACS_AGE_SECONDS // 60} min is used: "
+                f"gpudiag-check.timer refreshes it every 5 min)")
+    return None
+
+
+def _recorded_by_root(facts: RootFacts) -> str:
+    return f"recorded by root {_duration(facts.age_seconds() or 0.0)} ago ({facts.written_at})"
+
+
 def acs_of(facts: Optional[RootFacts], why: str) -> tuple[dict[str, PciBridge], str]:
     """The recorded bridges by bus ID, when the record is fresh enough to judge ACS by; else {} and why."""
     if facts is None:
         return {}, why
-    age = facts.age_seconds() or 0.0
-    if age > MAX_ACS_AGE_SECONDS:
-        return {}, (f"the record root wrote is {_duration(age)} old (at most {MAX_ACS_AGE_SECONDS // 60} min is used: "
-                    f"gpudiag-check.timer refreshes it every 5 min)")
+    old = _too_old(facts)
+    if old is not None:
+        return {}, old
     recorded = {b.pci_bus_id: b for b in facts.bridges if b.acs_state in ("present", "absent")}
-    return recorded, f"recorded by root {_duration(age)} ago ({facts.written_at})"
+    return recorded, _recorded_by_root(facts)
 
 
 def cper_of(facts: Optional[RootFacts], why: str) -> tuple[dict[str, CperLog], str]:
     """The recorded CPER records by bus ID, when the record is fresh enough (as for ACS); else {} and why."""
     if facts is None:
         return {}, why
-    age = facts.age_seconds() or 0.0
-    if age > MAX_ACS_AGE_SECONDS:
-        return {}, (f"the record root wrote is {_duration(age)} old (at most {MAX_ACS_AGE_SECONDS // 60} min is used: "
-                    f"gpudiag-check.timer refreshes it every 5 min)")
+    old = _too_old(facts)
+    if old is not None:
+        return {}, old
     if facts.cper is None:
         return {}, f"root's record holds no CPER records ({facts.cper_problem or 'written by an older gpudiag'})"
-    return facts.cper, f"recorded by root {_duration(age)} ago ({facts.written_at})"
+    return facts.cper, _recorded_by_root(facts)
 
 
 def fill_unreadable(bridges: list[PciBridge], recorded: dict[str, PciBridge], written_at: str) -> int:
