@@ -112,8 +112,9 @@ _GSP_TIMEOUT = lazy_compile(rf"NVRM: {_GPU_TAG}(?:_kgspIsHeartbeatTimedOut: Hear
 BAR_INVALID_HEAD = "NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:"
 _BAR_INVALID = lazy_compile(r"NVRM: BAR[0-9] is [0-9]{1,12}M @ 0x[0-9a-f]{1,16} \(PCI:(?:([0-9a-f]{4,8}:[0-9a-f]{2}:"
                             r"[0-9a-f]{2}\.[0-7])|([0-9a-f]{4}):([0-9a-f]{2}\.[0-7]))\)", FLAGS)
-# drivers/base/dd.c really_probe / driver_probe_device: `<driver>: probe of <device> failed with error <n>`.
-PROBE_FAILED = lazy_compile(rf"(nvidia|amdgpu|mlx5_core): probe of ({BUS_ID}) failed with error (-?[0-9]{{1,6}})\s*$",
+# drivers/base/dd.c really_probe / driver_probe_device: `<driver>: probe of <device> failed with error <n>`, for the
+# GPU drivers (the NIC drivers' are the network family's: probe/network/kernel_log.py).
+PROBE_FAILED = lazy_compile(rf"(nvidia|amdgpu): probe of ({BUS_ID}) failed with error (-?[0-9]{{1,6}})\s*$",
                             FLAGS)
 _SXID = lazy_compile(rf"nvidia-nvswitch[0-9]{{1,3}}: SXid \(PCI:({BUS_ID})\): ([0-9]+), {{0,4}}"
                      r"(?:(Fatal|Non-fatal|Correctable),|Severity ([0-9]{1,3}) Engine instance|(Data \{))?", FLAGS)
@@ -203,7 +204,7 @@ def nvrm_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
 def probe_failed_event(message: str, seconds: Optional[float]) -> Optional[KernelEvent]:
     """`nvidia: probe of 0000:02:00.0 failed with error -1` (or amdgpu's): the driver could not take the GPU."""
     match = PROBE_FAILED.match(message)
-    if match is None or match[1].lower() == "mlx5_core":
+    if match is None:
         return None
     vendor = Vendor.NVIDIA if match[1].lower() == "nvidia" else Vendor.AMD
     return KernelEvent(vendor=vendor, kind="probe_failed", message=message, pci_bus_id=normalize_pci_bus_id(match[2]),
