@@ -31,6 +31,7 @@ def forks(monkeypatch):
 
     def noted(*args):
         made.append(real(*args))
+        made[-1].forked_pid = made[-1].pid  # kept: close() forgets it once the child is reaped
         return made[-1]
 
     monkeypatch.setattr(direct, "forks_the_collection", lambda root: True)
@@ -97,7 +98,7 @@ def test_a_child_that_hangs_is_given_up_after_the_deadline_and_ended(tmp_path, f
     (child,) = forks
     assert child.pid is None  # killed and reaped
     with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no child of this process is left
+        os.waitpid(child.forked_pid, os.WNOHANG)  # no such child of this process any more
 
 
 # The console script as run (fastpath.run, then os._exit), the child forked: one whole JSON document on stdout (a
