@@ -116,9 +116,11 @@ ENDED = time.perf_counter()
 import json
 from gpudiag.cli.check import direct
 from gpudiag.probe.nvml import early
+from gpudiag.cli.check import early_collect
 with open(notes, "w") as out:
     json.dump({{"first_line": FIRST_LINE, "started": STARTED, "marks": direct.MARKS, "parts": direct.PROBE_PARTS,
-               "early_nvml": early.WINDOW, "spawned": SPAWNED, "ended": ENDED, "code": code,
+               "early_nvml": early.WINDOW, "child_marks": direct.CHILD_MARKS or early_collect.CHILD_MARKS,
+               "spawned": SPAWNED, "ended": ENDED, "code": code,
                "modules": globals().get("MODULE_CPU", {{}})}}, out)
 fastpath.leave(code)
 """
@@ -179,6 +181,62 @@ _external._LoaderBasics.exec_module = _timed_exec
 """
 
 
+# Marks the collector's steps in whichever process collects (the forked child sends them back with its answer:
+# gpudiag/cli/check/early_collect.py CHILD_MARKS): appended to the runner's set-up for one more run. The methods are
+# wrapped when their module is first executed, so that nothing is imported earlier than the check itself imports it.
+TIMELINE = """
+import functools as _functools, importlib._bootstrap_external as _external2
+_MARKED = {"gpudiag.probe": [("Collector", m) for m in ("_collect_host", "_open_backends", "_collect_devices",
+                                                        "_collect_peers", "_finish_kernel_log", "_finish_family_parts",
+                                                        "close")],
+           "gpudiag.probe.kernel_log.reader": [(None, "read_kernel_log")],
+           "gpudiag.probe.nvml.backend": [("NvmlBackend", "open"), ("NvmlBackend", "probe_device")]}
+def _mark(label):
+    from gpudiag.cli.check import early_collect
+    early_collect.CHILD_MARKS.append((label, time.perf_counter()))
+def _wrap(owner, name):
+    original = getattr(owner, name)
+    @_functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        _mark(name + " begins")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _mark(name + " ends")
+    setattr(owner, name, wrapper)
+_exec2 = _external2._LoaderBasics.exec_module
+def _exec_and_mark(loader, module):
+    _exec2(loader, module)
+    for owner, name in _MARKED.get(module.__name__, ()):
+        _wrap(getattr(module, owner) if owner else module, name)
+_external2._LoaderBasics.exec_module = _exec_and_mark
+"""
+
+
+def timeline(python: list[str], check_args: list[str], env: dict, prelude: str, runs: int) -> dict:
+    """`runs` more cold checks with the collector's steps marked (TIMELINE): each mark's median time since the
+    check's process was started (ms), the parent's and the collecting child's in one list, in order."""
+    samples: list[dict] = []
+    for _ in range(runs):
+        with tempfile.NamedTemporaryFile(suffix=".json") as notes:
+            spawned = time.perf_counter()
+            subprocess.run([*python, "-c", CHILD.format(prelude=prelude + TIMELINE), notes.name, *check_args],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+            exited = time.perf_counter()
+            got = json.loads(Path(notes.name).read_text())
+        marks: dict[str, float] = {"first line": got["first_line"], "gpudiag starts": got["started"]}
+        marks.update((f"parent: {step}", at) for step, at in got["marks"])
+        seen: dict[str, int] = {}
+        for label, at in got["child_marks"]:  # a step made more than once (one per GPU) is numbered
+            seen[label] = seen.get(label, 0) + 1
+            marks[label if seen[label] == 1 else f"{label} #{seen[label]}"] = at
+        marks["exited"] = exited
+        samples.append({label: (at - spawned) * 1e3 for label, at in marks.items()})
+    labels = [label for label in samples[0] if all(label in s for s in samples)]
+    return {"runs": runs, "median_ms_since_start": dict(sorted(
+        ((label, statistics.median(s[label] for s in samples)) for label in labels), key=lambda kv: kv[1]))}
+
+
 def import_profile(python: list[str], check_args: list[str], env: dict, prelude: str, top: int = 15) -> dict:
     """One more cold check, each module's body timed (MODULE_TIMER): CPU by package (gpudiag's sub-packages apart)
     and the top modules, from gpudiag's start (with --fake, what the fake node imported before, pynvml and
@@ -229,7 +287,8 @@ def breakdown(python: list[str], check_args: list[str], env: dict, prelude: str,
                    "probe": statistics.median(s["steps"]["probe"] for s in group),
                    "nvml part": statistics.median(s["parts"].get("nvml", 0.0) for s in group)}
            for label, group in (("as shipped", samples), *variants.items())}
-    return {"runs": runs, "steps_median_ms": median, "total_median_ms": statistics.median(s["total"] for s in samples),
+    return {"runs": runs, "steps_median_ms": median, "timeline": timeline(python, check_args, env, prelude, runs),
+            "total_median_ms": statistics.median(s["total"] for s in samples),
             "probe_parts_median_ms": parts, "early_nvml_median_ms": early, "spawned": samples[-1]["spawned"],
             "a_b_ms": a_b, "imports": import_profile(python, check_args, env, prelude), "samples": samples}
 
@@ -271,6 +330,9 @@ def describe(found: dict) -> list[str]:
     for argv, timing in found.get("programs", {}).items():
         lines.append(f"    {argv}: " + (timing.get("note") or f"{timing['median_ms']:.1f} ms on its own (median of 3), "
                                                            f"{timing['output_bytes']} bytes"))
+    lines.append(f"a timeline of {found['timeline']['runs']} more runs, collector steps marked (medians, ms since the "
+                 f"process was started; parent and collecting child):")
+    lines += [f"  {at:7.1f}  {label}" for label, at in found["timeline"]["median_ms_since_start"].items()]
     imports = found["imports"]
     lines.append(f"module bodies of one more run: {imports['total_ms']:.1f} ms of CPU in {imports['modules']} modules "
                  f"(each its own, on the thread that imported it)")

@@ -53,22 +53,32 @@ def candidates(nvml, handle) -> dict:
     put("pclk ClockInfo SM", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
     put("mclk ClockInfo MEM", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))
     put("sm UtilizationRates", lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    for clock, clock_name in ((nvml.NVML_CLOCK_GRAPHICS, "GRAPHICS"), (nvml.NVML_CLOCK_SM, "SM")):
+        for clock_id, id_name in ((nvml.NVML_CLOCK_ID_CURRENT, "CURRENT"),
+                                  (nvml.NVML_CLOCK_ID_APP_CLOCK_TARGET, "APP_CLOCK_TARGET")):
+            put(f"pclk GetClock {clock_name} {id_name}",
+                lambda c=clock, i=clock_id: nvml.nvmlDeviceGetClock(handle, c, i))
     return found
 
 
-def buffered(nvml, handle, since_us: int) -> dict:
-    """nvmlDeviceGetSamples' samples since `since_us`, per kind: [(timestamp s, value)]."""
+def buffered(nvml, handle, since_us: dict, errors: dict) -> dict:
+    """nvmlDeviceGetSamples' samples newer than the last one seen of each kind (`since_us`, updated), per kind:
+    [(timestamp s, value)]; a kind that raised is counted in `errors` by its error's name."""
     kinds = {"pwr GetSamples TOTAL_POWER": (nvml.NVML_TOTAL_POWER_SAMPLES, 1e-3),
              "pclk GetSamples PROCESSOR_CLK": (nvml.NVML_PROCESSOR_CLK_SAMPLES, 1.0),
+             "mclk GetSamples MEMORY_CLK": (nvml.NVML_MEMORY_CLK_SAMPLES, 1.0),
              "sm GetSamples GPU_UTILIZATION": (nvml.NVML_GPU_UTILIZATION_SAMPLES, 1.0)}
     found = {}
     for name, (kind, scale) in kinds.items():
         try:
-            value_type, samples = nvml.nvmlDeviceGetSamples(handle, kind, since_us)
-        except Exception:  # noqa: BLE001
+            value_type, samples = nvml.nvmlDeviceGetSamples(handle, kind, since_us.get(name, 0))
+        except Exception as exc:  # noqa: BLE001
+            errors[f"{name}: {type(exc).__name__} {exc}"] = errors.get(f"{name}: {type(exc).__name__} {exc}", 0) + 1
             continue
         member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}.get(value_type, "uiVal")
         found[name] = [(s.timeStamp / 1e6, getattr(s.sampleValue, member) * scale) for s in samples]
+        if samples:
+            since_us[name] = max(s.timeStamp for s in samples)
     return found
 
 
@@ -86,17 +96,18 @@ def main() -> int:
     with (out / "dmon.txt").open("w") as dmon_out:
         dmon = subprocess.Popen(["nvidia-smi", "dmon", "-s", "pucm", "-d", "1", "-c", str(SECONDS), "-o", "DT"],
                                 stdout=dmon_out, stderr=subprocess.STDOUT)
-        reads, samples = [], {}
+        reads, samples, since, errors = [], {}, {}, {}
         while dmon.poll() is None and time.time() < started + SECONDS + 10:
             reads.append((time.time(), candidates(nvml, handle)))
+            for name, values in buffered(nvml, handle, since, errors).items():
+                samples.setdefault(name, []).extend(values)
             time.sleep(0.05)
         load.wait(timeout=30)
-    for name, values in buffered(nvml, handle, int((started - 1) * 1e6)).items():
-        samples[name] = values
     dmon_rows = parse((out / "dmon.txt").read_text())
     day = time.mktime(time.localtime(started)[:3] + (0, 0, 0, 0, 0, -1))  # local midnight: dmon prints local time
     column = {"pwr": "pwr", "gtemp": "gtemp", "pclk": "pclk", "mclk": "mclk", "sm": "sm"}
     scores: dict[str, list[float]] = {}
+    steady: dict[str, list[float]] = {}  # the lines with the load on for 2 s and still on 1 s later
     for row in dmon_rows:
         at = day + row["_second"]
         for name in {n for _, r in reads for n in r} | set(samples):
@@ -104,16 +115,26 @@ def main() -> int:
             series = samples.get(name) or [(t, r[name]) for t, r in reads if name in r]
             nearest = min(series, key=lambda p: abs(p[0] - at), default=None)
             before = [v for t, v in series if at - 1 <= t < at]
+            loaded = started + 7 <= at <= started + 13
             if nearest is not None:
                 scores.setdefault(f"{name} (nearest read)", []).append(abs(nearest[1] - theirs))
+                if loaded:
+                    steady.setdefault(f"{name} (nearest read)", []).append(nearest[1] - theirs)
             if before:
                 scores.setdefault(f"{name} (mean of the second before)", []).append(
                     abs(statistics.mean(before) - theirs))
+                if loaded:
+                    steady.setdefault(f"{name} (mean of the second before)", []).append(
+                        statistics.mean(before) - theirs)
     lines = [f"{len(dmon_rows)} dmon lines, {len(reads)} reads every 50 ms; mean |difference| from dmon, by column:"]
     for name, diffs in sorted(scores.items(), key=lambda kv: (kv[0].split()[0], statistics.mean(kv[1]))):
         lines.append(f"  {name:60} {statistics.mean(diffs):8.2f}  (max {max(diffs):.1f}, {len(diffs)} lines)")
+    lines.append("under steady load (7 s to 13 s in): median signed difference (ours - dmon's), by column:")
+    for name, diffs in sorted(steady.items(), key=lambda kv: (kv[0].split()[0], abs(statistics.median(kv[1])))):
+        lines.append(f"  {name:60} {statistics.median(diffs):+8.2f}  ({len(diffs)} lines)")
+    lines += [f"sample buffer errors: {what} x{times}" for what, times in errors.items()]
     (out / "sources.txt").write_text("\n".join(lines) + "\n")
-    (out / "reads.json").write_text(json.dumps({"reads": reads, "samples": samples}) + "\n")
+    (out / "reads.json").write_text(json.dumps({"reads": reads, "samples": samples, "errors": errors}) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -21,6 +21,7 @@ from gpudiag.exitcodes import ExitCode
 # seconds, as the snapshot records them). Filling them costs a few microseconds.
 MARKS: list = []
 PROBE_PARTS: dict = {}
+CHILD_MARKS: list = []  # the forked child's own, as it sent them (gpudiag/cli/check/early_collect.py)
 
 
 def mark(step: str) -> None:
@@ -98,6 +99,7 @@ def _check(request: dict, root: str, timeout: "float | None", early) -> int:
         from gpudiag.probe.nvml.early import WINDOW
 
         WINDOW[:] = early.nvml_window  # for the benchmark's breakdown, as if NVML had started in this process
+        CHILD_MARKS[:] = early.child_marks
     else:
         snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))
     mark("probed")

@@ -30,6 +30,11 @@ from gpudiag import DEFAULT_DEADLINE_SECONDS
 # bounds its collection itself (gpudiag/probe/deadline.py); this only catches a child that died or hung anyway.
 GRACE_SECONDS = 5.0
 
+# The child's own steps (label, time.perf_counter()), sent back with its answer for bench/check_vs_nvidia_smi.py's
+# timeline of a cold check; the benchmark may add its own marks here (the collector's parts). perf_counter is
+# CLOCK_MONOTONIC on Linux: one clock for the parent, the child and the benchmark.
+CHILD_MARKS: list = []
+
 
 class ChildFailed(RuntimeError):
     """The collecting child exited without an answer (killed, crashed in C) or did not answer in time."""
@@ -43,6 +48,7 @@ class ForkedCollection:
     def __init__(self, root: Path, timeout: Optional[float]):
         self.timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
         self.nvml_window: list = []
+        self.child_marks: list = []
         reading, writing = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the child: never returns
@@ -60,7 +66,7 @@ class ForkedCollection:
                 raise ChildFailed(f"the probe's process ended without an answer ({_how_it_ended(status)})")
         finally:
             self.close()
-        kind, value, window = pickle.loads(data)
+        kind, value, window, self.child_marks = pickle.loads(data)
         self.nvml_window = window
         if kind == "raised":
             raise value
@@ -102,6 +108,7 @@ def _collect_and_send(writing: int, root: Path, timeout: Optional[float]) -> Non
     """The child: collect, pickle (snapshot or exception, and NVML's early-start window for the benchmark), write,
     and leave without the interpreter's teardown. Ctrl-C ends the parent's wait; the child just stops."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    CHILD_MARKS.append(("child: forked", time.perf_counter()))
     code = 0
     try:
         from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
@@ -111,13 +118,15 @@ def _collect_and_send(writing: int, root: Path, timeout: Optional[float]) -> Non
             from gpudiag.cli.shared.node_collect import collect, start_logging
 
             start_logging(False)  # as the parent logs (GPUDIAG_DEBUG never reaches the fast path)
-            answer = ("snapshot", collect(root, None, timeout, 1, None), WINDOW)
+            CHILD_MARKS.append(("child: imported", time.perf_counter()))
+            answer = ("snapshot", collect(root, None, timeout, 1, None), WINDOW, CHILD_MARKS)
         except BaseException as exc:  # noqa: BLE001 - raised again in the parent
-            answer = ("raised", exc, WINDOW)
+            answer = ("raised", exc, WINDOW, CHILD_MARKS)
+        CHILD_MARKS.append(("child: collected", time.perf_counter()))
         try:
             data = pickle.dumps(answer)
         except Exception as exc:  # noqa: BLE001 - an unpicklable exception: its text still reaches the parent
-            data = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}"), []))
+            data = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}"), [], []))
         with os.fdopen(writing, "wb") as out:
             out.write(data)
     except BaseException:  # noqa: BLE001 - the parent reads no answer and says so
