@@ -154,7 +154,7 @@ def one_breakdown(python: list[str], check_args: list[str], env: dict, prelude: 
             "parts": {name: seconds * 1e3 for name, seconds in got["parts"].items()},
             # the early NVML thread: pynvml's import, nvmlInit, opening each GPU, and how long before (negative:
             # after) the end of the imports it was done; absent where it did not run (no /dev/nvidiactl)
-            "early_nvml": {"pynvml import": (early[1] - early[0]) * 1e3, "nvmlInit": (early[2] - early[1]) * 1e3,
+            "early_nvml": {"library loaded": (early[1] - early[0]) * 1e3, "nvmlInit": (early[2] - early[1]) * 1e3,
                            "GPUs opened": (early[3] - early[2]) * 1e3,
                            "done before the imports ended": (marks["imported"] - early[3]) * 1e3} if early else {},
             "spawned": [{"at_ms": (at - spawned) * 1e3, "argv": argv} for at, argv in got["spawned"]]}

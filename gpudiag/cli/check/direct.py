@@ -21,7 +21,7 @@ from gpudiag.exitcodes import ExitCode
 # seconds, as the snapshot records them). Filling them costs a few microseconds.
 MARKS: list = []
 PROBE_PARTS: dict = {}
-CHILD_MARKS: list = []  # the forked child's own, as it sent them (gpudiag/cli/check/early_collect.py)
+CHILD_MARKS: list = []  # the forked children's own, as they sent them (gpudiag/cli/check/early_collect.py)
 
 
 def mark(step: str) -> None:
@@ -68,12 +68,10 @@ def _collect_early(request: dict, root: str, timeout: "float | None"):
     the selection is known."""
     if request["only"] or request["skip"] or not forks_the_collection(root):
         return None
-    from pathlib import Path
-
     from gpudiag.cli.check.early_collect import ForkedCollection
 
     try:
-        return ForkedCollection(Path(root), timeout)
+        return ForkedCollection(root, timeout)
     except OSError:  # no process or pipe to be had (a limit on processes): probed here, as without the fork
         return None
 

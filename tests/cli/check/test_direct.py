@@ -118,18 +118,18 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
 
     calls = []
 
-    class FakePynvml:
+    class FailingLibrary:
         @staticmethod
-        def nvmlInit():
+        def nvmlInit_v2():
             calls.append("init")
-            raise RuntimeError("driver not loaded")  # swallowed: the probe's own nvmlInit reports it
+            return 9  # NVML_ERROR_DRIVER_NOT_LOADED: left for the probe's own nvmlInit to report
 
         @staticmethod
-        def nvmlDeviceGetCount():
+        def nvmlDeviceGetCount_v2(out):
             calls.append("count")
             return 0
 
-    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml)
+    monkeypatch.setattr(nvml_early, "_library", FailingLibrary)
     started = []
     monkeypatch.setattr(nvml_early.threading, "Thread", lambda target, name, daemon: started.append(target) or
                         type("T", (), {"start": staticmethod(target)})())
@@ -138,7 +138,7 @@ def test_nvml_starts_early_only_where_an_nvidia_driver_is_loaded(monkeypatch):
     assert started == [] and calls == []
     monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: path == "/dev/nvidiactl")
     nvml_early.start_nvml_init()
-    assert len(started) == 1 and calls == ["init"]
+    assert len(started) == 1 and calls == ["init"]  # a failed init opens nothing
 
 
 def test_the_early_start_opens_every_gpu_and_the_probe_reads_them_all_itself(tmp_path, monkeypatch):
@@ -150,6 +150,7 @@ def test_the_early_start_opens_every_gpu_and_the_probe_reads_them_all_itself(tmp
     fake_root(tmp_path, node)
     monkeypatch.setattr(nvml_early.os.path, "exists", lambda path: path == "/dev/nvidiactl")
     with installed(node) as lib:
+        monkeypatch.setattr(nvml_early, "_library", lambda: lib)  # the driver's library, as ctypes loads it
         opened = []
         real_thread = nvml_early.threading.Thread
 

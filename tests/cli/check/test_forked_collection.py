@@ -1,9 +1,10 @@
-"""A direct check of the node itself collects in a forked child beside the parent's imports
-(gpudiag/cli/check/early_collect.py): what it writes and how it ends are the in-process check's, and a child that
-fails, dies or hangs ends the check in one line, never a traceback, a wait without end or a process left behind.
+"""A direct check of the node itself collects in two forked children beside the parent's imports
+(gpudiag/cli/check/early_collect.py, gpudiag/probe/split.py): what it writes and how it ends are the in-process
+check's; a vendor child that fails, dies or hangs ends the check in one line, never a traceback, a wait without end
+or a process left behind; a side child that does leaves its parts failed (never read as clean) and the rest judged.
 
 On a test machine the node itself has no GPU: `direct.forks_the_collection` is made true for the fake node's root,
-so that the child probes the fake node the parent installed (a fork inherits it)."""
+so that the children probe the fake node the parent installed (a fork inherits it)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def forks(monkeypatch):
 
     def noted(*args):
         made.append(real(*args))
-        made[-1].forked_pid = made[-1].pid  # kept: close() forgets it once the child is reaped
+        made[-1].forked_pids = made[-1].pids  # kept: close() forgets them once the children are reaped
         return made[-1]
 
     monkeypatch.setattr(direct, "forks_the_collection", lambda root: True)
@@ -61,7 +62,7 @@ def test_the_child_s_collection_is_written_as_the_full_cli_writes_its_own(tmp_pa
             assert len(forks) == before + (0 if selects else 1), extra  # only where the selection cannot matter
             forked += not selects
     assert forked >= 3
-    assert all(made.pid is None for made in forks)  # every child reaped
+    assert all(made.pids == [] and len(made.forked_pids) == 2 for made in forks)  # every child reaped
 
 
 def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, forks, monkeypatch):
@@ -72,6 +73,7 @@ def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, f
         raise RuntimeError("boom")
 
     fake_root(tmp_path, FakeNode.hgx_h200(1))
+    monkeypatch.setattr("gpudiag.probe.split.collect_vendor_part", broken)
     monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", broken)
     lean, full = both(["check", "--root", str(tmp_path), "--direct"])
     assert lean == full and lean[0] == 4 and "internal error: RuntimeError: boom" in lean[2]
@@ -79,7 +81,7 @@ def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, f
 
 def test_a_child_that_dies_ends_the_check_in_one_line_exit_4(tmp_path, forks, monkeypatch):
     fake_root(tmp_path, FakeNode.hgx_h200(1))
-    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect",
+    monkeypatch.setattr("gpudiag.probe.split.collect_vendor_part",
                         lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL))
     code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct"])
     assert code == 4 and out == ""
@@ -89,16 +91,46 @@ def test_a_child_that_dies_ends_the_check_in_one_line_exit_4(tmp_path, forks, mo
 
 def test_a_child_that_hangs_is_given_up_after_the_deadline_and_ended(tmp_path, forks, monkeypatch):
     fake_root(tmp_path, FakeNode.hgx_h200(1))
-    monkeypatch.setattr("gpudiag.cli.shared.node_collect.collect", lambda *args, **kwargs: time.sleep(60))
+    monkeypatch.setattr("gpudiag.probe.split.collect_vendor_part", lambda *args, **kwargs: time.sleep(60))
     monkeypatch.setattr(early_collect, "GRACE_SECONDS", 0.5)
     started = time.monotonic()
     code, _, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--timeout", "0.5"])
     assert code == 4 and "did not answer within 1 s" in err
     assert time.monotonic() - started < 10
-    (child,) = forks
-    assert child.pid is None  # killed and reaped
-    with pytest.raises(ChildProcessError):
-        os.waitpid(child.forked_pid, os.WNOHANG)  # no such child of this process any more
+    (collection,) = forks
+    assert collection.pids == []  # killed and reaped
+    for pid in collection.forked_pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # no such child of this process any more
+
+
+@pytest.mark.parametrize("how", ["dies", "hangs", "raises"])
+def test_a_side_child_that_fails_leaves_its_parts_failed_and_the_rest_judged(tmp_path, forks, monkeypatch, how):
+    """The kernel log's and the families' parts come from the side child: where it gives no answer, each of its
+    parts is recorded as failed, as a part that failed in one process is, and their checks say unknown, never
+    pass; the GPUs are still judged (here GPU 1's pending remap fails the node, exit 1)."""
+    node = FakeNode.hgx_h200(2)
+    node.gpus[1].remap_pending = True
+    fake_root(tmp_path, node)
+    failing = {"dies": lambda *args: os.kill(os.getpid(), signal.SIGKILL),
+               "hangs": lambda *args: time.sleep(60),
+               "raises": lambda *args: (_ for _ in ()).throw(OSError("no file descriptors left"))}[how]
+    monkeypatch.setattr("gpudiag.probe.split.collect_side_parts", failing)
+    monkeypatch.setattr(early_collect, "GRACE_SECONDS", 0.5)
+    with installed(node):
+        code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json",
+                                                  "--timeout", "1"])
+    assert code == 1, err
+    report = json.loads(out)
+    runs = {run["name"]: run for run in report["snapshot"]["collectors"]} if "snapshot" in report else None
+    by_check = {}
+    for result in report["results"]:
+        by_check.setdefault(result["check"], set()).add(result["status"])
+    assert by_check["memory.row_remap_pending"] >= {"fail"}
+    assert by_check["kernel_log.xid"] == {"unknown"}, by_check["kernel_log.xid"]
+    assert "pass" not in by_check["network.driver_errors"] | by_check["kernel_log.xid"]
+    if runs is not None:
+        assert runs["kernel_log"]["success"] is False
 
 
 # The console script as run (fastpath.run, then os._exit), the child forked: one whole JSON document on stdout (a
