@@ -84,6 +84,9 @@ class CollectOptions:
     # What a probe part carries from one collection to the next of the Collector these options belong to (part name
     # -> the part's own object, e.g. the last NIC counters): a one-shot `gpudiag check` starts with none.
     part_state: dict = field(default_factory=dict, repr=False, compare=False)
+    # An NVIDIA backend already at work (gpudiag/probe/nvml/prefetch.py: a cold direct check's vendor child) to use
+    # instead of a new one, where it reads what these options ask (the NVLink error counters or not).
+    nvml_backend: Optional[Backend] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.parts) - PROBE_PARTS
@@ -94,7 +97,11 @@ class CollectOptions:
 def _nvidia_backends(options: CollectOptions) -> list[Backend]:
     from gpudiag.probe.nvml.backend import NvmlBackend
 
-    return [NvmlBackend(link_errors="link_errors" in options.parts)]
+    link_errors = "link_errors" in options.parts
+    started = options.nvml_backend
+    if started is not None and getattr(started, "link_errors", None) == link_errors:
+        return [started]
+    return [NvmlBackend(link_errors=link_errors)]
 
 
 def _amd_backends(options: CollectOptions) -> list[Backend]:

@@ -49,12 +49,23 @@ def _vendor_part(root: str, timeout: "float | None") -> tuple:
     from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
     start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
+    prefetched = None
+    if _nvidia_driver_loaded():
+        from gpudiag.probe.nvml.prefetch import PrefetchedNvml
+
+        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed beside the imports below
+        _mark("prefetch started")
     options, stdout_to_stderr = _options(root, timeout)
+    options.nvml_backend = prefetched
     from gpudiag.probe.split import collect_vendor_part
 
     _mark("imported")
     with stdout_to_stderr():  # what a vendor library prints must not land in the report on stdout
         return "snapshot", collect_vendor_part(options), WINDOW
+
+
+def _nvidia_driver_loaded() -> bool:
+    return os.path.exists("/dev/nvidiactl")
 
 
 def _side_parts(root: str, timeout: "float | None") -> tuple:

@@ -65,6 +65,21 @@ def test_the_child_s_collection_is_written_as_the_full_cli_writes_its_own(tmp_pa
     assert all(made.pids == [] and len(made.forked_pids) == 2 for made in forks)  # every child reaped
 
 
+def test_with_nvml_started_ahead_in_the_child_the_report_is_the_same(tmp_path, forks, monkeypatch):
+    """Where an NVIDIA driver is loaded the vendor child starts NVML and the GPUs' probes ahead of its imports
+    (gpudiag/probe/nvml/prefetch.py): still the full CLI's bytes and exit code."""
+    monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
+    node = FakeNode.hgx_h200(2)
+    node.gpus[0].remap_pending = True
+    fake_root(tmp_path, node)
+    with installed(node):
+        for extra in ([], ["--json"]):
+            lean, full = both(["check", "--root", str(tmp_path), "--direct", *extra])
+            assert lean == full and lean[0] == 1, extra
+    assert len(forks) == 2
+    assert all("child: prefetch started" in [label for label, _ in made.child_marks] for made in forks)
+
+
 def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, forks, monkeypatch):
     lean, full = both(["check", "--root", str(tmp_path / "nowhere"), "--direct"])
     assert forks and lean == full and lean[0] == 2 and "no sys/ directory" in lean[2]
