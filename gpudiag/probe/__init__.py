@@ -47,6 +47,7 @@ from gpudiag.probe import deadline, index
 from gpudiag.probe.amdgpu import ras_threshold as amdgpu_ras_threshold
 from gpudiag.probe.base import Backend, DeviceLost
 from gpudiag.probe.standins import lost_device, outcome_error, place_unidentified, unreachable_device
+from gpudiag.probe.vendor_backends import VENDOR_BACKENDS, VENDOR_PYTHON_MODULE
 
 log = logging.getLogger(__name__)
 
@@ -92,31 +93,6 @@ class CollectOptions:
         unknown = set(self.parts) - PROBE_PARTS
         if unknown:
             raise ValueError(f"unknown probe part(s) {sorted(unknown)}; known: {sorted(PROBE_PARTS)}")
-
-
-def _nvidia_backends(options: CollectOptions) -> list[Backend]:
-    from gpudiag.probe.nvml.backend import NvmlBackend
-
-    link_errors = "link_errors" in options.parts
-    started = options.nvml_backend
-    if started is not None and getattr(started, "link_errors", None) == link_errors:
-        return [started]
-    return [NvmlBackend(link_errors=link_errors)]
-
-
-def _amd_backends(options: CollectOptions) -> list[Backend]:
-    """amdsmi first; the amdgpu sysfs reader stands in when amdsmi cannot be used."""
-    from gpudiag.probe.amdgpu.sysfs import AmdgpuSysfsBackend
-    from gpudiag.probe.amdsmi.backend import AmdsmiBackend
-
-    return [AmdsmiBackend(), AmdgpuSysfsBackend(options.root)]
-
-
-_VENDOR_BACKENDS: dict[Vendor, Callable[[CollectOptions], list[Backend]]] = {
-    Vendor.NVIDIA: _nvidia_backends,
-    Vendor.AMD: _amd_backends,
-}
-_VENDOR_PYTHON_MODULE = {Vendor.NVIDIA: "pynvml", Vendor.AMD: "amdsmi"}
 
 
 class _BackendSlot:
@@ -311,7 +287,7 @@ class Collector:
         """Open each relevant vendor's backend chain (or reuse the open one), recording what every link said."""
         vendors_on_bus = {gpu.vendor for gpu in snapshot.pci_gpus}
         now = time.monotonic()
-        for vendor, make in _VENDOR_BACKENDS.items():
+        for vendor, make in VENDOR_BACKENDS.items():
             if not self._relevant(vendor, vendors_on_bus):
                 continue
             slot = self._slots.get(vendor)
@@ -346,7 +322,7 @@ class Collector:
             return True
         if vendors_on_bus:
             return False
-        return importlib.util.find_spec(_VENDOR_PYTHON_MODULE[vendor]) is not None
+        return importlib.util.find_spec(VENDOR_PYTHON_MODULE[vendor]) is not None
 
     def _collect_devices(self, snapshot: NodeSnapshot, until: float) -> None:
         jobs: dict[tuple[Vendor, int], Callable] = {}

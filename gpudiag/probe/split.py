@@ -41,20 +41,28 @@ class SideParts:
     duration_seconds: float = 0.0
 
     @classmethod
-    def failed(cls, options: CollectOptions, why: str, hung: bool, elapsed_seconds: float) -> "SideParts":
-        """Every side part the options ask for, failed as one (the process collecting them died, raised or hung)."""
+    def failed(cls, names: list, why: str, hung: bool, elapsed_seconds: float) -> "SideParts":
+        """These side parts failed as one (the process collecting them died, raised or hung)."""
         if hung:
             outcome = Outcome(done=False, elapsed_seconds=elapsed_seconds, tracker=CallTracker(current=why))
         else:
             outcome = Outcome(done=True, error=RuntimeError(why), elapsed_seconds=elapsed_seconds)
-        return cls({name: outcome for name in expected_side_parts(options)}, None, elapsed_seconds)
+        return cls({name: outcome for name in names}, None, elapsed_seconds)
+
+    @classmethod
+    def merged(cls, pieces: list) -> "SideParts":
+        """Side parts collected by several processes, as one: the outcomes in the collector's order."""
+        order = [KERNEL_LOG, *FAMILY_PARTS]
+        outcomes = {name: piece.outcomes[name] for name in order for piece in pieces if name in piece.outcomes}
+        history = next((piece.boot_history for piece in pieces if piece.boot_history is not None), None)
+        return cls(outcomes, history, max((piece.duration_seconds for piece in pieces), default=0.0))
 
 
-def expected_side_parts(options: CollectOptions) -> list[str]:
-    """The side parts a collection with these options makes, in the collector's order."""
-    names = [name for name in FAMILY_PARTS if name in options.parts]
+def expected_side_parts(options: CollectOptions, names=SIDE_PARTS) -> list[str]:
+    """Of `names`, the side parts a collection with these options makes, in the collector's order."""
+    families = [name for name in FAMILY_PARTS if name in options.parts and name in names]
     reads_log = options.read_kernel_log or options.kernel_log_file is not None
-    return ([KERNEL_LOG] if KERNEL_LOG in options.parts and reads_log else []) + names
+    return ([KERNEL_LOG] if KERNEL_LOG in options.parts and KERNEL_LOG in names and reads_log else []) + families
 
 
 def collect_vendor_part(options: CollectOptions) -> NodeSnapshot:
@@ -63,10 +71,11 @@ def collect_vendor_part(options: CollectOptions) -> NodeSnapshot:
         return collector.collect()
 
 
-def collect_side_parts(options: CollectOptions) -> SideParts:
-    """The side parts, started and waited for as `Collector.collect()` starts and waits for them, within the same
-    deadline; each outcome made safe to send to another process (`_portable`)."""
-    collector = Collector(options)
+def collect_side_parts(options: CollectOptions, names=SIDE_PARTS) -> SideParts:
+    """The side parts (of `names`, those the options ask for), started and waited for as `Collector.collect()`
+    starts and waits for them, within the same deadline; each outcome made safe to send to another process
+    (`_portable`)."""
+    collector = Collector(dataclasses.replace(options, parts=options.parts & frozenset(names)))
     started = time.monotonic()
     until = started + options.timeout_seconds
     snapshot = NodeSnapshot(hostname=os.uname().nodename, gpudiag_version=__version__)

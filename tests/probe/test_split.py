@@ -57,7 +57,7 @@ def test_a_failed_side_collection_fails_each_of_its_parts(tmp_path):
     options = _options(tmp_path)
     with installed(node):
         for hung in (False, True):
-            side = SideParts.failed(options, "the side process", hung, 12.0)
+            side = SideParts.failed(expected_side_parts(options), "the side process", hung, 12.0)
             assert list(side.outcomes) == expected_side_parts(options)
             assert set(side.outcomes) == SIDE_PARTS and next(iter(side.outcomes)) == "kernel_log"
             snapshot = join(collect_vendor_part(options), side, options)

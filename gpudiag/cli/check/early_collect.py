@@ -1,12 +1,14 @@
-"""A direct check's collection, made by two child processes forked before the checks, the report and the
+"""A direct check's collection, made by three child processes forked before the checks, the report and the
 expectations are imported (gpudiag/cli/check/direct.py): the probe runs on other CPUs while this process imports.
 
 - The vendor child opens the GPUs' libraries and probes the host, the GPUs, their peers and processes; NVML starts
-  initialising on a thread of its own the moment it is forked (gpudiag/probe/nvml/early.py).
-- The side child reads the kernel log (and earlier boots) and every family's part.
-Each sends its answer back pickled through a pipe; this process joins the two into the snapshot one process would
-have made (gpudiag/probe/split.py says how, and why two: in one child the kernel log's parsing and the parts'
-imports held the GIL while NVML's answers waited for it).
+  initialising, and the GPUs' probes, on threads of their own the moment it is forked (gpudiag/probe/nvml/early.py,
+  gpudiag/probe/nvml/prefetch.py).
+- Two side children: one reads the kernel log (and earlier boots), the other every family's part.
+The side children send their answers, pickled, to the vendor child, which joins them into the snapshot one process
+would have made (gpudiag/probe/split.py says how, and why apart: in one process the kernel log's parsing and the
+parts' imports held the GIL while NVML's answers waited for it) and sends that to this process. So this process
+imports no probe code at all: the checks and the report only.
 
 A cold `gpudiag check --direct` spent 43.7 ms importing and then 63.3 ms probing, one after the other, on the lab
 H100 (tests/fixtures/h100/recorded/lab-2026-12-06/check_vs_nvidia_smi.txt). A thread cannot overlap them: the probe
@@ -44,10 +46,16 @@ class ChildFailed(RuntimeError):
     """The vendor child exited without an answer (killed, crashed in C) or did not answer in time."""
 
 
-def _vendor_part(root: str, timeout: "float | None") -> tuple:
-    """In the vendor child: ("snapshot", the collection less its side parts, NVML's early-start window)."""
+# -- in the children -----------------------------------------------------------------------------------------------
+
+
+def _vendor_part(root: str, timeout: "float | None", sides: list) -> tuple:
+    """In the vendor child: ("snapshot", the whole collection, NVML's early-start window): its own part joined with
+    the side children's answers, read from `sides` ((what it collects, what a failure calls it, the pipe it answers
+    on) each)."""
     from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
+    started = time.monotonic()
     start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
     prefetched = None
     if _nvidia_driver_loaded():
@@ -57,25 +65,45 @@ def _vendor_part(root: str, timeout: "float | None") -> tuple:
         _mark("prefetch started")
     options, stdout_to_stderr = _options(root, timeout)
     options.nvml_backend = prefetched
-    from gpudiag.probe.split import collect_vendor_part
+    from gpudiag.probe.split import collect_vendor_part, join
 
+    # the side children bound their own collections by the same deadline: this only catches one that died or hung
+    answers = _SideAnswers(sides, started, started + options.timeout_seconds + GRACE_SECONDS / 2)
     _mark("imported")
     with stdout_to_stderr():  # what a vendor library prints must not land in the report on stdout
-        return "snapshot", collect_vendor_part(options), WINDOW
+        snapshot = collect_vendor_part(options)
+    return "snapshot", join(snapshot, answers.side_parts(options), options), WINDOW
 
 
 def _nvidia_driver_loaded() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
-def _side_parts(root: str, timeout: "float | None") -> tuple:
-    """In the side child: ("side", the kernel log's and the families' outcomes, no window)."""
+def _kernel_log_part(root: str, timeout: "float | None") -> tuple:
+    """In a side child: ("side", the kernel log's outcome with earlier boots, no window)."""
     options, stdout_to_stderr = _options(root, timeout)
-    from gpudiag.probe.split import collect_side_parts
+    from gpudiag.probe.split import KERNEL_LOG, collect_side_parts
 
     _mark("imported")
     with stdout_to_stderr():
-        return "side", collect_side_parts(options), []
+        return "side", collect_side_parts(options, {KERNEL_LOG}), []
+
+
+def _family_parts(root: str, timeout: "float | None") -> tuple:
+    """In a side child: ("side", every family part's outcome, no window)."""
+    options, stdout_to_stderr = _options(root, timeout)
+    from gpudiag.probe.split import FAMILY_PARTS, collect_side_parts
+
+    _mark("imported")
+    with stdout_to_stderr():
+        return "side", collect_side_parts(options, set(FAMILY_PARTS)), []
+
+
+# The side children: what each collects (the kernel log, or the families' parts), what a failure calls it, what it
+# runs. The kernel log's scan is the longest piece of Python work in a collection, the parts' imports the next:
+# apart, each is done before the GPUs' probes (tests/fixtures/h100/recorded/lab-2026-12-06c/).
+SIDES = (("kernel_log", "the kernel log's process", _kernel_log_part),
+         ("families", "the families' parts' process", _family_parts))
 
 
 def _options(root: str, timeout: "float | None"):
@@ -87,160 +115,73 @@ def _options(root: str, timeout: "float | None"):
     return collect_options(Path(root), None, timeout), stdout_to_stderr
 
 
-class _Child:
-    """One forked child running `work(root, timeout)`; its answer, pickled, arrives through `fd`."""
+class _SideAnswers:
+    """In the vendor child: the side children's answers, read and unpickled on a thread as they come (while this
+    child's collector waits on NVML), until each child has ended or `until` (monotonic) has passed."""
 
-    def __init__(self, work, root: str, timeout: "float | None"):
-        reading, writing = os.pipe()
-        self.name = work.__name__.strip("_").replace("_", " ")
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            os.close(reading)
-            _answer(writing, work, root, timeout)
-        os.close(writing)
-        self.fd = reading
-        self.chunks: list = []
-        self.ended = False  # its end of the pipe closed: the answer is whole (or absent)
+    def __init__(self, sides: list, started: float, until: float):
+        import threading
 
-    def read(self) -> None:
-        chunk = os.read(self.fd, 1 << 20)
-        if chunk:
-            self.chunks.append(chunk)
-        else:
-            self.ended = True
+        self._sides, self._started, self._until = sides, started, until
+        self._answers: dict = {}  # what it collects -> (kind, value, window, marks); None: ended without one
+        self._done = threading.Event()
+        threading.Thread(target=self._read, name="side-answers", daemon=True).start()
 
-    def answer(self) -> "tuple | None":
-        """The unpickled answer, or None where the child ended without one (then it is reaped here)."""
-        if not self.chunks:
-            _, status = os.waitpid(self.pid, 0)
-            self.pid = None
-            self.how_it_ended = _how_it_ended(status)
-            return None
+    def _read(self) -> None:
+        import importlib
         import pickle
 
-        return pickle.loads(b"".join(self.chunks))
-
-    def close(self) -> None:
-        if self.pid is not None:
-            try:
-                if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
-            self.pid = None
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-class ForkedCollection:
-    """The whole node's collection (level 1, every probe part) in two forked children; `snapshot()` waits for them
-    and returns the joined snapshot, or raises what the vendor child's collection raised (a usage problem, a
-    failure) in this process. `close()` ends children still running (this process leaves early: a bad --profile,
-    Ctrl-C)."""
-
-    def __init__(self, root: str, timeout: "float | None"):
-        self.root, self.given_timeout = root, timeout
-        self.timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
-        self.nvml_window: list = []
-        self.child_marks: list = []
-        self.started = time.monotonic()
-        self.vendor = _Child(_vendor_part, root, timeout)
-        try:
-            self.side = _Child(_side_parts, root, timeout)
-        except OSError:
-            self.vendor.close()
-            raise
-
-    @property
-    def pids(self) -> list:
-        return [child.pid for child in (self.vendor, self.side) if child.pid is not None]
-
-    def snapshot(self):
-        try:
-            options = self._ready_to_join()  # while the children still collect
-            self._read_answers()
-            vendor = self.vendor.answer() if self.vendor.ended else None
-            if not self.vendor.ended:
-                raise ChildFailed(f"the probe's process did not answer within {self.timeout + GRACE_SECONDS:g} s")
-            if vendor is None:
-                raise ChildFailed(f"the probe's process ended without an answer ({self.vendor.how_it_ended})")
-            kind, value, self.nvml_window, marks = vendor
-            self.child_marks = list(marks)
-            if kind == "raised":
-                raise value
-            return self._joined(value, options)
-        finally:
-            self.close()
-
-    def _ready_to_join(self):
-        """The options both children collected with, and every module the join imports (the families' parts, whose
-        `store` it calls), imported now: the children are still collecting."""
-        import importlib
-        from pathlib import Path
-
-        from gpudiag.cli.shared.node_collect import UsageProblem, collect_options
         from gpudiag.probe.split import FAMILY_PARTS
 
-        for module in FAMILY_PARTS.values():
-            importlib.import_module(module)
         try:
-            return collect_options(Path(self.root), None, self.given_timeout)
-        except UsageProblem:
-            return None  # the vendor child meets it too, and its answer says so
+            for module in FAMILY_PARTS.values():  # what the join calls (each part's store), imported meanwhile
+                importlib.import_module(module)
+            chunks = {fd: [] for _, _, fd in self._sides}
+            names = {fd: collects for collects, _, fd in self._sides}
+            while chunks:
+                left = self._until - time.monotonic()
+                if left <= 0:
+                    return
+                for fd in select.select(list(chunks), [], [], left)[0]:
+                    chunk = os.read(fd, 1 << 20)
+                    if chunk:
+                        chunks[fd].append(chunk)
+                        continue
+                    data = b"".join(chunks.pop(fd))
+                    self._answers[names[fd]] = pickle.loads(data) if data else None
+        finally:
+            self._done.set()
 
-    def _read_answers(self) -> None:
-        """Both answers, read as they come (the side child's usually first, and unpickled while the vendor child still
-        probes), until both children have ended or the deadline and its grace have passed."""
-        until = self.started + self.timeout + GRACE_SECONDS
-        while True:
-            waiting = [child for child in (self.vendor, self.side) if not child.ended]
-            left = until - time.monotonic()
-            if not waiting or left <= 0:
-                return
-            ready, _, _ = select.select([child.fd for child in waiting], [], [], left)
-            for child in waiting:
-                if child.fd in ready:
-                    child.read()
-                    if child is self.side and child.ended:
-                        self._side_answer = child.answer()
+    def side_parts(self, options):
+        """The side parts as one; a side child's failure (no answer, an answer that is an error, none in time)
+        recorded as its parts' failure (fail closed: they are never read as clean)."""
+        from gpudiag.probe.split import FAMILY_PARTS, KERNEL_LOG, SideParts, expected_side_parts
 
-    def _joined(self, snapshot, options):
-        from gpudiag.probe.split import SideParts, join
-
-        elapsed = time.monotonic() - self.started
-        if not self.side.ended:
-            side = SideParts.failed(options, "the kernel log's and the parts' process", True, elapsed)
-        else:
-            answer = getattr(self, "_side_answer", None)
+        self._done.wait(max(0.0, self._until - time.monotonic()))
+        elapsed = time.monotonic() - self._started
+        pieces = []
+        for collects, name, _ in self._sides:
+            names = expected_side_parts(options, {KERNEL_LOG} if collects == KERNEL_LOG else set(FAMILY_PARTS))
+            if collects not in self._answers:
+                pieces.append(SideParts.failed(names, name, True, elapsed))
+                continue
+            answer = self._answers[collects]
             if answer is None:
-                why = f"the kernel log's and the parts' process ended without an answer ({self.side.how_it_ended})"
-                side = SideParts.failed(options, why, False, elapsed)
-            else:
-                kind, value, _, marks = answer
-                self.child_marks += [(f"side: {label}", at) for label, at in marks]
-                side = value if kind == "side" else SideParts.failed(
-                    options, f"{type(value).__name__}: {value}", False, elapsed)
-        return join(snapshot, side, options)
-
-    def close(self) -> None:
-        for child in (self.vendor, self.side):
-            child.close()
-
-
-def _how_it_ended(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    return f"exit {os.waitstatus_to_exitcode(status)}"
+                pieces.append(SideParts.failed(names, f"{name} ended without an answer", False, elapsed))
+                continue
+            kind, value, _, marks = answer
+            CHILD_MARKS.extend((f"{collects}: {label}", at) for label, at in marks)
+            pieces.append(value if kind == "side" else SideParts.failed(
+                names, f"{name}: {type(value).__name__}: {value}", False, elapsed))
+        return SideParts.merged(pieces)
 
 
 def _mark(step: str) -> None:
     CHILD_MARKS.append((f"child: {step}", time.perf_counter()))
 
 
-def _answer(writing: int, work, root: str, timeout: "float | None") -> None:
-    """In a child: run `work`, pickle (its answer, or what it raised, and the child's marks), write, and leave
+def _answer(writing: int, work, args: tuple) -> None:
+    """In a child: run `work(*args)`, pickle (its answer, or what it raised, and the child's marks), write, and leave
     without the interpreter's teardown. Ctrl-C ends the parent's wait; the child just stops."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     CHILD_MARKS[:] = []  # the parent's, if any, are not this child's
@@ -250,7 +191,7 @@ def _answer(writing: int, work, root: str, timeout: "float | None") -> None:
         import pickle
 
         try:
-            kind, value, window = work(root, timeout)
+            kind, value, window = work(*args)
         except BaseException as exc:  # noqa: BLE001 - raised again in the parent
             kind, value, window = "raised", exc, []
         _mark("collected")
@@ -260,6 +201,101 @@ def _answer(writing: int, work, root: str, timeout: "float | None") -> None:
             data = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}"), [], []))
         with os.fdopen(writing, "wb") as out:
             out.write(data)
-    except BaseException:  # noqa: BLE001 - the parent reads no answer and says so
+    except BaseException:  # noqa: BLE001 - the reader gets no answer and says so
         code = 1
     os._exit(code)
+
+
+def _fork(work, args: tuple, writing: int, pipes: list) -> int:
+    """A child running `work(*args)` that answers on `writing`; of `pipes`, it keeps open only `writing` and the
+    read ends its args name (every other write end closed there, so that each reader sees its writer's end)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        keep = {writing, *(fd for arg in args if isinstance(arg, list) for *_, fd in arg)}
+        for fd in pipes:
+            if fd not in keep:
+                os.close(fd)
+        _answer(writing, work, args)
+    return pid
+
+
+# -- in this process -----------------------------------------------------------------------------------------------
+
+
+class ForkedCollection:
+    """The whole node's collection (level 1, every probe part) in forked children; `snapshot()` waits for the vendor
+    child's answer and returns its snapshot, or raises what its collection raised (a usage problem, a failure) in
+    this process. `close()` ends children still running (this process leaves early: a bad --profile, Ctrl-C)."""
+
+    def __init__(self, root: str, timeout: "float | None"):
+        self.timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
+        self.nvml_window: list = []
+        self.child_marks: list = []
+        self.started = time.monotonic()
+        self.pids: list = []
+        side_pipes = [os.pipe() for _ in SIDES]
+        reading, writing = os.pipe()
+        pipes = [reading, writing, *(fd for pair in side_pipes for fd in pair)]
+        self._reading: "int | None" = reading
+        try:
+            sides = [(collects, name, read_end) for (collects, name, _), (read_end, _) in zip(SIDES, side_pipes)]
+            self.pids.append(_fork(_vendor_part, (root, timeout, sides), writing, pipes))
+            for (*_, work), (_, write_end) in zip(SIDES, side_pipes):
+                self.pids.append(_fork(work, (root, timeout), write_end, pipes))
+        except OSError:  # no process to be had (a limit on processes): those forked are ended, nothing is left open
+            self.close()
+            raise
+        finally:
+            for fd in pipes:
+                if fd != reading:
+                    os.close(fd)
+
+    def snapshot(self):
+        try:
+            data = self._read_answer()
+            if not data:
+                raise ChildFailed(f"the probe's process ended without an answer ({self._how_it_ended()})")
+            import pickle
+
+            kind, value, self.nvml_window, self.child_marks = pickle.loads(data)
+            if kind == "raised":
+                raise value
+            return value
+        finally:
+            self.close()
+
+    def _read_answer(self) -> bytes:
+        chunks = []
+        until = self.started + self.timeout + GRACE_SECONDS
+        while True:
+            left = until - time.monotonic()
+            if left <= 0 or not select.select([self._reading], [], [], left)[0]:
+                raise ChildFailed(f"the probe's process did not answer within {self.timeout + GRACE_SECONDS:g} s")
+            chunk = os.read(self._reading, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    def _how_it_ended(self) -> str:
+        vendor = self.pids[0]
+        _, status = os.waitpid(vendor, 0)
+        self.pids[0] = None
+        if os.WIFSIGNALED(status):
+            return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        return f"exit {os.waitstatus_to_exitcode(status)}"
+
+    def close(self) -> None:
+        """Every child reaped (killed first where it still runs), the pipe closed."""
+        for position, pid in enumerate(self.pids):
+            if pid is None:
+                continue
+            try:
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            self.pids[position] = None
+        if self._reading is not None:
+            os.close(self._reading)
+            self._reading = None

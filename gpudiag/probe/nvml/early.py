@@ -50,6 +50,10 @@ def start_nvml_init() -> None:
         except Exception:  # noqa: BLE001 - the probe's own calls report what is wrong (no library, no symbol)
             pass
         WINDOW[:] = [started, loaded, initialised, time.perf_counter()]
+        try:
+            import pynvml  # noqa: F401 - the probe's next need, imported while its other imports still run
+        except ImportError:
+            pass  # the probe's own import says so
 
     threading.Thread(target=init, name="nvml-early-init", daemon=True).start()
 

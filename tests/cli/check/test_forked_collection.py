@@ -1,4 +1,4 @@
-"""A direct check of the node itself collects in two forked children beside the parent's imports
+"""A direct check of the node itself collects in three forked children beside the parent's imports
 (gpudiag/cli/check/early_collect.py, gpudiag/probe/split.py): what it writes and how it ends are the in-process
 check's; a vendor child that fails, dies or hangs ends the check in one line, never a traceback, a wait without end
 or a process left behind; a side child that does leaves its parts failed (never read as clean) and the rest judged.
@@ -32,7 +32,7 @@ def forks(monkeypatch):
 
     def noted(*args):
         made.append(real(*args))
-        made[-1].forked_pids = made[-1].pids  # kept: close() forgets them once the children are reaped
+        made[-1].forked_pids = list(made[-1].pids)  # kept: close() forgets them once the children are reaped
         return made[-1]
 
     monkeypatch.setattr(direct, "forks_the_collection", lambda root: True)
@@ -62,7 +62,7 @@ def test_the_child_s_collection_is_written_as_the_full_cli_writes_its_own(tmp_pa
             assert len(forks) == before + (0 if selects else 1), extra  # only where the selection cannot matter
             forked += not selects
     assert forked >= 3
-    assert all(made.pids == [] and len(made.forked_pids) == 2 for made in forks)  # every child reaped
+    assert all(made.pids == [None] * 3 and len(made.forked_pids) == 3 for made in forks)  # every child reaped
 
 
 def test_with_nvml_started_ahead_in_the_child_the_report_is_the_same(tmp_path, forks, monkeypatch):
@@ -113,39 +113,50 @@ def test_a_child_that_hangs_is_given_up_after_the_deadline_and_ended(tmp_path, f
     assert code == 4 and "did not answer within 1 s" in err
     assert time.monotonic() - started < 10
     (collection,) = forks
-    assert collection.pids == []  # killed and reaped
+    assert collection.pids == [None] * 3  # killed and reaped
     for pid in collection.forked_pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # no such child of this process any more
 
 
+@pytest.mark.parametrize("which", ["kernel_log", "families", "both"])
 @pytest.mark.parametrize("how", ["dies", "hangs", "raises"])
-def test_a_side_child_that_fails_leaves_its_parts_failed_and_the_rest_judged(tmp_path, forks, monkeypatch, how):
-    """The kernel log's and the families' parts come from the side child: where it gives no answer, each of its
+def test_a_side_child_that_fails_leaves_its_parts_failed_and_the_rest_judged(tmp_path, forks, monkeypatch, how,
+                                                                              which):
+    """The kernel log and the families' parts come from side children: where one gives no answer, each of its
     parts is recorded as failed, as a part that failed in one process is, and their checks say unknown, never
-    pass; the GPUs are still judged (here GPU 1's pending remap fails the node, exit 1)."""
+    pass (where a part read well they skip on this fake node); the rest is judged as ever (here GPU 1's pending
+    remap fails the node, exit 1)."""
+    from gpudiag.probe import split
+
     node = FakeNode.hgx_h200(2)
     node.gpus[1].remap_pending = True
     fake_root(tmp_path, node)
-    failing = {"dies": lambda *args: os.kill(os.getpid(), signal.SIGKILL),
-               "hangs": lambda *args: time.sleep(60),
-               "raises": lambda *args: (_ for _ in ()).throw(OSError("no file descriptors left"))}[how]
-    monkeypatch.setattr("gpudiag.probe.split.collect_side_parts", failing)
+    failure = {"dies": lambda: os.kill(os.getpid(), signal.SIGKILL), "hangs": lambda: time.sleep(60),
+               "raises": lambda: (_ for _ in ()).throw(OSError("no file descriptors left"))}[how]
+    real = split.collect_side_parts
+
+    def failing(options, names):
+        collects = "kernel_log" if set(names) == {"kernel_log"} else "families"
+        if which in (collects, "both"):
+            failure()
+        return real(options, names)
+
+    monkeypatch.setattr(split, "collect_side_parts", failing)
     monkeypatch.setattr(early_collect, "GRACE_SECONDS", 0.5)
     with installed(node):
         code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json",
                                                   "--timeout", "1"])
     assert code == 1, err
-    report = json.loads(out)
-    runs = {run["name"]: run for run in report["snapshot"]["collectors"]} if "snapshot" in report else None
     by_check = {}
-    for result in report["results"]:
+    for result in json.loads(out)["results"]:
         by_check.setdefault(result["check"], set()).add(result["status"])
-    assert by_check["memory.row_remap_pending"] >= {"fail"}
-    assert by_check["kernel_log.xid"] == {"unknown"}, by_check["kernel_log.xid"]
-    assert "pass" not in by_check["network.driver_errors"] | by_check["kernel_log.xid"]
-    if runs is not None:
-        assert runs["kernel_log"]["success"] is False
+    assert "fail" in by_check["memory.row_remap_pending"]
+    log_failed, families_failed = which in ("kernel_log", "both"), which in ("families", "both")
+    assert (by_check["kernel_log.xid"] == {"unknown"}) is log_failed, by_check["kernel_log.xid"]
+    assert ("pass" in by_check["kernel_log.xid"]) is not log_failed
+    for check in ("network.nics", "services.persistenced", "screen.result"):
+        assert (by_check[check] == {"unknown"}) is families_failed, (check, by_check[check])
 
 
 # The console script as run (fastpath.run, then os._exit), the child forked: one whole JSON document on stdout (a
