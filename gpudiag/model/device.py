@@ -81,7 +81,13 @@ class TemperatureSensor:
 @dataclass
 class PowerInfo:
     """Power draw, limits and energy of one GPU (W, J)."""
-    draw_watts: Optional[float] = None
+    draw_watts: Optional[float] = None  # the driver's reading at the probe's instant
+    # The mean of the driver's own power samples taken since the previous probe of this GPU by the same backend (an
+    # open collector's: `gpudiag top`, `gpudiag serve`), and the span those samples cover in seconds: what
+    # `nvidia-smi dmon` prints as pwr. None where the backend does not ask (a one-shot check), on the first probe,
+    # where no sample is newer than the previous probe's, and where the device or driver has no sample buffer.
+    average_watts: Optional[float] = None
+    average_seconds: Optional[float] = None
     limit_watts: Optional[float] = None  # the limit in force
     default_limit_watts: Optional[float] = None
     min_limit_watts: Optional[float] = None
