@@ -62,7 +62,6 @@ REOPEN_BACKOFF_MAX_SECONDS = 300.0
 KERNEL_LOG_MARGIN_SECONDS = 0.25
 
 
-
 # The probe parts families add: a sub-package <name>/ of the package with a module part.py, by name -> module (module
 # docstring), as tools/gen_registry_index.py found them (index.py). Nothing is imported until the part is collected.
 FAMILY_PARTS: dict[str, str] = dict(index.FAMILY_PARTS)
@@ -88,6 +87,7 @@ class CollectOptions:
     # An NVIDIA backend already at work (gpudiag/probe/nvml/prefetch.py: a cold direct check's vendor child) to use
     # instead of a new one, where it reads what these options ask (the NVLink error counters or not).
     nvml_backend: Optional[Backend] = field(default=None, repr=False, compare=False)
+    power_samples: bool = False  # ask for PowerInfo.average_watts: a Collector that collects again (top, serve)
 
     def __post_init__(self) -> None:
         unknown = set(self.parts) - PROBE_PARTS

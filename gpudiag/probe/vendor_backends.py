@@ -14,14 +14,15 @@ if TYPE_CHECKING:
 
 def nvidia_backends(options: CollectOptions) -> list[Backend]:
     """NVML: the one the options were given already at work (gpudiag/probe/nvml/prefetch.py) where it reads what
-    they ask for (the NVLink error counters or not), else a new one."""
+    they ask for (the NVLink error counters or not, the power samples or not), else a new one."""
     from gpudiag.probe.nvml.backend import NvmlBackend
 
     link_errors = "link_errors" in options.parts
     started = options.nvml_backend
-    if started is not None and getattr(started, "link_errors", None) == link_errors:
+    if (started is not None and getattr(started, "link_errors", None) == link_errors
+            and getattr(started, "power_samples", False) == options.power_samples):
         return [started]
-    return [NvmlBackend(link_errors=link_errors)]
+    return [NvmlBackend(link_errors=link_errors, power_samples=options.power_samples)]
 
 
 def amd_backends(options: CollectOptions) -> list[Backend]:

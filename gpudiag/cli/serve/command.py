@@ -79,7 +79,8 @@ def serve(
         raise UsageProblem(f"--socket {socket}: no such directory {socket.parent}")
     with daemon_logging(log_level.value, log_format.value):  # what changes is told on stderr (docs/monitoring.md)
         expectations = read_expectations(profile, params or [], baseline_file)  # a bad profile stops it: exit 2
-        options = collect_options(root, kernel_log, timeout, state_dir=state_dir)
+        # power_samples: `top` through the socket shows the mean power since the service's previous collection
+        options = collect_options(root, kernel_log, timeout, state_dir=state_dir, power_samples=True)
         code = run_exporter(listen_addresses(listen), web_config, options, interval, expectations,
                             socket_path(root, socket), journal_dir(root, state_dir), socket is not None,
                             systemd_socket=systemd_socket)

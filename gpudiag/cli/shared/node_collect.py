@@ -76,9 +76,10 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[float], parts=None,
-                    state_dir: Optional[Path] = None):
+                    state_dir: Optional[Path] = None, power_samples: bool = False):
     """What to collect; `parts` (default: all) names the optional probe parts the selected checks judge; `state_dir`
-    is where the service keeps its journal (default /var/lib/gpudiag under the root), read for earlier boots."""
+    is where the service keeps its journal (default /var/lib/gpudiag under the root), read for earlier boots;
+    `power_samples`: ask for the mean power since the previous collection (a collector that collects repeatedly)."""
     from gpudiag.probe import PROBE_PARTS, CollectOptions
     from gpudiag.service import state_dir as journal_dir
 
@@ -88,7 +89,8 @@ def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[fl
     if kernel_log is not None:
         _saved_log(kernel_log)
     return CollectOptions(root=root, kernel_log_file=kernel_log, timeout_seconds=timeout,
-                          parts=PROBE_PARTS if parts is None else parts, state_dir=journal_dir(root, state_dir))
+                          parts=PROBE_PARTS if parts is None else parts, state_dir=journal_dir(root, state_dir),
+                          power_samples=power_samples)
 
 
 def _saved_log(path: Path) -> None:

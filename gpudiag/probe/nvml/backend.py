@@ -49,8 +49,16 @@ class NvmlBackend:
     name = "nvml"
     vendor = Vendor.NVIDIA
 
-    def __init__(self, link_errors: bool = True) -> None:
+    def __init__(self, link_errors: bool = True, power_samples: bool = False) -> None:
         self._link_errors = link_errors  # read the NVLink error counters (the bulk of the probe's time)
+        # Ask for the mean power since the previous probe (power_samples.py): only where the collector probes again
+        # and again (top, serve); a one-shot check makes no call for it.
+        self.power_samples = power_samples
+        self._samples = None
+        if power_samples:
+            from gpudiag.probe.nvml.power_samples import PowerSamples
+
+            self._samples = PowerSamples()
         self._nvml: Any = None  # the pynvml module, once imported
         self._initialised = False
         self._count = 0
@@ -113,11 +121,13 @@ class NvmlBackend:
                 device.reachable = False
                 return device
             self._handles[index] = handle
-            read_device(call, handle, device, self._link_errors, self._fields)
+            read_device(call, handle, device, self._link_errors, self._fields, self._samples)
         except DeviceLost:
             self._lost.add(index)
             self._handles.pop(index, None)
             self._constants.forget(index)
+            if self._samples is not None:
+                self._samples.forget(index)
             raise
         self._lost.discard(index)  # answered in full: a GPU recovered by a reset is no longer suspect
         return device
@@ -151,6 +161,8 @@ class NvmlBackend:
         self._initialised = False
         self._handles.clear()
         self._constants.clear()
+        if self._samples is not None:
+            self._samples.clear()
 
 
 def _cuda_version(value: Optional[int]) -> Optional[str]:

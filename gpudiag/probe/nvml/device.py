@@ -4,13 +4,16 @@ links.py. Units are converted here, once."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuProcess
 from gpudiag.probe.nvml import health as nvml_health, links as nvml_links, sensors as nvml_sensors
 from gpudiag.probe.nvml.call import NvmlCall
 from gpudiag.probe.nvml.fields import DEVICE_FIELDS, apply_fields, read_fields
 from gpudiag.probe.nvml.links import pci_bus_id
+
+if TYPE_CHECKING:
+    from gpudiag.probe.nvml.power_samples import PowerSamples
 
 # nvmlDeviceArchitecture_t (nvml.h), named as `nvidia-smi -q` prints "Product Architecture".
 ARCHITECTURES = {
@@ -36,9 +39,10 @@ INFOROM_OBJECTS = (("inforom_oem", "NVML_INFOROM_OEM"), ("inforom_ecc", "NVML_IN
 
 
 def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot, link_errors: bool = True,
-                field_names: tuple[str, ...] = DEVICE_FIELDS) -> None:
+                field_names: tuple[str, ...] = DEVICE_FIELDS, power_samples: Optional["PowerSamples"] = None) -> None:
     """Fill `device` from NVML. Identity comes first: if a later call hangs, the partial snapshot (the tracker's
-    `partial`) already says which GPU it is. `field_names`: the field batch for this driver (device_fields)."""
+    `partial`) already says which GPU it is. `field_names`: the field batch for this driver (device_fields);
+    `power_samples`: where the mean power since the previous probe is asked for (power_samples.py)."""
     read_identity(call, handle, device)
     read_firmware(call, handle, device)
     fields = read_fields(call, handle, field_names)
@@ -47,7 +51,7 @@ def read_device(call: NvmlCall, handle: Any, device: DeviceSnapshot, link_errors
     read_pcie(call, handle, device)
     read_remap_histogram(call, handle, device)
     nvml_sensors.read_temperatures(call, handle, device, fields)
-    nvml_sensors.read_power(call, handle, device)
+    nvml_sensors.read_power(call, handle, device, power_samples)
     nvml_sensors.read_clocks(call, handle, device)
     nvml_sensors.read_utilization(call, handle, device)
     read_memory_usage(call, handle, device)

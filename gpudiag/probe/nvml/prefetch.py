@@ -62,6 +62,7 @@ class PrefetchedNvml:
 
     name = NvmlBackend.name
     vendor = Vendor.NVIDIA
+    power_samples = False  # a one-shot check's: no mean power since a previous probe (power_samples.py)
 
     def __init__(self, link_errors: bool = True) -> None:
         self.link_errors = link_errors

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from gpudiag.model import DeviceSnapshot, TemperatureSensor
 from gpudiag.probe.nvml.call import ABSENT, FUNCTION_NOT_FOUND, NvmlCall
 from gpudiag.probe.nvml.fields import Number
+
+if TYPE_CHECKING:
+    from gpudiag.probe.nvml.power_samples import PowerSamples
 
 # Clock-event reason bits (nvmlClocksEventReason*, and the older nvmlClocksThrottleReason* names that alone define
 # BoardLimit and Reliability; docs/vendor-api.md §8) → model.THROTTLE_REASONS names. A hardware thermal or
@@ -50,10 +53,14 @@ def read_temperatures(call: NvmlCall, handle: Any, device: DeviceSnapshot, field
             device.temperatures[name] = sensor
 
 
-def read_power(call: NvmlCall, handle: Any, device: DeviceSnapshot) -> None:
-    """Draw and limits; the energy counter comes with the field batch (fields.py)."""
+def read_power(call: NvmlCall, handle: Any, device: DeviceSnapshot,
+               samples: Optional["PowerSamples"] = None) -> None:
+    """Draw and limits, and with `samples` (a collector that probes again and again) the mean of the driver's power
+    samples since the previous probe (power_samples.py); the energy counter comes with the field batch (fields.py)."""
     power = device.power
     power.draw_watts = _milli(call("nvmlDeviceGetPowerUsage", handle))
+    if samples is not None:
+        samples.read(call, handle, device)
     power.limit_watts = _milli(call("nvmlDeviceGetEnforcedPowerLimit", handle))
     power.default_limit_watts = _milli(call("nvmlDeviceGetPowerManagementDefaultLimit", handle))
     constraints = call("nvmlDeviceGetPowerManagementLimitConstraints", handle)  # [min, max] in mW

@@ -37,6 +37,10 @@ REASON_HW_SLOWDOWN = 0x8
 REASON_HW_THERMAL_SLOWDOWN = 0x40
 REASON_HW_POWER_BRAKE = 0x80
 
+# Power samples: timestamps in µs of Unix time, as the lab H100's were (2026-12-06 03:26), one every 20 ms.
+POWER_SAMPLES_START_US = 1_796_527_554_000_000
+POWER_SAMPLE_PERIOD_US = 20_000
+
 
 @dataclass
 class FakeNvLink:
@@ -130,6 +134,10 @@ class FakeGpu:
     power_min_limit_mw: int = 200_000
     power_max_limit_mw: int = 700_000
     energy_mj: int = 98_765_432
+    # The driver's power sample buffer (nvmlDeviceGetSamples, NVML_TOTAL_POWER_SAMPLES): (timestamp µs, mW), oldest
+    # first. Empty: every read answers NVML_ERROR_NOT_FOUND (no sample newer than asked), as a buffer with none.
+    power_samples: list[tuple[int, int]] = field(default_factory=list)
+    power_sample_type: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT  # nvmlValueType_t the samples come back as
 
     # Clocks in MHz by NVML_CLOCK_*; an idle GPU reports the GpuIdle reason
     clock_event_reasons: int = REASON_GPU_IDLE
@@ -187,6 +195,14 @@ class FakeGpu:
         self.memory_temperature = self.thresholds[pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX] - 1
         self.clock_event_reasons = REASON_HW_THERMAL_SLOWDOWN | REASON_HW_SLOWDOWN
         self.clocks[pynvml.NVML_CLOCK_GRAPHICS] = self.clocks[pynvml.NVML_CLOCK_SM] = 1110
+        return self
+
+    def power_sampled(self, *milliwatts: int, period_us: int = POWER_SAMPLE_PERIOD_US) -> "FakeGpu":
+        """The driver takes a power sample of each value, one every `period_us` after its newest (the first at
+        POWER_SAMPLES_START_US), as the lab H100's buffer filled (a sample every ~20 ms)."""
+        newest = self.power_samples[-1][0] if self.power_samples else POWER_SAMPLES_START_US - period_us
+        for step, value in enumerate(milliwatts, start=1):
+            self.power_samples.append((newest + step * period_us, value))
         return self
 
     def power_brake(self) -> "FakeGpu":

@@ -207,6 +207,36 @@ def nvmlDeviceGetPowerManagementLimitConstraints(lib: FakeNvmlLib, gpu: FakeGpu,
     return put(high, gpu.power_max_limit_mw)
 
 
+# c_nvmlValue_t member of each nvmlValueType_t
+_VALUE_MEMBERS = {pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+                  pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+                  pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+                  pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal"}
+
+
+@c_symbol()
+def nvmlDeviceGetSamples(lib: FakeNvmlLib, gpu: FakeGpu, kind: Any, last_seen: Any, value_type: Any, count: Any,
+                         samples: Any) -> int:
+    """The samples newer than `last_seen` (µs), NOT_FOUND where there is none. Without an array (pynvml's first
+    call) only their number and type; with one, as many as it holds. Power samples only: the other kinds
+    (utilisation, clocks) are NOT_SUPPORTED here."""
+    if value_of(kind) != pynvml.NVML_TOTAL_POWER_SAMPLES:
+        return NOT_SUPPORTED
+    newer = [(stamp, value) for stamp, value in gpu.power_samples if stamp > value_of(last_seen)]
+    if not newer:
+        return pynvml.NVML_ERROR_NOT_FOUND
+    put(value_type, gpu.power_sample_type)
+    if samples is None:
+        return put(count, len(newer))
+    array = target(samples)
+    written = newer[:min(value_of(target(count)), len(array))]
+    member = _VALUE_MEMBERS.get(gpu.power_sample_type, "uiVal")
+    for position, (stamp, value) in enumerate(written):
+        array[position].timeStamp = stamp
+        setattr(array[position].sampleValue, member, value)
+    return put(count, len(written))
+
+
 def _keyed(lib: FakeNvmlLib, gpu: FakeGpu, key: Any, out: Any, *, attribute: str) -> int:
     """A value chosen by an enum argument (clock domain, threshold kind); a key the GPU lacks is NOT_SUPPORTED."""
     value = getattr(gpu, attribute).get(value_of(key))
