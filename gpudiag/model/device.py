@@ -81,11 +81,13 @@ class TemperatureSensor:
 @dataclass
 class PowerInfo:
     """Power draw, limits and energy of one GPU (W, J)."""
-    draw_watts: Optional[float] = None  # the driver's reading at the probe's instant
+    draw_watts: Optional[float] = None  # the driver's latest reading when probed
     # The mean of the driver's own power samples taken since the previous probe of this GPU by the same backend (an
     # open collector's: `gpudiag top`, `gpudiag serve`), and the span those samples cover in seconds: what
     # `nvidia-smi dmon` prints as pwr. None where the backend does not ask (a one-shot check), on the first probe,
-    # where no sample is newer than the previous probe's, and where the device or driver has no sample buffer.
+    # where no sample is newer than the previous probe's, and where the device or driver has no sample buffer. NVIDIA
+    # only: amdsmi's average_socket_power (MI200 and older) is the SMU's own average over a window amdsmi does not
+    # document, not one since the previous probe; it is read as draw_watts.
     average_watts: Optional[float] = None
     average_seconds: Optional[float] = None
     limit_watts: Optional[float] = None  # the limit in force

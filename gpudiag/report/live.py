@@ -1,4 +1,5 @@
-"""The live view's sample (`gpudiag top`): one row per GPU with what an operator watches — power and its limit,
+"""The live view's sample (`gpudiag top`): one row per GPU with what an operator watches — power (the mean since the
+previous collection where the driver's samples give one, as dmon's pwr, else the instantaneous draw) and its limit,
 temperatures, clocks, utilisation, memory used, ECC and retired/remapped counts, PCIe link, throttle reasons — and
 its verdict: the checks failing, unknown or warning on that GPU now.
 
@@ -118,12 +119,22 @@ def _retired(device: DeviceSnapshot) -> Optional[int]:
     return None
 
 
+def _power(device: DeviceSnapshot) -> dict:
+    """power_watts: the mean of the driver's power samples since the previous collection where the backend read one
+    (what `nvidia-smi dmon` prints as pwr), with power_average_seconds the span it covers; else the instantaneous
+    draw, with power_average_seconds None (a collection's first sample, AMD, a GPU without a sample buffer)."""
+    power = device.power
+    if power.average_watts is not None:
+        return {"power_watts": power.average_watts, "power_average_seconds": power.average_seconds}
+    return {"power_watts": power.draw_watts, "power_average_seconds": None}
+
+
 def _device_row(device: DeviceSnapshot) -> dict:
     clocks, memory = device.clocks, device.memory
     return {
         "index": device.index, "pci_bus_id": device.pci_bus_id, "uuid": device.uuid,
         "vendor": device.vendor.value, "name": device.name, "reachable": device.reachable,
-        "power_watts": device.power.draw_watts, "power_limit_watts": device.power.limit_watts,
+        **_power(device), "power_limit_watts": device.power.limit_watts,
         "gpu_temperature_celsius": _first(device, GPU_SENSORS),
         "memory_temperature_celsius": _memory_temperature(device),
         # AMD reports no SM clock: its gfx clock is the compute clock (amd-smi monitor's GFX_CLK)
@@ -140,7 +151,8 @@ def _device_row(device: DeviceSnapshot) -> dict:
 
 
 # Every key of a row (besides "verdict"), in the order _device_row writes them.
-FIELDS = ("index", "pci_bus_id", "uuid", "vendor", "name", "reachable", "power_watts", "power_limit_watts",
-          "gpu_temperature_celsius", "memory_temperature_celsius", "sm_clock_mhz", "memory_clock_mhz",
-          "gpu_utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes",
-          "ecc_corrected", "ecc_uncorrected", "retired", "pcie_generation", "pcie_width", "throttle_reasons")
+FIELDS = ("index", "pci_bus_id", "uuid", "vendor", "name", "reachable", "power_watts", "power_average_seconds",
+          "power_limit_watts", "gpu_temperature_celsius", "memory_temperature_celsius", "sm_clock_mhz",
+          "memory_clock_mhz", "gpu_utilization_percent", "memory_utilization_percent", "memory_used_bytes",
+          "memory_total_bytes", "ecc_corrected", "ecc_uncorrected", "retired", "pcie_generation", "pcie_width",
+          "throttle_reasons")

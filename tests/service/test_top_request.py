@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 
@@ -36,6 +37,22 @@ def test_top_answers_the_latest_collection_s_rows_and_verdicts(tmp_path):
     gpu1 = view["gpus"][1]
     assert (gpu1["power_watts"], gpu1["power_limit_watts"], gpu1["pcie_generation"], gpu1["sm_clock_mhz"]) == (
         74.312, 700.0, 4, 345)
+
+
+def test_top_s_power_is_the_mean_of_the_samples_since_the_service_s_previous_collection(tmp_path):
+    node = nvidia_node(1)
+    node.gpus[0].power_sampled(75_000)
+    node_root(tmp_path, "nvidia", node)
+    with installed(node), running_service(tmp_path, interval=600, power_samples=True):  # collects when asked
+        node.gpus[0].power_sampled(650_000, 660_000, 670_000)
+        time.sleep(0.1)  # older than the freshest collection the service makes on request (0.05 s)
+        answer, _ = raw(socket_path(tmp_path), b'{"op": "top", "max_age": 0}\n')
+        time.sleep(0.1)
+        again, _ = raw(socket_path(tmp_path), b'{"op": "top", "max_age": 0}\n')  # nothing sampled since
+    (gpu,) = answer["view"]["gpus"]
+    assert (gpu["power_watts"], gpu["power_average_seconds"]) == (660.0, 0.06)
+    (gpu,) = again["view"]["gpus"]
+    assert (gpu["power_watts"], gpu["power_average_seconds"]) == (74.312, None)
 
 
 @pytest.mark.parametrize("payload", [b'{"op": "top", "max_age": -1}\n', b'{"op": "top", "wait": "soon"}\n'])

@@ -22,9 +22,9 @@ from tests.support.exporter import wait_for
 
 @contextlib.contextmanager
 def running_service(
-    root: Path, timeout: float = 1.0, interval: float = 0.2, **service: object
+    root: Path, timeout: float = 1.0, interval: float = 0.2, power_samples: bool = False, **service: object
 ) -> Iterator[ServeDaemon]:
-    collector = Collector(CollectOptions(root=root, timeout_seconds=timeout))
+    collector = Collector(CollectOptions(root=root, timeout_seconds=timeout, power_samples=power_samples))
     exporter = ServeDaemon("127.0.0.1:0", WebConfig(), collector.collect, interval, timeout,
                         socket_path=socket_path(root), state_dir=state_dir(root), service_options=service)
     exporter.start()

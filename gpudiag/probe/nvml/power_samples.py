@@ -5,9 +5,9 @@ serve`: CollectOptions.power_samples), never by a one-shot check.
 The driver samples the board's power every ~20 ms into a buffer that `nvmlDeviceGetSamples(handle,
 NVML_TOTAL_POWER_SAMPLES, lastSeenTimeStamp)` reads: each sample a timestamp (µs) and a value (mW), those newer than
 `lastSeenTimeStamp` only, NVML_ERROR_NOT_FOUND where there is none. dmon's pwr is the mean of the samples since its
-previous line: on the lab H100 it agreed with that mean within 0.54 W on average, against 14.8 W (up to 130 W at the
-load's edges) for nvmlDeviceGetPowerUsage's instantaneous reading (tests/fixtures/h100/recorded/lab-2026-12-06b/
-dmon_sources/).
+previous line: on the lab H100 it was 0.54 W from that mean (on the 3 lines the buffer still held when read), against
+14.8 W on average (up to 130 W at the load's edges) from nvmlDeviceGetPowerUsage's instantaneous reading
+(tests/fixtures/h100/recorded/lab-2026-12-06b/dmon_sources/).
 
 The first probe of a GPU asks with lastSeenTimeStamp 0 and keeps only the newest sample's timestamp, reporting no
 mean: the buffer then holds samples from an earlier time than this collector has watched (how far back depends on
@@ -16,9 +16,9 @@ remembering the host's clock instead would save that call, but would assume that
 host's Unix time (as the lab's were) — the buffer's own timestamp assumes nothing. Each later probe asks for the
 samples newer than the kept timestamp, reports their mean and the span they cover, and keeps the newest. The span
 runs from the previous probe's newest sample to this one's; where the buffer ran over between two probes (its oldest
-new sample is more than two sample periods after the kept one, e.g. a service collecting every 15 s), it is the span
-of the samples the buffer still held, from one period before the oldest of them, so that the mean is never said to
-cover time it does not.
+new sample is more than two sample periods after the kept one: the lab H100's held 119 samples, 2.4 s, and a service
+collects every 15 s unless asked sooner), it is the span of the samples the buffer still held, from one period
+before the oldest of them, so that the mean is never said to cover time it does not.
 """
 
 from __future__ import annotations

@@ -195,3 +195,38 @@ def test_gpus_on_the_bus_that_no_library_reads_are_never_ok(tmp_path, capsys):
     # inventory.gpus_visible is unknown on each (nothing to cross-check with): it follows from the library
     assert [r["verdict"] for r in rows] == ["fail:driver.library"] * 2
     assert all(set(line.split()[3:17]) == {"-"} for line in lines[2:])
+
+
+def test_after_the_first_sample_pwr_is_the_mean_of_the_driver_s_samples_since_the_previous_one(
+        tmp_path, capsys, monkeypatch):
+    # issue 36, item 1: dmon prints the mean of NVML's power samples since its previous line; the instantaneous
+    # reading (74.312 W here throughout) differs from it by up to 130 W at a load's edges on the lab H100
+    node = nvidia_node(2)
+    for gpu in node.gpus:
+        gpu.power_sampled(75_000, 75_500)  # the buffer before top starts: no mean for the first sample
+    seconds = iter([((195_000, 700_000, 706_000, 699_000), (80_000,)), ((700_500, 701_500), ())])
+
+    def a_second_passes(delay):
+        for gpu, sampled in zip(node.gpus, next(seconds)):
+            gpu.power_sampled(*sampled)
+
+    monkeypatch.setattr("gpudiag.cli.top.command._sleep", a_second_passes)
+    node_root(tmp_path, "nvidia", node)
+    with installed(node):
+        code, lines, err = top(capsys, tmp_path, "-c", "3", "-d", "1")
+    assert code == 0 and err == ""
+    # GPU 0: the draw first, then the mean of each second's samples; GPU 1: nothing sampled in the last second
+    assert [(r["gpu"], r["pwr"]) for r in table(lines)] == [
+        ("0", "74"), ("1", "74"), ("0", "575"), ("1", "80"), ("0", "701"), ("1", "74")]
+
+
+def test_serve_s_collector_asks_for_the_power_samples_and_check_s_does_not(tmp_path, monkeypatch):
+    from gpudiag.cli.shared.node_collect import collect_options
+
+    (tmp_path / "sys").mkdir()
+    given = []
+    monkeypatch.setattr("gpudiag.cli.serve.serving.serve", lambda listen, web, options, *rest, **named: (
+        given.append(options), 0)[1])
+    code = cli.main(["serve", "--root", str(tmp_path), "--listen", "127.0.0.1:0", "--log.level", "error"])
+    assert code == 0 and [options.power_samples for options in given] == [True]
+    assert collect_options(tmp_path, None, None).power_samples is False  # what check collects with
