@@ -83,8 +83,9 @@ class PowerInfo:
     """Power draw, limits and energy of one GPU (W, J)."""
     draw_watts: Optional[float] = None  # the driver's latest reading when probed
     # The mean of the driver's own power samples taken since the previous probe of this GPU by the same backend (an
-    # open collector's: `gpudiag top`, `gpudiag serve`), and the span those samples cover in seconds: what
-    # `nvidia-smi dmon` prints as pwr. None where the backend does not ask (a one-shot check), on the first probe,
+    # open collector's: `gpudiag top`, `gpudiag serve`), and the span those samples cover in seconds (at most the
+    # driver's buffer, ~2.4 s on H100; draw_watts is itself a one-second average there, NVML documents it so for
+    # Ampere and later but GA100). None where the backend does not ask (a one-shot check), on the first probe,
     # where no sample is newer than the previous probe's, and where the device or driver has no sample buffer. NVIDIA
     # only: amdsmi's average_socket_power (MI200 and older) is the SMU's own average over a window amdsmi does not
     # document, not one since the previous probe; it is read as draw_watts.

@@ -1,5 +1,5 @@
 """The live view's sample (`gpudiag top`): one row per GPU with what an operator watches — power (the mean since the
-previous collection where the driver's samples give one, as dmon's pwr, else the instantaneous draw) and its limit,
+previous collection where the driver's samples give one, else the driver's power reading) and its limit,
 temperatures, clocks, utilisation, memory used, ECC and retired/remapped counts, PCIe link, throttle reasons — and
 its verdict: the checks failing, unknown or warning on that GPU now.
 
@@ -120,9 +120,10 @@ def _retired(device: DeviceSnapshot) -> Optional[int]:
 
 
 def _power(device: DeviceSnapshot) -> dict:
-    """power_watts: the mean of the driver's power samples since the previous collection where the backend read one
-    (what `nvidia-smi dmon` prints as pwr), with power_average_seconds the span it covers; else the instantaneous
-    draw, with power_average_seconds None (a collection's first sample, AMD, a GPU without a sample buffer)."""
+    """power_watts: the mean of the driver's power samples since the previous collection where the backend read one,
+    with power_average_seconds the span it covers; else the driver's power reading (draw_watts: a one-second average
+    on NVIDIA Ampere and later but GA100, instantaneous before), with power_average_seconds None (a collection's
+    first sample, AMD, a GPU without a sample buffer)."""
     power = device.power
     if power.average_watts is not None:
         return {"power_watts": power.average_watts, "power_average_seconds": power.average_seconds}

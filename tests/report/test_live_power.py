@@ -1,6 +1,6 @@
 """The live view's power (gpudiag/report/live.py; issue 36, item 1): the mean of the driver's power samples since the
-previous collection where the backend read one — what `nvidia-smi dmon` prints as pwr — with the span it covers in
-power_average_seconds; else the instantaneous draw, and power_average_seconds null."""
+previous collection where the backend read one, with the span it covers in power_average_seconds; else the driver's
+power reading (draw_watts), and power_average_seconds null."""
 
 from __future__ import annotations
 

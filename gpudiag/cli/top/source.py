@@ -150,7 +150,7 @@ class _Direct:
         from gpudiag.cli.shared.node_collect import collect_options
         from gpudiag.probe import Collector
 
-        # power_samples: each sample's power is the mean of the driver's samples since the previous one, as dmon's
+        # power_samples: each sample's power is the mean of the driver's samples since the previous one
         self._collector = Collector(collect_options(root, None, timeout, power_samples=True))
 
     def view(self) -> tuple[dict, float]:

@@ -1,13 +1,16 @@
-"""The mean power of an NVIDIA GPU since the previous probe, from the driver's own power samples: what
-`nvidia-smi dmon` prints as pwr, asked only by a collector that probes again and again (`gpudiag top`, `gpudiag
-serve`: CollectOptions.power_samples), never by a one-shot check.
+"""The mean power of an NVIDIA GPU since the previous probe, from the driver's own power samples, asked only by a
+collector that probes again and again (`gpudiag top`, `gpudiag serve`: CollectOptions.power_samples), never by a
+one-shot check.
 
 The driver samples the board's power every ~20 ms into a buffer that `nvmlDeviceGetSamples(handle,
 NVML_TOTAL_POWER_SAMPLES, lastSeenTimeStamp)` reads: each sample a timestamp (µs) and a value (mW), those newer than
-`lastSeenTimeStamp` only, NVML_ERROR_NOT_FOUND where there is none. dmon's pwr is the mean of the samples since its
-previous line: on the lab H100 it was 0.54 W from that mean (on the 3 lines the buffer still held when read), against
-14.8 W on average (up to 130 W at the load's edges) from nvmlDeviceGetPowerUsage's instantaneous reading
-(tests/fixtures/h100/recorded/lab-2026-12-06b/dmon_sources/).
+`lastSeenTimeStamp` only, NVML_ERROR_NOT_FOUND where there is none (on an H100: value type unsigned int, one sample
+every 20 ms, about 2.4 s held, timestamps in the host's Unix time; tests/fixtures/h100/recorded/device-2026-12-06/).
+Their mean covers exactly the time since the previous probe, whatever top's interval, up to the buffer's span.
+nvmlDeviceGetPowerUsage (draw_watts) is itself a one-second average on Ampere and later but GA100 (NVML's
+documentation), and instantaneous before: at `top -d 1` on an H100 the two are nearly the same quantity (a median
+0.43 W apart), and `nvidia-smi dmon`'s pwr fits nvmlDeviceGetPowerUsage read at dmon's own moment at least as well as
+this mean (0.75 W against 1.62 W on average; that recording's README).
 
 The first probe of a GPU asks with lastSeenTimeStamp 0 and keeps only the newest sample's timestamp, reporting no
 mean: the buffer then holds samples from an earlier time than this collector has watched (how far back depends on

@@ -91,3 +91,16 @@ def test_two_samples_apart_is_not_within_one_sample():
     results = lab.compare(lab.parse(top_output(dmon_rows, late=3)), dmon_rows)
     power = next(r for r in results if r["column"] == "pwr")
     assert power["compared"] == 18 and power["agreed"] < power["compared"]  # the load's edges are 3 s off
+
+
+def test_dmon_s_power_is_nvml_s_one_second_reading_at_dmon_s_own_moment():
+    # issue 36, item 1: tools/lab_dmon_phase.py over the two H100 recordings (see their READMEs)
+    phase = load_tool("lab_dmon_phase")
+    for directory, moment in (("h100/recorded/device-2026-12-06/dmon_sources", 0.86),
+                              ("h100/recorded/lab-2026-12-06b/dmon_sources", 0.20)):
+        lines = phase.report(FIXTURES / directory)
+        best = lines[1].split()
+        assert best[:3] == ["pwr", "GetPowerUsage", "(nearest"] and float(best[4]) < 1.0, lines
+        assert best[-2] == f"+{moment:.2f}", lines
+    recorded = (FIXTURES / "h100/recorded/device-2026-12-06/dmon_sources/phase.txt").read_text()
+    assert recorded == "\n".join(phase.report(FIXTURES / "h100/recorded/device-2026-12-06/dmon_sources")) + "\n"

@@ -199,8 +199,8 @@ def test_gpus_on_the_bus_that_no_library_reads_are_never_ok(tmp_path, capsys):
 
 def test_after_the_first_sample_pwr_is_the_mean_of_the_driver_s_samples_since_the_previous_one(
         tmp_path, capsys, monkeypatch):
-    # issue 36, item 1: dmon prints the mean of NVML's power samples since its previous line; the instantaneous
-    # reading (74.312 W here throughout) differs from it by up to 130 W at a load's edges on the lab H100
+    # issue 36, item 1: the mean of NVML's power samples since the previous sample, not the driver's reading
+    # (74.312 W here throughout)
     node = nvidia_node(2)
     for gpu in node.gpus:
         gpu.power_sampled(75_000, 75_500)  # the buffer before top starts: no mean for the first sample

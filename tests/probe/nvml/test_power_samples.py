@@ -1,7 +1,7 @@
 """The mean power since the previous probe, from the driver's power samples (gpudiag/probe/nvml/power_samples.py;
-issue 36, item 1: what `nvidia-smi dmon` prints as pwr), over the fake libnvidia-ml's sample buffer: asked only by a
-backend that probes again and again, none on the first probe, absent without an error where there is no newer
-sample or no buffer, a failure recorded without failing the GPU."""
+issue 36, item 1), over the fake libnvidia-ml's sample buffer: asked only by a backend that probes again and again,
+none on the first probe, absent without an error where there is no newer sample or no buffer, a failure recorded
+without failing the GPU."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_the_second_probe_reports_the_mean_of_the_samples_since_the_first():
     assert second.power.average_watts == pytest.approx((195 + 700 + 706 + 699) / 4)
     assert second.power.average_seconds == pytest.approx(4 * 0.020)  # from the first probe's newest sample
     assert (third.power.average_watts, third.power.average_seconds) == (pytest.approx(701.0), pytest.approx(0.040))
-    assert second.power.draw_watts == 74.312  # the instantaneous reading stays beside it
+    assert second.power.draw_watts == 74.312  # the driver's own reading stays beside it
     assert lib.calls[SAMPLES] == 2 * 3  # pynvml asks twice per read: the count, then the samples
     assert not first.errors and not second.errors and not third.errors
 
