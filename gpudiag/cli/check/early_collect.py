@@ -36,6 +36,12 @@ from gpudiag import DEFAULT_DEADLINE_SECONDS
 # children bound their collections themselves (gpudiag/probe/deadline.py); this only catches one that died or hung.
 GRACE_SECONDS = 5.0
 
+# The vendor child's GIL switch interval (s; CPython's default is 0.005). Its NVML thread makes one C call after
+# another, each releasing the GIL; at each call's return it waits for the GIL while the main thread imports and reads
+# the host, up to a whole interval at a time. The GPUs' reads are the longest chain of the check: a short interval
+# hands the GIL back to them sooner (bench/check_vs_nvidia_smi.py's A/B "with the default GIL switch interval").
+VENDOR_SWITCH_INTERVAL = 0.0005
+
 # The children's own steps (label, time.perf_counter()), sent back with their answers for
 # bench/check_vs_nvidia_smi.py's timeline of a cold check; the benchmark may add its own marks here (the collector's
 # parts). perf_counter is CLOCK_MONOTONIC on Linux: one clock for this process, the children and the benchmark.
@@ -55,7 +61,10 @@ def _vendor_part(root: str, timeout: "float | None", sides: list) -> tuple:
     on) each)."""
     from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
+    import sys
+
     started = time.monotonic()
+    sys.setswitchinterval(VENDOR_SWITCH_INTERVAL)
     start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
     prefetched = None
     if _nvidia_driver_loaded():
