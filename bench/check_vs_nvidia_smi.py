@@ -119,7 +119,8 @@ from gpudiag.probe.nvml import early
 from gpudiag.cli.check import early_collect
 with open(notes, "w") as out:
     json.dump({{"first_line": FIRST_LINE, "started": STARTED, "marks": direct.MARKS, "parts": direct.PROBE_PARTS,
-               "early_nvml": early.WINDOW, "child_marks": direct.CHILD_MARKS or early_collect.CHILD_MARKS,
+               "early_nvml": direct.NVML_WINDOW or early.WINDOW,
+               "child_marks": direct.CHILD_MARKS or early_collect.CHILD_MARKS,
                "spawned": SPAWNED, "ended": ENDED, "code": code,
                "modules": globals().get("MODULE_CPU", {{}})}}, out)
 fastpath.leave(code)

@@ -240,6 +240,7 @@ class ForkedCollection:
         self.timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
         self.nvml_window: list = []
         self.child_marks: list = []
+        self.answered_at: "float | None" = None  # time.perf_counter() once the answer was read (the timeline's)
         self.started = time.monotonic()
         self.pids: list = []
         side_pipes = [os.pipe() for _ in SIDES]
@@ -262,6 +263,7 @@ class ForkedCollection:
     def snapshot(self):
         try:
             data = self._read_answer()
+            self.answered_at = time.perf_counter()
             if not data:
                 raise ChildFailed(f"the probe's process ended without an answer ({self._how_it_ended()})")
             import pickle
