@@ -36,11 +36,12 @@ from gpudiag import DEFAULT_DEADLINE_SECONDS
 # children bound their collections themselves (gpudiag/probe/deadline.py); this only catches one that died or hung.
 GRACE_SECONDS = 5.0
 
-# The vendor child's GIL switch interval (s; CPython's default is 0.005). Its NVML thread makes one C call after
-# another, each releasing the GIL; at each call's return it waits for the GIL while the main thread imports and reads
-# the host, up to a whole interval at a time. The GPUs' reads are the longest chain of the check: a short interval
-# hands the GIL back to them sooner (bench/check_vs_nvidia_smi.py's A/B "with the default GIL switch interval").
-VENDOR_SWITCH_INTERVAL = 0.0005
+# How long the vendor child leaves the GIL to its NVML thread before it imports the rest of the collection and reads
+# the host: the thread's calls are the check's longest chain, mostly time in the driver, and each Python step beside
+# them makes them wait for the GIL at every call's return (lab H100: the GPU's open and probe took 92 ms beside the
+# imports, the host's read and the side answers; tests/fixtures/h100/recorded/lab-2026-12-06c/). A GPU that hangs
+# costs this much at most before the collector goes on, names it at its own deadline, and reads the rest.
+PREFETCH_HEAD_START_SECONDS = 1.0
 
 # The children's own steps (label, time.perf_counter()), sent back with their answers for
 # bench/check_vs_nvidia_smi.py's timeline of a cold check; the benchmark may add its own marks here (the collector's
@@ -61,17 +62,17 @@ def _vendor_part(root: str, timeout: "float | None", sides: list) -> tuple:
     on) each)."""
     from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
-    import sys
-
     started = time.monotonic()
-    sys.setswitchinterval(VENDOR_SWITCH_INTERVAL)
     start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
     prefetched = None
     if _nvidia_driver_loaded():
         from gpudiag.probe.nvml.prefetch import PrefetchedNvml
 
-        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed beside the imports below
+        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed before anything else here
         _mark("prefetch started")
+        wait = PREFETCH_HEAD_START_SECONDS if timeout is None else min(PREFETCH_HEAD_START_SECONDS, timeout / 4)
+        if prefetched.wait(wait):
+            _mark("prefetch done")
     options, stdout_to_stderr = _options(root, timeout)
     options.nvml_backend = prefetched
     from gpudiag.probe.split import collect_vendor_part, join
