@@ -211,6 +211,11 @@ def _answer(writing: int, work, args: tuple) -> None:
             data = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}"), [], []))
         with os.fdopen(writing, "wb") as out:
             out.write(data)
+        # Nothing more is written: the parent's stdout and stderr are let go now, not when this process has been
+        # torn down (closing NVML's device files takes the driver a few ms), so that a pipe reading the check's
+        # output ends with the check.
+        os.close(1)
+        os.close(2)
     except BaseException:  # noqa: BLE001 - the reader gets no answer and says so
         code = 1
     os._exit(code)
@@ -230,6 +235,13 @@ def _fork(work, args: tuple, writing: int, pipes: list) -> int:
 
 
 # -- in this process -----------------------------------------------------------------------------------------------
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 class ForkedCollection:
@@ -264,9 +276,9 @@ class ForkedCollection:
     def snapshot(self):
         try:
             data = self._read_answer()
-            self.answered_at = time.perf_counter()
             if not data:
                 raise ChildFailed(f"the probe's process ended without an answer ({self._how_it_ended()})")
+            self.answered_at = time.perf_counter()
             import pickle
 
             kind, value, self.nvml_window, self.child_marks = pickle.loads(data)
@@ -297,17 +309,24 @@ class ForkedCollection:
         return f"exit {os.waitstatus_to_exitcode(status)}"
 
     def close(self) -> None:
-        """Every child reaped (killed first where it still runs), the pipe closed."""
+        """Every child reaped (killed first where it still runs), the pipe closed. A vendor child that has answered
+        and is still exiting is reaped on a thread: its exit (NVML's device files closed) is not waited for."""
         for position, pid in enumerate(self.pids):
             if pid is None:
                 continue
+            self.pids[position] = None
             try:
-                if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
+                if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                    continue
+                if position == 0 and self.answered_at is not None:
+                    import threading
+
+                    threading.Thread(target=_reap, args=(pid,), name="reap-probe", daemon=True).start()
+                    continue
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
-            self.pids[position] = None
         if self._reading is not None:
             os.close(self._reading)
             self._reading = None
