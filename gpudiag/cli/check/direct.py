@@ -22,6 +22,9 @@ from gpudiag.exitcodes import ExitCode
 MARKS: list = []
 PROBE_PARTS: dict = {}
 CHILD_MARKS: list = []  # the forked children's own, as they sent them (gpudiag/cli/check/early_collect.py)
+# The forked vendor child's NVML early-start window (gpudiag/probe/nvml/early.py WINDOW), kept here: importing that
+# module would import the whole probe package into this process, which otherwise needs none of it.
+NVML_WINDOW: list = []
 
 
 def mark(step: str) -> None:
@@ -94,9 +97,8 @@ def _check(request: dict, root: str, timeout: "float | None", early) -> int:
     node_root = Path(root)
     if early is not None:
         snapshot = early.snapshot()
-        from gpudiag.probe.nvml.early import WINDOW
-
-        WINDOW[:] = early.nvml_window  # for the benchmark's breakdown, as if NVML had started in this process
+        MARKS.append(("answer read", early.answered_at))  # then its children reaped
+        NVML_WINDOW[:] = early.nvml_window
         CHILD_MARKS[:] = early.child_marks
     else:
         snapshot = collect(node_root, None, timeout, 1, probe_parts_for(selected))

@@ -36,6 +36,13 @@ from gpudiag import DEFAULT_DEADLINE_SECONDS
 # children bound their collections themselves (gpudiag/probe/deadline.py); this only catches one that died or hung.
 GRACE_SECONDS = 5.0
 
+# How long the vendor child leaves the GIL to its NVML thread before it imports the rest of the collection and reads
+# the host: the thread's calls are the check's longest chain, mostly time in the driver, and each Python step beside
+# them makes them wait for the GIL at every call's return (lab H100: the GPU's open and probe took 92 ms beside the
+# imports, the host's read and the side answers; tests/fixtures/h100/recorded/lab-2026-12-06c/). A GPU that hangs
+# costs this much at most before the collector goes on, names it at its own deadline, and reads the rest.
+PREFETCH_HEAD_START_SECONDS = 1.0
+
 # The children's own steps (label, time.perf_counter()), sent back with their answers for
 # bench/check_vs_nvidia_smi.py's timeline of a cold check; the benchmark may add its own marks here (the collector's
 # parts). perf_counter is CLOCK_MONOTONIC on Linux: one clock for this process, the children and the benchmark.
@@ -61,8 +68,11 @@ def _vendor_part(root: str, timeout: "float | None", sides: list) -> tuple:
     if _nvidia_driver_loaded():
         from gpudiag.probe.nvml.prefetch import PrefetchedNvml
 
-        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed beside the imports below
+        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed before anything else here
         _mark("prefetch started")
+        wait = PREFETCH_HEAD_START_SECONDS if timeout is None else min(PREFETCH_HEAD_START_SECONDS, timeout / 4)
+        if prefetched.wait(wait):
+            _mark("prefetch done")
     options, stdout_to_stderr = _options(root, timeout)
     options.nvml_backend = prefetched
     from gpudiag.probe.split import collect_vendor_part, join
@@ -201,6 +211,11 @@ def _answer(writing: int, work, args: tuple) -> None:
             data = pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}"), [], []))
         with os.fdopen(writing, "wb") as out:
             out.write(data)
+        # Nothing more is written: the parent's stdout and stderr are let go now, not when this process has been
+        # torn down (closing NVML's device files takes the driver a few ms), so that a pipe reading the check's
+        # output ends with the check.
+        os.close(1)
+        os.close(2)
     except BaseException:  # noqa: BLE001 - the reader gets no answer and says so
         code = 1
     os._exit(code)
@@ -222,6 +237,13 @@ def _fork(work, args: tuple, writing: int, pipes: list) -> int:
 # -- in this process -----------------------------------------------------------------------------------------------
 
 
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
 class ForkedCollection:
     """The whole node's collection (level 1, every probe part) in forked children; `snapshot()` waits for the vendor
     child's answer and returns its snapshot, or raises what its collection raised (a usage problem, a failure) in
@@ -231,6 +253,7 @@ class ForkedCollection:
         self.timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
         self.nvml_window: list = []
         self.child_marks: list = []
+        self.answered_at: "float | None" = None  # time.perf_counter() once the answer was read (the timeline's)
         self.started = time.monotonic()
         self.pids: list = []
         side_pipes = [os.pipe() for _ in SIDES]
@@ -255,6 +278,7 @@ class ForkedCollection:
             data = self._read_answer()
             if not data:
                 raise ChildFailed(f"the probe's process ended without an answer ({self._how_it_ended()})")
+            self.answered_at = time.perf_counter()
             import pickle
 
             kind, value, self.nvml_window, self.child_marks = pickle.loads(data)
@@ -285,17 +309,24 @@ class ForkedCollection:
         return f"exit {os.waitstatus_to_exitcode(status)}"
 
     def close(self) -> None:
-        """Every child reaped (killed first where it still runs), the pipe closed."""
+        """Every child reaped (killed first where it still runs), the pipe closed. A vendor child that has answered
+        and is still exiting is reaped on a thread: its exit (NVML's device files closed) is not waited for."""
         for position, pid in enumerate(self.pids):
             if pid is None:
                 continue
+            self.pids[position] = None
             try:
-                if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
+                if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                    continue
+                if position == 0 and self.answered_at is not None:
+                    import threading
+
+                    threading.Thread(target=_reap, args=(pid,), name="reap-probe", daemon=True).start()
+                    continue
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
-            self.pids[position] = None
         if self._reading is not None:
             os.close(self._reading)
             self._reading = None

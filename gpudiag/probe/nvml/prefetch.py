@@ -70,11 +70,23 @@ class PrefetchedNvml:
         self._lock = threading.Lock()
         self._begun: dict = {}  # call (OPEN or a GPU's index) -> the thread's _Pending, until the collector takes it
         self._taken: set = set()  # calls the collector made itself: the thread makes none of them
+        self._ended = threading.Event()
         threading.Thread(target=self._run, name="nvml-prefetch", daemon=True).start()
+
+    def wait(self, seconds: float) -> bool:
+        """Whether the thread has made every call it will make, waiting up to `seconds` for it (a caller with
+        nothing more urgent leaves the thread the GIL meanwhile)."""
+        return self._ended.wait(seconds)
 
     # -- the thread --------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._make_calls()
+        finally:
+            self._ended.set()
+
+    def _make_calls(self) -> None:
         opened = self._begin(OPEN)
         if opened is None:
             return
