@@ -36,13 +36,6 @@ from gpudiag import DEFAULT_DEADLINE_SECONDS
 # children bound their collections themselves (gpudiag/probe/deadline.py); this only catches one that died or hung.
 GRACE_SECONDS = 5.0
 
-# How long the vendor child leaves the GIL to its NVML thread before it imports the rest of the collection and reads
-# the host: the thread's calls are the check's longest chain, mostly time in the driver, and each Python step beside
-# them makes them wait for the GIL at every call's return (lab H100: the GPU's open and probe took 92 ms beside the
-# imports, the host's read and the side answers; tests/fixtures/h100/recorded/lab-2026-12-06c/). A GPU that hangs
-# costs this much at most before the collector goes on, names it at its own deadline, and reads the rest.
-PREFETCH_HEAD_START_SECONDS = 1.0
-
 # The children's own steps (label, time.perf_counter()), sent back with their answers for
 # bench/check_vs_nvidia_smi.py's timeline of a cold check; the benchmark may add its own marks here (the collector's
 # parts). perf_counter is CLOCK_MONOTONIC on Linux: one clock for this process, the children and the benchmark.
@@ -68,11 +61,8 @@ def _vendor_part(root: str, timeout: "float | None", sides: list) -> tuple:
     if _nvidia_driver_loaded():
         from gpudiag.probe.nvml.prefetch import PrefetchedNvml
 
-        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed before anything else here
+        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed beside the imports below
         _mark("prefetch started")
-        wait = PREFETCH_HEAD_START_SECONDS if timeout is None else min(PREFETCH_HEAD_START_SECONDS, timeout / 4)
-        if prefetched.wait(wait):
-            _mark("prefetch done")
     options, stdout_to_stderr = _options(root, timeout)
     options.nvml_backend = prefetched
     from gpudiag.probe.split import collect_vendor_part, join

@@ -4,7 +4,10 @@ moment its code is imported, while the collecting process imports the rest of th
 
 The GPUs' reads are the longest chain of a cold check, and mostly time in the driver (C calls that release the
 GIL): on the lab H100 the vendor child spent 54 ms importing, then 20 ms opening NVML and 38 ms probing the GPU, one
-after the other (tests/fixtures/h100/recorded/lab-2026-12-06c/). Here they overlap.
+after the other. Here they overlap. In interleaved A/Bs on two leases of the lab H100 the check took 181.6 and 162.1
+ms with the thread, 202.0 and 162.1 without it (medians of 9; tests/fixtures/h100/recorded/lab-2026-12-06c/: final/,
+head_start/). Letting the thread finish before the collector imports the rest (no GIL contention) was no better
+(196.2 and 161.7 ms), nor, on a third lease, a 0.5 ms GIL switch interval (193.9 against 179.2; switch_interval/).
 
 The collector still makes every decision: it asks `open`, `device_count`, `probe_device` and `probe_peers` as of an
 NvmlBackend, each bounded by its own deadline, and gets the outcome the thread had or will have for that call,
@@ -70,23 +73,11 @@ class PrefetchedNvml:
         self._lock = threading.Lock()
         self._begun: dict = {}  # call (OPEN or a GPU's index) -> the thread's _Pending, until the collector takes it
         self._taken: set = set()  # calls the collector made itself: the thread makes none of them
-        self._ended = threading.Event()
         threading.Thread(target=self._run, name="nvml-prefetch", daemon=True).start()
-
-    def wait(self, seconds: float) -> bool:
-        """Whether the thread has made every call it will make, waiting up to `seconds` for it (a caller with
-        nothing more urgent leaves the thread the GIL meanwhile)."""
-        return self._ended.wait(seconds)
 
     # -- the thread --------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            self._make_calls()
-        finally:
-            self._ended.set()
-
-    def _make_calls(self) -> None:
         opened = self._begin(OPEN)
         if opened is None:
             return

@@ -88,10 +88,9 @@ def test_with_nvml_started_ahead_in_the_child_the_report_is_the_same(tmp_path, f
             lean, full = both(["check", "--root", str(tmp_path), "--direct", *extra])
             assert lean == full and lean[0] == 1, extra
     assert len(forks) == 2
-    for made in forks:  # the collector went on once the thread had made its calls (its head start)
+    for made in forks:  # the thread started before the collection's own imports were done
         labels = [label for label, _ in made.child_marks]
-        assert labels.index("child: prefetch started") < labels.index("child: prefetch done") < labels.index(
-            "child: imported")
+        assert labels.index("child: prefetch started") < labels.index("child: imported")
 
 
 def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, forks, monkeypatch):

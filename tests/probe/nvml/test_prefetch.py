@@ -71,17 +71,6 @@ def test_a_gpu_hung_on_the_thread_is_named_and_the_next_one_is_the_collector_s(t
     assert power_reads == 1  # the hung call was made once, on the thread; the collector did not call it again
 
 
-def test_wait_says_when_the_thread_has_made_its_calls_and_is_bounded_by_a_hung_one(tmp_path):
-    node = FakeNode.hgx_h200(2)
-    sysfs_for(node, tmp_path)
-    with installed(node):
-        assert PrefetchedNvml().wait(5.0) is True
-        node.gpus[1].hang = "nvmlDeviceGetPowerUsage"
-        started = time.monotonic()
-        assert PrefetchedNvml().wait(0.3) is False
-        assert time.monotonic() - started < 1.0
-
-
 def test_a_lost_gpu_keeps_its_identity(tmp_path):
     node = FakeNode.hgx_h200(2)
     node.gpus[0].lose_after_calls = 3
