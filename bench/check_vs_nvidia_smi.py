@@ -120,7 +120,7 @@ from gpudiag.cli.check import early_collect
 with open(notes, "w") as out:
     json.dump({{"first_line": FIRST_LINE, "started": STARTED, "marks": direct.MARKS, "parts": direct.PROBE_PARTS,
                "early_nvml": direct.NVML_WINDOW or early.WINDOW,
-               "child_marks": direct.CHILD_MARKS or early_collect.CHILD_MARKS,
+               "child_marks": direct.CHILD_MARKS + early_collect.CHILD_MARKS,
                "spawned": SPAWNED, "ended": ENDED, "code": code,
                "modules": globals().get("MODULE_CPU", {{}})}}, out)
 fastpath.leave(code)

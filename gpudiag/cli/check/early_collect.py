@@ -5,10 +5,11 @@ expectations are imported (gpudiag/cli/check/direct.py): the probe runs on other
   initialising, and the GPUs' probes, on threads of their own the moment it is forked (gpudiag/probe/nvml/early.py,
   gpudiag/probe/nvml/prefetch.py).
 - Two side children: one reads the kernel log (and earlier boots), the other every family's part.
-The side children send their answers, pickled, to the vendor child, which joins them into the snapshot one process
-would have made (gpudiag/probe/split.py says how, and why apart: in one process the kernel log's parsing and the
-parts' imports held the GIL while NVML's answers waited for it) and sends that to this process. So this process
-imports no probe code at all: the checks and the report only.
+Each sends its answer, pickled, to this process, which joins them into the snapshot one process would have made
+(gpudiag/probe/split.py says how, and why apart: in one process the kernel log's parsing and the parts' imports held
+the GIL while NVML's answers waited for it). This process imports the probe package for the join only once it has
+imported the checks and the report and waits for the children anyway; the vendor child's interpreter does nothing
+but its own part.
 
 A cold `gpudiag check --direct` spent 43.7 ms importing and then 63.3 ms probing, one after the other, on the lab
 H100 (tests/fixtures/h100/recorded/lab-2026-12-06/check_vs_nvidia_smi.txt). A thread cannot overlap them: the probe
@@ -49,13 +50,10 @@ class ChildFailed(RuntimeError):
 # -- in the children -----------------------------------------------------------------------------------------------
 
 
-def _vendor_part(root: str, timeout: "float | None", sides: list) -> tuple:
-    """In the vendor child: ("snapshot", the whole collection, NVML's early-start window): its own part joined with
-    the side children's answers, read from `sides` ((what it collects, what a failure calls it, the pipe it answers
-    on) each)."""
+def _vendor_part(root: str, timeout: "float | None") -> tuple:
+    """In the vendor child: ("vendor", its part of the collection (no side parts), NVML's early-start window)."""
     from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
-    started = time.monotonic()
     start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
     prefetched = None
     if _nvidia_driver_loaded():
@@ -65,14 +63,11 @@ def _vendor_part(root: str, timeout: "float | None", sides: list) -> tuple:
         _mark("prefetch started")
     options, stdout_to_stderr = _options(root, timeout)
     options.nvml_backend = prefetched
-    from gpudiag.probe.split import collect_vendor_part, join
+    from gpudiag.probe.split import collect_vendor_part
 
-    # the side children bound their own collections by the same deadline: this only catches one that died or hung
-    answers = _SideAnswers(sides, started, started + options.timeout_seconds + GRACE_SECONDS / 2)
     _mark("imported")
     with stdout_to_stderr():  # what a vendor library prints must not land in the report on stdout
-        snapshot = collect_vendor_part(options)
-    return "snapshot", join(snapshot, answers.side_parts(options), options), WINDOW
+        return "vendor", collect_vendor_part(options), WINDOW
 
 
 def _nvidia_driver_loaded() -> bool:
@@ -99,11 +94,14 @@ def _family_parts(root: str, timeout: "float | None") -> tuple:
         return "side", collect_side_parts(options, set(FAMILY_PARTS)), []
 
 
-# The side children: what each collects (the kernel log, or the families' parts), what a failure calls it, what it
-# runs. The kernel log's scan is the longest piece of Python work in a collection, the parts' imports the next:
-# apart, each is done before the GPUs' probes (tests/fixtures/h100/recorded/lab-2026-12-06c/).
-SIDES = (("kernel_log", "the kernel log's process", _kernel_log_part),
-         ("families", "the families' parts' process", _family_parts))
+# The children: what each collects, what a failure calls it, what it runs. The vendor child's answer is the check's
+# (none: the check fails); a side child's failure fails its own parts only. The kernel log's scan is the longest
+# piece of Python work in a collection, the parts' imports the next: apart, each is done before the GPUs' probes,
+# and the vendor child's interpreter is left to NVML (tests/fixtures/h100/recorded/lab-2026-12-06c/).
+VENDOR = "vendor"
+CHILDREN = ((VENDOR, "the probe's process", _vendor_part),
+            ("kernel_log", "the kernel log's process", _kernel_log_part),
+            ("families", "the families' parts' process", _family_parts))
 
 
 def _options(root: str, timeout: "float | None"):
@@ -113,67 +111,6 @@ def _options(root: str, timeout: "float | None"):
 
     start_logging(False)  # as the parent logs (GPUDIAG_DEBUG never reaches the fast path)
     return collect_options(Path(root), None, timeout), stdout_to_stderr
-
-
-class _SideAnswers:
-    """In the vendor child: the side children's answers, read and unpickled on a thread as they come (while this
-    child's collector waits on NVML), until each child has ended or `until` (monotonic) has passed."""
-
-    def __init__(self, sides: list, started: float, until: float):
-        import threading
-
-        self._sides, self._started, self._until = sides, started, until
-        self._answers: dict = {}  # what it collects -> (kind, value, window, marks); None: ended without one
-        self._done = threading.Event()
-        threading.Thread(target=self._read, name="side-answers", daemon=True).start()
-
-    def _read(self) -> None:
-        import importlib
-        import pickle
-
-        from gpudiag.probe.split import FAMILY_PARTS
-
-        try:
-            for module in FAMILY_PARTS.values():  # what the join calls (each part's store), imported meanwhile
-                importlib.import_module(module)
-            chunks = {fd: [] for _, _, fd in self._sides}
-            names = {fd: collects for collects, _, fd in self._sides}
-            while chunks:
-                left = self._until - time.monotonic()
-                if left <= 0:
-                    return
-                for fd in select.select(list(chunks), [], [], left)[0]:
-                    chunk = os.read(fd, 1 << 20)
-                    if chunk:
-                        chunks[fd].append(chunk)
-                        continue
-                    data = b"".join(chunks.pop(fd))
-                    self._answers[names[fd]] = pickle.loads(data) if data else None
-        finally:
-            self._done.set()
-
-    def side_parts(self, options):
-        """The side parts as one; a side child's failure (no answer, an answer that is an error, none in time)
-        recorded as its parts' failure (fail closed: they are never read as clean)."""
-        from gpudiag.probe.split import FAMILY_PARTS, KERNEL_LOG, SideParts, expected_side_parts
-
-        self._done.wait(max(0.0, self._until - time.monotonic()))
-        elapsed = time.monotonic() - self._started
-        pieces = []
-        for collects, name, _ in self._sides:
-            names = expected_side_parts(options, {KERNEL_LOG} if collects == KERNEL_LOG else set(FAMILY_PARTS))
-            if collects not in self._answers:
-                pieces.append(SideParts.failed(names, name, True, elapsed))
-                continue
-            answer = self._answers[collects]
-            if answer is None:
-                pieces.append(SideParts.failed(names, f"{name} ended without an answer", False, elapsed))
-                continue
-            kind, value, _, marks = answer
-            CHILD_MARKS.extend((f"{collects}: {label}", at) for label, at in marks)
-            pieces.append(value if kind == "side" else SideParts.failed(
-                names, f"{name}: {type(value).__name__}: {value}", False, elapsed))
-        return SideParts.merged(pieces)
 
 
 def _mark(step: str) -> None:
@@ -212,13 +149,11 @@ def _answer(writing: int, work, args: tuple) -> None:
 
 
 def _fork(work, args: tuple, writing: int, pipes: list) -> int:
-    """A child running `work(*args)` that answers on `writing`; of `pipes`, it keeps open only `writing` and the
-    read ends its args name (every other write end closed there, so that each reader sees its writer's end)."""
+    """A child running `work(*args)` that answers on `writing`; of `pipes`, every other end is closed there."""
     pid = os.fork()
     if pid == 0:  # the child: never returns
-        keep = {writing, *(fd for arg in args if isinstance(arg, list) for *_, fd in arg)}
         for fd in pipes:
-            if fd not in keep:
+            if fd != writing:
                 os.close(fd)
         _answer(writing, work, args)
     return pid
@@ -235,60 +170,107 @@ def _reap(pid: int) -> None:
 
 
 class ForkedCollection:
-    """The whole node's collection (level 1, every probe part) in forked children; `snapshot()` waits for the vendor
-    child's answer and returns its snapshot, or raises what its collection raised (a usage problem, a failure) in
-    this process. `close()` ends children still running (this process leaves early: a bad --profile, Ctrl-C)."""
+    """The whole node's collection (level 1, every probe part) in forked children; `snapshot()` waits for their
+    answers and returns the joined snapshot, or raises what the vendor child's collection raised (a usage problem, a
+    failure) in this process. `close()` ends children still running (this process leaves early: a bad --profile,
+    Ctrl-C)."""
 
     def __init__(self, root: str, timeout: "float | None"):
+        self.root, self.timeout_given = root, timeout
         self.timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
         self.nvml_window: list = []
         self.child_marks: list = []
-        self.answered_at: "float | None" = None  # time.perf_counter() once the answer was read (the timeline's)
+        self.answered_at: "float | None" = None  # time.perf_counter() once the vendor child's answer was read
         self.started = time.monotonic()
         self.pids: list = []
-        side_pipes = [os.pipe() for _ in SIDES]
-        reading, writing = os.pipe()
-        pipes = [reading, writing, *(fd for pair in side_pipes for fd in pair)]
-        self._reading: "int | None" = reading
+        pairs = [os.pipe() for _ in CHILDREN]
+        pipes = [fd for pair in pairs for fd in pair]
         try:
-            sides = [(collects, name, read_end) for (collects, name, _), (read_end, _) in zip(SIDES, side_pipes)]
-            self.pids.append(_fork(_vendor_part, (root, timeout, sides), writing, pipes))
-            for (*_, work), (_, write_end) in zip(SIDES, side_pipes):
+            for (_, _, work), (_, write_end) in zip(CHILDREN, pairs):
                 self.pids.append(_fork(work, (root, timeout), write_end, pipes))
         except OSError:  # no process to be had (a limit on processes): those forked are ended, nothing is left open
+            for fd in pipes:
+                os.close(fd)
+            self._reading: dict = {}
             self.close()
             raise
-        finally:
-            for fd in pipes:
-                if fd != reading:
-                    os.close(fd)
+        for _, write_end in pairs:
+            os.close(write_end)
+        # what a child collects -> the read end of its pipe, until closed
+        self._reading = {collects: read_end for (collects, _, _), (read_end, _) in zip(CHILDREN, pairs)}
 
     def snapshot(self):
+        """The vendor child's part joined with the side children's, as one process collects it
+        (gpudiag/probe/split.py); a side child's failure (no answer, an answer that is an error, none in time)
+        recorded as its parts' failure (fail closed: they are never read as clean)."""
         try:
-            data = self._read_answer()
-            if not data:
+            from gpudiag.probe.split import join  # imported while the children collect: this process waits anyway
+
+            answers = self._read_answers()
+            if VENDOR not in answers:
+                raise ChildFailed(f"the probe's process did not answer within {self.timeout + GRACE_SECONDS:g} s")
+            if answers[VENDOR] is None:
                 raise ChildFailed(f"the probe's process ended without an answer ({self._how_it_ended()})")
             self.answered_at = time.perf_counter()
-            import pickle
-
-            kind, value, self.nvml_window, self.child_marks = pickle.loads(data)
+            kind, value, self.nvml_window, marks = answers[VENDOR]
+            self.child_marks.extend(marks)
             if kind == "raised":
                 raise value
-            return value
+            from pathlib import Path
+
+            from gpudiag.cli.shared.node_collect import collect_options
+
+            options = collect_options(Path(self.root), None, self.timeout_given)
+            return join(value, self._side_parts(answers, options), options)
         finally:
             self.close()
 
-    def _read_answer(self) -> bytes:
-        chunks = []
+    def _read_answers(self) -> dict:
+        """Each child's answer, unpickled as it comes (None: the child ended without one), until the vendor child
+        has answered and the side children have too or their time is up; a child missing from it gave none in time.
+        The children bound their collections by the deadline themselves: this only catches one that died or hung."""
+        import pickle
+
+        chunks = {fd: [] for fd in self._reading.values()}
+        collects = {fd: name for name, fd in self._reading.items()}
+        answers: dict = {}
+        sides_until = self.started + self.timeout + GRACE_SECONDS / 2
         until = self.started + self.timeout + GRACE_SECONDS
-        while True:
-            left = until - time.monotonic()
-            if left <= 0 or not select.select([self._reading], [], [], left)[0]:
-                raise ChildFailed(f"the probe's process did not answer within {self.timeout + GRACE_SECONDS:g} s")
-            chunk = os.read(self._reading, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        while chunks:
+            now = time.monotonic()
+            if VENDOR in answers and now >= sides_until:
+                break
+            left = until - now
+            ready = select.select(list(chunks), [], [], left)[0] if left > 0 else []
+            if not ready:
+                break
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    chunks[fd].append(chunk)
+                    continue
+                data = b"".join(chunks.pop(fd))
+                answers[collects[fd]] = pickle.loads(data) if data else None
+        return answers
+
+    def _side_parts(self, answers: dict, options):
+        from gpudiag.probe.split import FAMILY_PARTS, KERNEL_LOG, SideParts, expected_side_parts
+
+        elapsed = time.monotonic() - self.started
+        pieces = []
+        for collects, name, _ in CHILDREN[1:]:
+            names = expected_side_parts(options, {KERNEL_LOG} if collects == KERNEL_LOG else set(FAMILY_PARTS))
+            if collects not in answers:
+                pieces.append(SideParts.failed(names, name, True, elapsed))
+                continue
+            if answers[collects] is None:
+                pieces.append(SideParts.failed(names, f"{name} ended without an answer", False, elapsed))
+                continue
+            kind, value, _, marks = answers[collects]
+            self.child_marks.extend((label.replace("child:", f"{collects}:", 1), at) for label, at in marks)
+            pieces.append(value if kind == "side" else SideParts.failed(
+                names, f"{name}: {type(value).__name__}: {value}", False, elapsed))
+        return SideParts.merged(pieces)
 
     def _how_it_ended(self) -> str:
         vendor = self.pids[0]
@@ -317,6 +299,6 @@ class ForkedCollection:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
-        if self._reading is not None:
-            os.close(self._reading)
-            self._reading = None
+        for fd in self._reading.values():
+            os.close(fd)
+        self._reading = {}
