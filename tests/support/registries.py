@@ -30,8 +30,9 @@ def _judged_by(path: Path, package: str) -> set[str]:
 REGISTRIES = {
     "gpudiag.checks": lambda: _listed("gpudiag.checks.index", "FAMILY_MODULES"),
     "gpudiag.probe": lambda: _listed("gpudiag.probe.index", "FAMILY_PARTS"),
-    # the split collection's join (gpudiag/cli/check/early_collect.py's parent)
+    # the split collection's join, and the forked check's parent importing them before the join
     "gpudiag.probe.split": lambda: _listed("gpudiag.probe.index", "FAMILY_PARTS"),
+    "gpudiag.cli.check.early_collect": lambda: _listed("gpudiag.probe.index", "FAMILY_PARTS"),
     "gpudiag.expect": lambda: _listed("gpudiag.expect.index", "SETTINGS_MODULES"),
     "gpudiag.exporter.metric_modules": lambda: _listed("gpudiag.exporter.index", "METRIC_MODULES"),
     "gpudiag.probe.kernel_log.events": lambda: _listed("gpudiag.probe.kernel_log.index", "RECORD_MODULES"),

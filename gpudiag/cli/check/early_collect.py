@@ -204,8 +204,7 @@ class ForkedCollection:
         (gpudiag/probe/split.py); a side child's failure (no answer, an answer that is an error, none in time)
         recorded as its parts' failure (fail closed: they are never read as clean)."""
         try:
-            from gpudiag.probe.split import join  # imported while the children collect: this process waits anyway
-
+            options = self._ready_to_join()
             answers = self._read_answers()
             if VENDOR not in answers:
                 raise ChildFailed(f"the probe's process did not answer within {self.timeout + GRACE_SECONDS:g} s")
@@ -216,14 +215,34 @@ class ForkedCollection:
             self.child_marks.extend(marks)
             if kind == "raised":
                 raise value
-            from pathlib import Path
+            from gpudiag.probe.split import join
 
-            from gpudiag.cli.shared.node_collect import collect_options
-
-            options = collect_options(Path(self.root), None, self.timeout_given)
+            options = options or self._options()  # (raises what the vendor child's options did not)
             return join(value, self._side_parts(answers, options), options)
         finally:
             self.close()
+
+    def _ready_to_join(self):
+        """What the join needs, imported while the children collect (this process waits for them anyway): the probe
+        package, each family part's module (the join calls its store), the collection's options; None for options
+        this process cannot make (the vendor child's answer then says why)."""
+        import importlib
+
+        from gpudiag.probe.split import FAMILY_PARTS
+
+        for module in FAMILY_PARTS.values():
+            importlib.import_module(module)
+        try:
+            return self._options()
+        except Exception:  # noqa: BLE001 - a usage problem the vendor child reports as its own answer
+            return None
+
+    def _options(self):
+        from pathlib import Path
+
+        from gpudiag.cli.shared.node_collect import collect_options
+
+        return collect_options(Path(self.root), None, self.timeout_given)
 
     def _read_answers(self) -> dict:
         """Each child's answer, unpickled as it comes (None: the child ended without one), until the vendor child
