@@ -1,15 +1,16 @@
-"""One collection made by two processes at once (`gpudiag check --direct` on the node itself:
+"""One collection made by several processes at once (`gpudiag check --direct` on the node itself forks three:
 gpudiag/cli/check/early_collect.py), joined into the snapshot `Collector.collect()` makes.
 
 - The vendor part: the host, the GPUs through their libraries, their peers and processes: `Collector.collect()` less
   the side parts (`collect_vendor_part`).
-- The side parts: the kernel log (with earlier boots) and every family's part (`collect_side_parts`), over a host
+- The side parts: the kernel log (with earlier boots) and every family's part (`collect_side_parts`, all or some of
+  them in each process; `SideParts.merged` puts their answers together), over a host
   reading of their own: they read only the host's boot and the GPUs on the PCI bus, as they do in one process, where
   they start before the GPUs are opened.
 - `join` stores the side parts' outcomes into the vendor part's snapshot through the collector's own finishing code,
   so a part that failed, hung or never answered is recorded exactly as in one process (fail closed).
 
-Why two processes (issue 36, item 9): each needs most of a cold check's imports and Python work, and in one process
+Why apart (issue 36, item 9): each needs most of a cold check's imports and Python work, and in one process
 they took turns on the GIL; NVML's calls, the longest chain, then waited behind the kernel log's parsing and the
 parts' imports (tests/fixtures/h100/recorded/lab-2026-12-06c/).
 """
