@@ -8,8 +8,8 @@ after the other. Here they overlap. In interleaved A/Bs on the lab H100 (tests/f
 lab-2026-12-06c/) the check took, with the thread and without it: 140.6 and 146.3 ms (shipped/b/, medians of 21),
 139.9 and 127.9 (shipped/a/, medians of 9), 181.6 and 202.0 and 162.1 both (earlier arrangements, final/ and
 head_start/): on one GPU, from 20 ms quicker to 12 ms slower (its calls wait for the GIL while the collector reads
-the host), 6 ms quicker in the longest A/B. Letting the thread finish before the collector imports the rest was no better (196.2 and 161.7 ms), nor a 0.5 ms
-GIL switch interval (193.9 against 179.2; switch_interval/).
+the host), 6 ms quicker in the longest A/B. Letting the thread finish before the collector imports the rest was no
+better (196.2 and 161.7 ms), nor a 0.5 ms GIL switch interval (193.9 against 179.2; switch_interval/).
 
 The collector still makes every decision: it asks `open`, `device_count`, `probe_device` and `probe_peers` as of an
 NvmlBackend, each bounded by its own deadline, and gets the outcome the thread had or will have for that call,
