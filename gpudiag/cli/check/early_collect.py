@@ -183,21 +183,21 @@ class ForkedCollection:
         self.answered_at: "float | None" = None  # time.perf_counter() once the vendor child's answer was read
         self.started = time.monotonic()
         self.pids: list = []
-        pairs = [os.pipe() for _ in CHILDREN]
-        pipes = [fd for pair in pairs for fd in pair]
+        self._reading: dict = {}  # what a child collects -> the read end of its pipe, until closed
+        pipes: list = []  # each child's (read end, write end), in CHILDREN's order
         try:
-            for (_, _, work), (_, write_end) in zip(CHILDREN, pairs):
-                self.pids.append(_fork(work, (root, timeout), write_end, pipes))
-        except OSError:  # no process to be had (a limit on processes): those forked are ended, nothing is left open
+            for _ in CHILDREN:
+                pipes.extend(os.pipe())
+            for position, (_, _, work) in enumerate(CHILDREN):
+                self.pids.append(_fork(work, (root, timeout), pipes[2 * position + 1], pipes))
+        except OSError:  # no pipe or process to be had (a limit): those forked are ended, nothing is left open
             for fd in pipes:
                 os.close(fd)
-            self._reading: dict = {}
             self.close()
             raise
-        for _, write_end in pairs:
-            os.close(write_end)
-        # what a child collects -> the read end of its pipe, until closed
-        self._reading = {collects: read_end for (collects, _, _), (read_end, _) in zip(CHILDREN, pairs)}
+        for position, (collects, _, _) in enumerate(CHILDREN):
+            os.close(pipes[2 * position + 1])
+            self._reading[collects] = pipes[2 * position]
 
     def snapshot(self):
         """The vendor child's part joined with the side children's, as one process collects it

@@ -93,6 +93,34 @@ def test_with_nvml_started_ahead_in_the_child_the_report_is_the_same(tmp_path, f
         assert labels.index("child: prefetch started") < labels.index("child: imported")
 
 
+@pytest.mark.parametrize("short_of", ["pipe", "process"])
+def test_with_no_pipe_or_process_to_be_had_the_check_probes_here_and_leaves_nothing_open(tmp_path, forks,
+                                                                                         monkeypatch, short_of):
+    """A limit on descriptors or processes met while the children are made (the third pipe, the second child):
+    what was made is closed and ended, and the check probes in its own process, as without the fork."""
+    node = FakeNode.hgx_h200(1)
+    node.gpus[0].remap_pending = True
+    fake_root(tmp_path, node)
+    real = {"pipe": os.pipe, "process": os.fork}[short_of]
+    made = []
+
+    def limited(*args):
+        if len(made) == (2 if short_of == "pipe" else 1):
+            raise OSError(24 if short_of == "pipe" else 11, "limit reached")
+        made.append(real(*args))
+        return made[-1]
+
+    monkeypatch.setattr(early_collect.os, short_of if short_of == "pipe" else "fork", limited)
+    before = set(os.listdir("/proc/self/fd"))
+    with installed(node):
+        code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json"])
+    assert code == 1 and json.loads(out)["status"] == "fail", err
+    assert forks == [] and len(made) == (2 if short_of == "pipe" else 1)
+    assert set(os.listdir("/proc/self/fd")) <= before  # every pipe made for the children closed
+    if short_of == "process":
+        _every_child_reaped(made)
+
+
 def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, forks, monkeypatch):
     lean, full = both(["check", "--root", str(tmp_path / "nowhere"), "--direct"])
     assert forks and lean == full and lean[0] == 2 and "no sys/ directory" in lean[2]
