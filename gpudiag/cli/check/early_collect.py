@@ -162,6 +162,11 @@ def _fork(work, args: tuple, writing: int, pipes: list) -> int:
 # -- in this process -----------------------------------------------------------------------------------------------
 
 
+def _answered(answer) -> bool:
+    """Whether a child's answer is one (not None: it ended without one; not "raised": its collection failed)."""
+    return answer is not None and answer[0] != "raised"
+
+
 def _reap(pid: int) -> None:
     try:
         os.waitpid(pid, 0)
@@ -257,9 +262,9 @@ class ForkedCollection:
         until = self.started + self.timeout + GRACE_SECONDS
         while chunks:
             now = time.monotonic()
-            if VENDOR in answers and now >= sides_until:
-                break
-            left = until - now
+            if VENDOR in answers and (now >= sides_until or not _answered(answers[VENDOR])):
+                break  # the sides' time is up, or the check fails without them
+            left = (sides_until if VENDOR in answers else until) - now
             ready = select.select(list(chunks), [], [], left)[0] if left > 0 else []
             if not ready:
                 break

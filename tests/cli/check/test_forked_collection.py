@@ -135,6 +135,21 @@ def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, f
     assert lean == full and lean[0] == 4 and "internal error: RuntimeError: boom" in lean[2]
 
 
+def test_a_failed_vendor_child_ends_the_check_without_waiting_for_a_hung_side_child(tmp_path, forks, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    fake_root(tmp_path, FakeNode.hgx_h200(1))
+    monkeypatch.setattr("gpudiag.probe.split.collect_vendor_part", broken)
+    monkeypatch.setattr("gpudiag.probe.split.collect_side_parts", lambda *args, **kwargs: time.sleep(60))
+    started = time.monotonic()
+    code, _, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--timeout", "20"])
+    assert code == 4 and "internal error: RuntimeError: boom" in err
+    assert time.monotonic() - started < 10  # not the 20 s deadline the side children were given
+    (collection,) = forks
+    _every_child_reaped(collection.forked_pids)
+
+
 def test_a_child_that_dies_ends_the_check_in_one_line_exit_4(tmp_path, forks, monkeypatch):
     fake_root(tmp_path, FakeNode.hgx_h200(1))
     monkeypatch.setattr("gpudiag.probe.split.collect_vendor_part",
