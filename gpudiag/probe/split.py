@@ -59,6 +59,12 @@ class SideParts:
         return cls(outcomes, history, max((piece.duration_seconds for piece in pieces), default=0.0))
 
 
+def side_parts_of(collects: str) -> frozenset:
+    """The side parts one of the check's side processes collects (gpudiag/cli/check/early_collect.py): the kernel
+    log's process only the kernel log, the families' process every family's part."""
+    return frozenset({KERNEL_LOG}) if collects == KERNEL_LOG else frozenset(FAMILY_PARTS)
+
+
 def expected_side_parts(options: CollectOptions, names=SIDE_PARTS) -> list[str]:
     """Of `names`, the side parts a collection with these options makes, in the collector's order."""
     families = [name for name in FAMILY_PARTS if name in options.parts and name in names]

@@ -97,7 +97,7 @@ def _check(request: dict, root: str, timeout: "float | None", early) -> int:
     node_root = Path(root)
     if early is not None:
         snapshot = early.snapshot()
-        MARKS.append(("answer read", early.answered_at))  # then its children reaped
+        MARKS.append(("answer read", early.answered_at))  # then the side parts joined to it
         NVML_WINDOW[:] = early.nvml_window
         CHILD_MARKS[:] = early.child_marks
     else:

@@ -74,24 +74,14 @@ def _nvidia_driver_loaded() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
-def _kernel_log_part(root: str, timeout: "float | None") -> tuple:
-    """In a side child: ("side", the kernel log's outcome with earlier boots, no window)."""
+def _side_part(root: str, timeout: "float | None", collects: str) -> tuple:
+    """In a side child: ("side", the outcomes of the side parts it collects (split.side_parts_of), no window)."""
     options, stdout_to_stderr = _options(root, timeout)
-    from gpudiag.probe.split import KERNEL_LOG, collect_side_parts
+    from gpudiag.probe.split import collect_side_parts, side_parts_of
 
     _mark("imported")
     with stdout_to_stderr():
-        return "side", collect_side_parts(options, {KERNEL_LOG}), []
-
-
-def _family_parts(root: str, timeout: "float | None") -> tuple:
-    """In a side child: ("side", every family part's outcome, no window)."""
-    options, stdout_to_stderr = _options(root, timeout)
-    from gpudiag.probe.split import FAMILY_PARTS, collect_side_parts
-
-    _mark("imported")
-    with stdout_to_stderr():
-        return "side", collect_side_parts(options, set(FAMILY_PARTS)), []
+        return "side", collect_side_parts(options, side_parts_of(collects)), []
 
 
 # The children: what each collects, what a failure calls it, what it runs. The vendor child's answer is the check's
@@ -100,8 +90,8 @@ def _family_parts(root: str, timeout: "float | None") -> tuple:
 # and the vendor child's interpreter is left to NVML (tests/fixtures/h100/recorded/lab-2026-12-06c/).
 VENDOR = "vendor"
 CHILDREN = ((VENDOR, "the probe's process", _vendor_part),
-            ("kernel_log", "the kernel log's process", _kernel_log_part),
-            ("families", "the families' parts' process", _family_parts))
+            ("kernel_log", "the kernel log's process", _side_part),
+            ("families", "the families' parts' process", _side_part))
 
 
 def _options(root: str, timeout: "float | None"):
@@ -193,8 +183,9 @@ class ForkedCollection:
         try:
             for _ in CHILDREN:
                 pipes.extend(os.pipe())
-            for position, (_, _, work) in enumerate(CHILDREN):
-                self.pids.append(_fork(work, (root, timeout), pipes[2 * position + 1], pipes))
+            for position, (collects, _, work) in enumerate(CHILDREN):
+                args = (root, timeout) if collects == VENDOR else (root, timeout, collects)
+                self.pids.append(_fork(work, args, pipes[2 * position + 1], pipes))
         except OSError:  # no pipe or process to be had (a limit): those forked are ended, nothing is left open
             for fd in pipes:
                 os.close(fd)
@@ -278,12 +269,12 @@ class ForkedCollection:
         return answers
 
     def _side_parts(self, answers: dict, options):
-        from gpudiag.probe.split import FAMILY_PARTS, KERNEL_LOG, SideParts, expected_side_parts
+        from gpudiag.probe.split import SideParts, expected_side_parts, side_parts_of
 
         elapsed = time.monotonic() - self.started
         pieces = []
         for collects, name, _ in CHILDREN[1:]:
-            names = expected_side_parts(options, {KERNEL_LOG} if collects == KERNEL_LOG else set(FAMILY_PARTS))
+            names = expected_side_parts(options, side_parts_of(collects))
             if collects not in answers:
                 pieces.append(SideParts.failed(names, name, True, elapsed))
                 continue
