@@ -125,7 +125,7 @@ def main() -> int:
     args = parser.parse_args()
 
     began = time.monotonic()
-    from gpudiag.probe import CollectOptions, Collector
+    from gpudiag.probe.collector import CollectOptions, Collector
 
     collector = Collector(CollectOptions(timeout_seconds=30.0, read_kernel_log=False))
     snapshot, probe_error = collect_snapshot(collector)

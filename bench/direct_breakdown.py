@@ -82,7 +82,7 @@ def child_calls() -> dict:
     for name in dir(pynvml):
         if name.startswith("nvml") and name[4:5].isupper() and callable(getattr(pynvml, name)):
             setattr(pynvml, name, timed_call(getattr(pynvml, name), name))
-    from gpudiag.probe import CollectOptions, Collector
+    from gpudiag.probe.collector import CollectOptions, Collector
 
     rounds = []
     with Collector(CollectOptions()) as collector:

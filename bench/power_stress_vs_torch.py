@@ -115,7 +115,7 @@ def main() -> int:
     parser.add_argument("--no-torch", action="store_true")
     args = parser.parse_args()
 
-    from gpudiag.probe import CollectOptions, Collector
+    from gpudiag.probe.collector import CollectOptions, Collector
 
     collector = Collector(CollectOptions(timeout_seconds=30.0, read_kernel_log=False))
     snapshot, probe_error = collect_snapshot(collector)

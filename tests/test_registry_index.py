@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from gpudiag import checks, expect, probe
+from gpudiag import checks, expect
+from gpudiag.probe import collector
 from tests.support.tools import load_tool
 
 
@@ -23,7 +24,7 @@ def test_the_registry_reads_its_families_from_the_index():
 
     assert sorted({family.name for family in checks.DECLARED}) == sorted(
         {family.name for name in FAMILY_MODULES for family in _declared(sys.modules[name])})
-    assert probe.FAMILY_PARTS == tool().probe_parts()
+    assert collector.FAMILY_PARTS == tool().probe_parts()
     assert [kind.__module__ for kind in expect.FAMILY_SETTINGS] == tool().settings_modules()
 
 

@@ -94,7 +94,7 @@ def probe_index() -> str:
     parts = "".join(f"    {name!r}: {module!r},\n" for name, module in probe_parts().items())
     return ('"""The probe parts families add (a sub-package of gpudiag.probe with a module part.py), for the '
             'collector\n'
-            '(__init__.py) to import by name: written by tools/gen_registry_index.py, checked current by\n'
+            '(collector.py) to import by name: written by tools/gen_registry_index.py, checked current by\n'
             'tests/test_registry_index.py."""\n\n' + HEADER + "FAMILY_PARTS = {\n" + parts + "}\n")
 
 

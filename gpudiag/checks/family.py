@@ -56,7 +56,7 @@ class Family:
     reference: Mapping[str, tuple[str, str]]
     # check ID -> the Expectations fields (profile keys, `-p KEY=VALUE`) it judges with; a check not listed has none.
     settings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # optional probe part (gpudiag.probe.PROBE_PARTS) -> the check-ID prefixes of this family that judge it: a
+    # optional probe part (gpudiag.probe.collector.PROBE_PARTS) -> the check-ID prefixes of this family that judge it: a
     # selection with none of them lets the probe skip the part.
     probe_parts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     note: str = ""  # one line under the family's heading in docs/reference/checks.md

@@ -4,7 +4,7 @@ A client asks for a collection no older than `max_age` (a second). If the latest
 one is running it waits for that one; otherwise it starts one. So ten `gpudiag check`s a second cost at most one
 collection a second, and the vendor libraries are never entered by two collections at once. A GPU whose call is
 hung does not make a client wait: the Collector remembers the hung call and reports that GPU as hung without a new
-call on it (gpudiag/probe/__init__.py `_BackendSlot.hung`), and should a whole collection overrun, a client gets
+call on it (gpudiag/probe/collector.py `_BackendSlot.hung`), and should a whole collection overrun, a client gets
 the last complete one, marked stale, after `wait` seconds.
 
 A collection is published (clients get it) before its listeners (the journal) are told of it: whatever the journal

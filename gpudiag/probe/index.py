@@ -1,5 +1,5 @@
 """The probe parts families add (a sub-package of gpudiag.probe with a module part.py), for the collector
-(__init__.py) to import by name: written by tools/gen_registry_index.py, checked current by
+(collector.py) to import by name: written by tools/gen_registry_index.py, checked current by
 tests/test_registry_index.py."""
 
 # Written by tools/gen_registry_index.py from the package's modules: do not edit, run it again.

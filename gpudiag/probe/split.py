@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from gpudiag import __version__
 from gpudiag.model import NodeSnapshot
-from gpudiag.probe import FAMILY_PARTS, CollectOptions, Collector
+from gpudiag.probe.collector import FAMILY_PARTS, CollectOptions, Collector
 from gpudiag.probe.deadline import CallTracker, Outcome
 
 SIDE_PARTS = frozenset({"kernel_log"}) | frozenset(FAMILY_PARTS)

@@ -9,7 +9,7 @@ from gpudiag.model import Vendor
 from gpudiag.probe.base import Backend
 
 if TYPE_CHECKING:
-    from gpudiag.probe import CollectOptions
+    from gpudiag.probe.collector import CollectOptions
 
 
 def nvidia_backends(options: CollectOptions) -> list[Backend]:

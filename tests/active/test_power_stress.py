@@ -179,7 +179,7 @@ def test_judged_results_carry_the_check_id(monkeypatch):
 
 
 def test_the_collector_rescans_the_kernel_log_for_the_stress(tmp_path):
-    from gpudiag.probe import CollectOptions, Collector
+    from gpudiag.probe.collector import CollectOptions, Collector
 
     log = tmp_path / "dmesg.txt"
     log.write_text("[  812.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")

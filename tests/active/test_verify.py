@@ -220,7 +220,7 @@ def test_a_bad_validation_seam_ends_the_cli_with_a_usage_error(monkeypatch, caps
 
         reprobe = kernel_events = None
 
-    monkeypatch.setattr("gpudiag.probe.Collector", Collector)
+    monkeypatch.setattr("gpudiag.probe.collector.Collector", Collector)
     monkeypatch.setenv("GPUDIAG_VALIDATION_ONLY_FLIP_SM", "x")
     assert cli.main(["check", "--level", "2", "--json", "--direct"]) == 2
     assert "GPUDIAG_VALIDATION_ONLY_FLIP_SM='x': expected an SM number" in capsys.readouterr().err

@@ -18,7 +18,8 @@ from gpudiag.cli.app import main
 from gpudiag.expect import Expectations
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.model.recording import load_snapshot, save_snapshot
-from gpudiag.probe import CollectOptions, collect, procfs
+from gpudiag.probe import procfs
+from gpudiag.probe.collector import CollectOptions, collect
 from tests.support.exporter import series, value
 from tests.support.fakes.fake_nvml import FakeGpu, FakeNode, installed
 from tests.support.nvidia_node import sysfs_for

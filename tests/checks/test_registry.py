@@ -120,7 +120,7 @@ def test_checks_do_no_io_and_import_no_vendor_library(path):
 
 def test_every_optional_probe_part_has_the_checks_that_judge_it():
     from gpudiag.checks import REGISTRY, probe_parts_for, resolve_selection
-    from gpudiag.probe import PROBE_PARTS
+    from gpudiag.probe.collector import PROBE_PARTS
 
     assert probe_parts_for(REGISTRY) == PROBE_PARTS  # the full checklist collects everything
     assert probe_parts_for(resolve_selection(["pcie"])) == frozenset()

@@ -17,7 +17,7 @@ from gpudiag.exporter.metric_set import MetricSet
 from gpudiag.exporter.node_metrics import add_snapshot
 from gpudiag.model import NodeSnapshot
 from gpudiag.model.device import DriverHealth, FabricInfo
-from gpudiag.probe import CollectOptions
+from gpudiag.probe.collector import CollectOptions
 from gpudiag.probe.services import part
 from tests.support.snapshots import amd_mi300x_node, nvidia_h200_node
 

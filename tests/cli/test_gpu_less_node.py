@@ -24,7 +24,7 @@ from gpudiag.expect.profile import load_expectations
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web.config import WebConfig
 from gpudiag.model import CheckResult, DeviceRef, NodeSnapshot, Status, normalize_pci_bus_id
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from tests.support.exporter import parse, series, value, wait_for
 from tests.support.exporter_node import fake_root
 from tests.support.fakes.fake_nvml import FakeNode, installed, library_missing

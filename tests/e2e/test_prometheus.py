@@ -23,7 +23,7 @@ from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter import metric_modules
 from gpudiag.exporter.textfile import render_textfile
 from gpudiag.exporter.web.config import WebConfig
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from tests.support.exporter import wait_for
 from tests.support.exporter_node import fake_root, xid_line
 from tests.support.fakes.fake_nvml import FakeNode, installed

@@ -18,10 +18,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-import gpudiag.probe
+import gpudiag.probe.collector
 from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from tests.support.exporter import series, value, wait_for
 from tests.support.exporter_node import fake_root, xid_line
 from tests.support.fakes.fake_nvml import FakeNode, installed
@@ -101,7 +101,7 @@ def test_lost_gpu_loses_its_measurements_instead_of_going_stale(tmp_path):
 
 
 def test_driver_loaded_after_start_is_picked_up(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpudiag.probe, "REOPEN_BACKOFF_SECONDS", 0.2)
+    monkeypatch.setattr(gpudiag.probe.collector, "REOPEN_BACKOFF_SECONDS", 0.2)
     node = FakeNode.hgx_h200(2)
     node.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     fake_root(tmp_path, node)

@@ -8,10 +8,10 @@ import time
 import pynvml
 import pytest
 
-from gpudiag import probe
+from gpudiag.probe import collector as probe
 from gpudiag.checks import run_checks
 from gpudiag.model import DeviceSnapshot, ErrorKind, PciGpu, Status, Vendor
-from gpudiag.probe import CollectOptions, Collector, collect
+from gpudiag.probe.collector import CollectOptions, Collector, collect
 from gpudiag.probe.standins import place_unidentified
 from tests.support.fakes.fake_nvml import FakeNode, installed, library_missing
 from tests.support.nvidia_node import sysfs_for
@@ -210,7 +210,7 @@ def test_a_hung_open_is_not_called_again_while_it_hangs(tmp_path, node, monkeypa
 
 
 def test_parts_nothing_judges_are_not_collected(tmp_path, node):
-    from gpudiag.probe import PROBE_PARTS
+    from gpudiag.probe.collector import PROBE_PARTS
 
     with installed(node) as lib:
         lean = collect(CollectOptions(root=sysfs_for(node, tmp_path).root, parts=frozenset()))

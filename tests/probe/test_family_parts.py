@@ -10,9 +10,9 @@ import types
 
 import pytest
 
-from gpudiag import probe
+from gpudiag.probe import collector as probe
 from gpudiag.model import ErrorKind
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from tests.support.fakes.fake_nvml import FakeNode, installed
 from tests.support.nvidia_node import sysfs_for
 from tests.support.tools import load_tool

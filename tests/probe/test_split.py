@@ -8,7 +8,7 @@ import pickle
 import threading
 
 from gpudiag.model.serialize import to_dict
-from gpudiag.probe import Collector, CollectOptions, PROBE_PARTS
+from gpudiag.probe.collector import Collector, CollectOptions, PROBE_PARTS
 from gpudiag.probe.deadline import Outcome
 from gpudiag.probe.split import (SIDE_PARTS, SideParts, _portable, collect_side_parts, collect_vendor_part,
                                  expected_side_parts, join)

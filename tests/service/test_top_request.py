@@ -120,7 +120,7 @@ def test_with_nobody_listening_top_probes_directly_without_a_word(tmp_path, capl
 
 
 def test_where_the_checks_did_not_run_every_verdict_is_unjudged_never_ok(tmp_path):
-    from gpudiag.probe import CollectOptions, collect
+    from gpudiag.probe.collector import CollectOptions, collect
 
     node = nvidia_node(2)
     node_root(tmp_path, "nvidia", node)

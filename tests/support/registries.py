@@ -29,7 +29,7 @@ def _judged_by(path: Path, package: str) -> set[str]:
 # registry module -> how to read the modules it imports by name
 REGISTRIES = {
     "gpudiag.checks": lambda: _listed("gpudiag.checks.index", "FAMILY_MODULES"),
-    "gpudiag.probe": lambda: _listed("gpudiag.probe.index", "FAMILY_PARTS"),
+    "gpudiag.probe.collector": lambda: _listed("gpudiag.probe.index", "FAMILY_PARTS"),
     # the split collection's join, and the forked check's parent importing them before the join
     "gpudiag.probe.split": lambda: _listed("gpudiag.probe.index", "FAMILY_PARTS"),
     "gpudiag.cli.check.early_collect": lambda: _listed("gpudiag.probe.index", "FAMILY_PARTS"),

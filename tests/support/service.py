@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 
 from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from gpudiag.service import socket_path, state_dir
 from gpudiag.service.protocol import MAX_REQUEST_BYTES
 

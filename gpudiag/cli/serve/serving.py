@@ -30,7 +30,7 @@ from gpudiag.service.socket_server import SocketBindError
 
 if TYPE_CHECKING:
     from gpudiag.expect import Expectations
-    from gpudiag.probe import CollectOptions
+    from gpudiag.probe.collector import CollectOptions
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def serve(listen: Union[str, Sequence[str]], web_config: Optional[Path], options
           state_dir: Optional[Path] = None, socket_required: bool = False, systemd_socket: bool = False) -> int:
     """Run the exporter until SIGTERM or SIGINT; 0 on a clean stop, 2 on a bad address, web config or socket.
     `systemd_socket`: serve on the sockets systemd passed instead of `listen` (gpudiag.socket)."""
-    from gpudiag.probe import Collector
+    from gpudiag.probe.collector import Collector
 
     try:
         listening = systemd_sockets() if systemd_socket else []

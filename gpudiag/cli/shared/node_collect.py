@@ -80,7 +80,7 @@ def collect_options(root: Path, kernel_log: Optional[Path], timeout: Optional[fl
     """What to collect; `parts` (default: all) names the optional probe parts the selected checks judge; `state_dir`
     is where the service keeps its journal (default /var/lib/gpudiag under the root), read for earlier boots;
     `power_samples`: ask for the mean power since the previous collection (a collector that collects repeatedly)."""
-    from gpudiag.probe import PROBE_PARTS, CollectOptions
+    from gpudiag.probe.collector import PROBE_PARTS, CollectOptions
     from gpudiag.service import state_dir as journal_dir
 
     timeout = DEFAULT_DEADLINE_SECONDS if timeout is None else timeout
@@ -119,7 +119,7 @@ def collect(root: Path, kernel_log: Optional[Path], timeout: Optional[float], le
     deadline: --timeout, by default 10 s for the passive checks and 600 s with the load tests."""
     import time
 
-    from gpudiag.probe import Collector
+    from gpudiag.probe.collector import Collector
 
     if timeout is None and level >= 2:  # gpudiag.active only where the load tests run (it costs a level-1 check)
         from gpudiag.active.options import default_deadline

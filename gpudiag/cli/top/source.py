@@ -148,7 +148,7 @@ class _Direct:
 
     def __init__(self, root: Path, timeout: Optional[float]):
         from gpudiag.cli.shared.node_collect import collect_options
-        from gpudiag.probe import Collector
+        from gpudiag.probe.collector import Collector
 
         # power_samples: each sample's power is the mean of the driver's samples since the previous one
         self._collector = Collector(collect_options(root, None, timeout, power_samples=True))

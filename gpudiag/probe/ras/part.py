@@ -1,4 +1,4 @@
-"""The ras family's probe part, found by its name (probe/__init__.py): root's record of each AMD GPU's CPER records
+"""The ras family's probe part, found by its name (probe/collector.py): root's record of each AMD GPU's CPER records
 (probe/root_facts/record.py), for a process that cannot read them itself (issue 32, item 9).
 
 amdsmi reads the CPER ring from debugfs, which only root may enter, and answers anyone else NOT_SUPPORTED

@@ -1,6 +1,6 @@
 """The screen family's probe part: the idle-time screens' record (`gpudiag screen` keeps it in the state directory,
 <state dir>/screen/state.json), read for the checks, the exporter and the textfile (docs/screening.md). Found by its
-name (probe/__init__.py).
+name (probe/collector.py).
 
 No file is no screening on this node (the opt-in timer was never enabled): the checks skip. A file that cannot be
 read, is too large or is not a state is an error: the checks cannot say whether the GPUs were screened (unknown).

@@ -20,7 +20,7 @@ from gpudiag.cli.check import fastpath
 from gpudiag.cli.check.through_service import DIRECT, SERVICE, obtain
 from gpudiag.daemon.fresh import FreshCollections
 from gpudiag.model import to_dict
-from gpudiag.probe import CollectOptions
+from gpudiag.probe.collector import CollectOptions
 from gpudiag.service.runtime import Service
 from tests.daemon.test_fresh import Work
 from tests.support.exporter import wait_for

@@ -42,7 +42,7 @@ def forks(monkeypatch):
 
 def test_a_check_of_everything_collects_what_its_checks_judge():
     from gpudiag.checks import probe_parts_for
-    from gpudiag.probe import PROBE_PARTS
+    from gpudiag.probe.collector import PROBE_PARTS
     from gpudiag.report.selection import select_checks
 
     assert probe_parts_for(select_checks([], [])) == PROBE_PARTS

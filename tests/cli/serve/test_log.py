@@ -19,11 +19,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-import gpudiag.probe
+import gpudiag.probe.collector
 from gpudiag.cli.serve.log_format import daemon_logging
 from gpudiag.cli.serve.serving import ServeDaemon
 from gpudiag.exporter.web.config import WebConfig
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from tests.support.exporter import value, wait_for
 from tests.support.exporter_node import fake_root, xid_line
 from tests.support.fakes.fake_nvml import FakeNode, installed
@@ -133,7 +133,7 @@ def completed(exporter: ServeDaemon, outcome: str = "complete") -> float:
 
 @pytest.mark.slow
 def test_a_backend_down_then_up_and_checks_changing_status_are_one_line_each(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(gpudiag.probe, "REOPEN_BACKOFF_SECONDS", 0.2)
+    monkeypatch.setattr(gpudiag.probe.collector, "REOPEN_BACKOFF_SECONDS", 0.2)
     node = FakeNode.hgx_h200(2)
     node.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     tree = fake_root(tmp_path, node)

@@ -18,7 +18,7 @@ import pytest
 from gpudiag.cli.serve.serving import ServeDaemon, serve
 from gpudiag.exporter.web.config import WebConfig, WebConfigError, load_web_config
 from gpudiag.exporter.web.listen import DEFAULT_LISTEN, parse_listen
-from gpudiag.probe import CollectOptions
+from gpudiag.probe.collector import CollectOptions
 from tests.support.exporter import value, wait_for
 from tests.support.paths import FIXTURES, REPO
 from tests.support.snapshots import nvidia_h200_node

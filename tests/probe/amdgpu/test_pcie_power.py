@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpudiag.checks import run_checks
 from gpudiag.model import Status
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, collect
 from tests.support.fakes.amd_node import mi300x_node
 from tests.support.fakes.amdgpu_sysfs_tree import add_amdgpu_node
 from tests.support.fakes.fake_amdsmi import installed

@@ -12,7 +12,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.cli.app import main
 from gpudiag.model import CheckResult, NodeSnapshot, Status
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, collect
 from tests.support.fakes import amd_node
 from tests.support.fakes.amd_node import FakeAmdNode, mi300x_node
 from tests.support.fakes.amdgpu_sysfs_tree import add_amdgpu_node

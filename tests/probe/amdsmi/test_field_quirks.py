@@ -9,7 +9,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model import Status
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, collect
 from tests.probe.amdsmi.test_end_to_end import node_root, not_passing, only
 from tests.probe.amdsmi.test_real_nodes import PROFILE, check, on
 from tests.support.fakes import amd_node

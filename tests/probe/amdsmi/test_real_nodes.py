@@ -13,7 +13,7 @@ from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
 from gpudiag.expect.profile import load_expectations
 from gpudiag.model import CheckResult, Status
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, collect
 from tests.probe.amdsmi.test_end_to_end import node_root, not_passing, only
 from tests.support.fakes import amd_node
 from tests.support.fakes.amd_node import FakeAmdNode

@@ -13,7 +13,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
 from gpudiag.model import BootFault, BootHistory, Status
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, collect
 from gpudiag.probe.kernel_log.boot_history import earlier_boots, read_boot_history
 from gpudiag.probe.kernel_log.reader import read_kernel_log
 from tests.support.fakes import journalctl

@@ -8,7 +8,7 @@ import time
 
 from gpudiag.checks import run_checks
 from gpudiag.model import Status
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, collect
 from gpudiag.probe.kernel_log.events import MAX_RECORD_CHARS, parse_event, split_line
 from gpudiag.probe.kernel_log.reader import MAX_LOG_BYTES, read_kernel_log
 from tests.support.fakes.fake_nvml import FakeNode, installed

@@ -15,7 +15,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import NodeSnapshot, Status
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from gpudiag.probe.network import part as network_part
 from tests.support import rdma_tree
 from tests.support.network_nodes import clear_counters

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from gpudiag.model import ErrorKind
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from gpudiag.probe.deadline import CallTracker
 from gpudiag.probe.nvml.backend import NvmlBackend
 from gpudiag.probe.nvml.power_samples import covered_us

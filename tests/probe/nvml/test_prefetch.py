@@ -10,7 +10,7 @@ import time
 
 from gpudiag.model import ErrorKind
 from gpudiag.model.serialize import to_dict
-from gpudiag.probe import CollectOptions, Collector
+from gpudiag.probe.collector import CollectOptions, Collector
 from gpudiag.probe.nvml import prefetch
 from gpudiag.probe.nvml.prefetch import PrefetchedNvml
 from tests.probe.test_split import _steady
@@ -46,7 +46,7 @@ def test_the_collector_gets_what_its_own_backend_gives_with_each_call_made_once(
 def test_options_that_read_no_link_errors_get_a_backend_of_their_own(tmp_path):
     node = FakeNode.hgx_h200(1)
     sysfs_for(node, tmp_path)
-    from gpudiag.probe import PROBE_PARTS
+    from gpudiag.probe.collector import PROBE_PARTS
     from gpudiag.probe.vendor_backends import nvidia_backends
 
     with installed(node):

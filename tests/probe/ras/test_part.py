@@ -12,7 +12,7 @@ import pytest
 
 from gpudiag.checks import run_checks
 from gpudiag.model import Status
-from gpudiag.probe import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, collect
 from gpudiag.probe.amdsmi.cper_entries import NOT_SUPPORTED, SOURCE
 from gpudiag.probe.ras import part
 from gpudiag.probe.root_facts import record

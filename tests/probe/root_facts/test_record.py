@@ -172,7 +172,7 @@ def test_the_journal_is_read_once_a_boot_and_the_bridges_every_time(tmp_path):
 
 def test_the_service_reads_the_record_through_its_own_probe_options(tmp_path):
     """network_part hands the collection's state directory to the NIC probe (the service's --state-dir)."""
-    from gpudiag.probe import CollectOptions, Collector
+    from gpudiag.probe.collector import CollectOptions, Collector
 
     node = _node(tmp_path / "root")
     _record(tmp_path / "root", tmp_path / "state")
