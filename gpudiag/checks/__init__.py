@@ -88,8 +88,8 @@ def resolve_selection(only: Iterable[str] = (), skip: Iterable[str] = ()) -> lis
     return [c for c in REGISTRY if (not only_ids or c.id in only_ids) and c.id not in skip_ids]
 
 
-# The optional parts of a collection (gpudiag.probe.collector.PROBE_PARTS) and the checks that judge them, as the families
-# declare them: a selection that holds none of a part's checks lets the probe skip it.
+# The optional parts of a collection (gpudiag.probe.collector.PROBE_PARTS) and the checks that judge them, as the
+# families declare them: a selection that holds none of a part's checks lets the probe skip it.
 _PART_CHECKS: dict[str, tuple[str, ...]] = {}
 for _family in DECLARED:
     for _part, _prefixes in _family.probe_parts.items():

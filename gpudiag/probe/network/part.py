@@ -1,4 +1,4 @@
-"""The network family's probe part: the node's RDMA NICs (probe/network/rdma.py), found by its name (probe/collector.py).
+"""The network family's probe part: the node's RDMA NICs (probe/network/rdma.py), found by name (probe/collector.py).
 
 A Collector that reads the NICs again every collection (`gpudiag serve`) carries two things from one reading to the
 next, in its CollectOptions' part_state: the sysfs paths that refused a read (EINVAL: a restricted PF's counters;
