@@ -129,7 +129,8 @@ REGENERATED = {"gpudiag/checks/index.py", "gpudiag/probe/index.py", "gpudiag/exp
 PROBE = '''
 import json, sys
 from pathlib import Path
-from gpudiag import checks, expect, probe
+from gpudiag import checks, expect
+from gpudiag.probe import collector as probe
 from gpudiag.checks import DRIFT_FACTS
 from gpudiag.exporter.metric_modules import all_metrics
 from gpudiag.exporter.metric_set import MetricSet

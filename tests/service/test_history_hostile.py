@@ -15,6 +15,7 @@ time stamp the kernel would give the next record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from gpudiag.cli import app as cli
@@ -99,9 +100,12 @@ def test_a_genuine_flood_past_what_rotation_carries_is_said_in_the_history(tmp_p
         return snap
 
     seq, usec = 3, 100_000_000
-    for _ in range(30):  # 150 genuine Xid 48 records a collection (the keeper journals up to 200 a collection)
+    for number in range(30):  # 150 genuine Xid 48 records a collection (the keeper journals up to 200 a collection)
         kmsg.write_text("\n".join(records[-3000:]) + "\n", encoding="utf-8")  # a ring buffer keeps the newest
-        keeper.observe(collect_and_judge(collect, lambda snap: [], follower))
+        collection = collect_and_judge(collect, lambda snap: [], follower)
+        # a collection a second, as the service's interval has them: entries are timed to the second, and collections
+        # within one second would tie, so that the order they are listed in would depend on when the second ticked
+        keeper.observe(dataclasses.replace(collection, finished_at=1_796_000_000.0 + number))
         for _ in range(150):
             usec += 100_000
             # the driver's per-channel form of the report, shaped after the line a public post-mortem quotes
