@@ -187,9 +187,10 @@ _external._LoaderBasics.exec_module = _timed_exec
 # wrapped when their module is first executed, so that nothing is imported earlier than the check itself imports it.
 TIMELINE = """
 import functools as _functools, importlib._bootstrap_external as _external2
-_MARKED = {"gpudiag.probe": [("Collector", m) for m in ("_collect_host", "_open_backends", "_collect_devices",
-                                                        "_collect_peers", "_finish_kernel_log", "_finish_family_parts",
-                                                        "close")],
+_MARKED = {"gpudiag.probe.collector": [("Collector", m) for m in ("_collect_host", "_open_backends",
+                                                                  "_collect_devices", "_collect_peers",
+                                                                  "_finish_kernel_log", "_finish_family_parts",
+                                                                  "close")],
            "gpudiag.probe.kernel_log.reader": [(None, "read_kernel_log")],
            "gpudiag.probe.nvml.backend": [("NvmlBackend", "open"), ("NvmlBackend", "probe_device")]}
 def _mark(label):

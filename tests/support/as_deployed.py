@@ -314,6 +314,8 @@ class Deployment:
             flag, value = words.pop(0), words.pop(0)
             if flag == "--profile":
                 request["profile"] = value
+            elif flag == "--timeout":
+                continue  # the service's own deadline, given on its command line (_command), not asked for
             else:
                 request["params"].append(value)
         deadline = time.monotonic() + 90
