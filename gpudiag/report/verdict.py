@@ -76,6 +76,19 @@ def judge_and_render(snapshot: NodeSnapshot, expectations: Optional[object], onl
     return results, render(fmt, snapshot, results, collected_by, verbose=verbose, color=color)
 
 
+def ready_to_print(fmt: str) -> None:
+    """Import now what print_verdict needs to write a report in `fmt`, rather than while it writes: a forked check
+    (gpudiag/cli/check/direct.py) does it while it waits for its children's answers anyway."""
+    from gpudiag import stdout  # noqa: F401
+    from gpudiag.report import causes  # noqa: F401 - every renderer's
+    if fmt == "json":
+        from gpudiag.report import json_report  # noqa: F401
+    elif fmt == "junit":
+        from gpudiag.report import junit  # noqa: F401
+    else:
+        from gpudiag.report import text  # noqa: F401
+
+
 def print_verdict(snapshot: NodeSnapshot, expectations: Optional[object], only: list[str], skip: list[str],
                   open_checks: list, collected_by: str, fmt: str, verbose: bool, color: bool,
                   gpus: Optional[list[str]] = None) -> int:

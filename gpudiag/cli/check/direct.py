@@ -85,7 +85,7 @@ def _check(request: dict, root: str, timeout: "float | None", early) -> int:
     from gpudiag.checks import probe_parts_for
     from gpudiag.cli.shared.node_collect import UsageProblem, collect, expectations
     from gpudiag.report.selection import select_checks
-    from gpudiag.report.verdict import print_verdict
+    from gpudiag.report.verdict import print_verdict, ready_to_print
 
     mark("imported")
     only, skip = request["only"], request["skip"]
@@ -96,6 +96,7 @@ def _check(request: dict, root: str, timeout: "float | None", early) -> int:
     expected = expectations(request["profile"], request["params"], None)
     node_root = Path(root)
     if early is not None:
+        ready_to_print(request["format"])  # while the children collect
         snapshot = early.snapshot()
         MARKS.append(("answer read", early.answered_at))  # then the side parts joined to it
         NVML_WINDOW[:] = early.nvml_window
