@@ -174,6 +174,9 @@ class BootHistory:
     problems: list[str] = field(default_factory=list)
     faults: list[BootFault] = field(default_factory=list)
     boots: int = 0  # earlier boots the records reach back to
+    # The collection's deadline stopped a read (a `problems` entry says which): earlier boots may hold faults that
+    # `faults` lacks, so a fault not seen in enough boots may still be a repeat.
+    cut_short: bool = False
 
 
 @dataclass

@@ -210,6 +210,7 @@ class Repeats:
         self.needed = expect.kernel_log_repeat_boots
         history = snapshot.boot_history
         self.current = (history.current_boot if history else None) or snapshot.host.boot_id or "this boot"
+        self.cut_short = bool(history and history.cut_short)  # earlier boots may hold repeats not read
         self._earlier: dict[tuple, set[str]] = defaultdict(set)
         for fault in history.faults if history else []:
             if fault.boot != self.current:
@@ -225,13 +226,20 @@ class Repeats:
         out = []
         for group, found in judged:
             first = group[0]
-            seen = boots.get(fault_key(first.kind, first.code, first.detail), set())
-            if self.needed is not None and len(seen) >= self.needed and not (first.kind == "xid" and first.code == 154):
+            key = fault_key(first.kind, first.code, first.detail)
+            seen = boots.get(key, set())
+            repeatable = self.needed is not None and key in boots and not (first.kind == "xid" and first.code == 154)
+            if repeatable and len(seen) >= self.needed:
                 found = found._replace(
                     description=f"{found.description}, seen in {len(seen)} boots", verdict="rma",
                     action=(f"{found.action} It came back in {len(seen)} boots on this device, after the resets and "
                             f"reboots that should have cleared it: a hardware fault. Drain it and open an RMA "
                             f"(`nvidia-bug-report.sh` / `amd-smi` logs for the vendor)."))
+            elif repeatable and self.cut_short:  # a hardware fault this history could have escalated
+                found = found._replace(description=f"{found.description}, earlier boots not all read", action=(
+                    f"{found.action} The records of earlier boots were not all read before the deadline: whether it "
+                    f"came back after earlier reboots (a hardware fault: RMA) is not known. Run the check again "
+                    f"with a longer --timeout."))
             out.append(found)
         return out
 

@@ -58,6 +58,7 @@ def read_boot_history(root: Path, state_dir: Optional[Path], current_boot: Optio
     else:
         _from_systemd_journal(history, program, until, boots)
     history.boots = len({fault.boot for fault in history.faults})
+    history.cut_short = was_cut_short(history)
     return history
 
 

@@ -47,6 +47,23 @@ def test_a_fault_in_this_boot_and_two_earlier_ones_escalates_to_rma():
     assert for_gpu(run(snap, "kernel_log.xid", Expectations(kernel_log_repeat_boots=None)), 1).action == "reboot"
 
 
+def test_a_history_the_deadline_cut_short_says_a_repeat_is_not_known():
+    """A hardware fault seen in fewer boots than a repeat needs, where the deadline stopped the history's read: the
+    verdict stays (fail, reboot), and the report says the earlier boots were not all read, and what to run."""
+    snap = nvidia_h200_node()
+    snap.kernel_log.events = [xid_event(GPU1, 79), xid_event("0000:19:00.0", 13)]
+    snap.boot_history = BootHistory(current_boot=BOOT, faults=[BootFault("b1", "xid", GPU1, 79)],
+                                    problems=["journalctl -k -b b2: stopped at the collection's deadline"],
+                                    cut_short=True)
+    results = run(snap, "kernel_log.xid")
+    lost = for_gpu(results, 1)
+    assert (lost.status, lost.action) == (Status.FAIL, "reboot")
+    assert "earlier boots not all read" in lost.message and "longer --timeout" in lost.remediation
+    assert "earlier boots" not in for_gpu(results, 0).message  # Xid 13: a job's fault, no repeat to miss
+    snap.boot_history.cut_short = False  # read whole: nothing to say
+    assert "earlier boots" not in for_gpu(run(snap, "kernel_log.xid"), 1).message
+
+
 def test_application_faults_and_other_gpus_never_escalate():
     snap = nvidia_h200_node()
     snap.kernel_log.events = [xid_event(GPU1, 13), xid_event("0000:19:00.0", 79)]
@@ -91,6 +108,7 @@ def test_the_systemd_journal_gives_earlier_boots_faults(tmp_path):
     assert {(f.boot, f.kind, f.code, f.pci_bus_id) for f in history.faults} == {
         ("b1" * 16, "xid", 79, GPU1), ("b2" * 16, "xid", 79, GPU1)}
     assert history.sources == ["journalctl: 2 of 2 earlier boot(s) read"] and history.problems == []
+    assert not history.cut_short
 
 
 def test_list_boots_in_text_and_json():
@@ -109,7 +127,7 @@ def test_a_hung_journalctl_is_cut_at_the_deadline(tmp_path):
     started = time.monotonic()
     history = read_boot_history(Path("/"), None, BOOT, None, time.monotonic() + 0.5, journalctl=str(script))
     assert time.monotonic() - started < 2.0
-    assert history.faults == [] and "deadline" in history.problems[0]
+    assert history.faults == [] and "deadline" in history.problems[0] and history.cut_short
 
 
 def test_the_gpudiag_journal_under_the_root_escalates_a_live_fault(tmp_path):
