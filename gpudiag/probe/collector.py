@@ -246,10 +246,10 @@ class Collector:
         return scan if history is None else lambda wait_until: _both(scan(wait_until), history(wait_until))
 
     def _read_boot_history(self, boot_id: Optional[str], boot_time: Optional[float], until: float) -> None:
-        from gpudiag.probe.kernel_log.boot_history import read_boot_history, was_cut_short
+        from gpudiag.probe.kernel_log.boot_history import read_boot_history
 
         cached = self._boot_history
-        if cached is not None and cached.current_boot == boot_id and not was_cut_short(cached):
+        if cached is not None and cached.current_boot == boot_id and not cached.cut_short:
             return
         self._boot_history = read_boot_history(self.options.root, self.options.state_dir, boot_id, boot_time, until,
                                                self.options.journalctl)

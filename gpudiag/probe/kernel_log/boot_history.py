@@ -58,13 +58,10 @@ def read_boot_history(root: Path, state_dir: Optional[Path], current_boot: Optio
     else:
         _from_systemd_journal(history, program, until, boots)
     history.boots = len({fault.boot for fault in history.faults})
-    history.cut_short = was_cut_short(history)
+    # A history the deadline cut short is read again at the next collection (probe/collector.py); any other is kept
+    # for the boot. The checks say what it may have missed (checks/kernel_log/common.py Repeats).
+    history.cut_short = any("deadline" in problem for problem in history.problems)
     return history
-
-
-def was_cut_short(history: BootHistory) -> bool:
-    """A history the deadline cut short is read again at the next collection; any other is kept for the boot."""
-    return any("deadline" in problem for problem in history.problems)
 
 
 def _add(history: BootHistory, boots: set[tuple], fault: BootFault) -> None:

@@ -13,7 +13,7 @@ import pytest
 from gpudiag.checks import run_checks
 from gpudiag.expect import Expectations
 from gpudiag.model import BootFault, BootHistory, Status
-from gpudiag.probe.collector import CollectOptions, collect
+from gpudiag.probe.collector import CollectOptions, Collector, collect
 from gpudiag.probe.kernel_log.boot_history import earlier_boots, read_boot_history
 from gpudiag.probe.kernel_log.reader import read_kernel_log
 from tests.support.fakes import journalctl
@@ -189,3 +189,17 @@ def test_a_program_named_like_a_boot_makes_no_reboot(tmp_path, name):
     snap = nvidia_h200_node()
     snap.kernel_log = info
     assert for_gpu(run(snap, "kernel_log.xid"), 1).action != "rma"
+
+
+def test_a_collector_reads_a_cut_short_history_again_and_keeps_a_whole_one(monkeypatch):
+    """The service collects every few seconds: earlier boots are read once per boot, unless the deadline cut the read
+    short (BootHistory.cut_short), when the next collection reads them again."""
+    from gpudiag.probe.kernel_log import boot_history
+
+    answers = [BootHistory(current_boot=BOOT, cut_short=True), BootHistory(current_boot=BOOT)]
+    reads = []
+    monkeypatch.setattr(boot_history, "read_boot_history", lambda *args: reads.append(args) or answers[len(reads) - 1])
+    collector = Collector(CollectOptions())
+    for _ in range(3):
+        collector._read_boot_history(BOOT, None, time.monotonic() + 1)
+    assert len(reads) == 2 and collector._boot_history is answers[1]
