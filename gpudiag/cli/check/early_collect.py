@@ -39,9 +39,8 @@ from gpudiag import DEFAULT_DEADLINE_SECONDS
 # children bound their collections themselves (gpudiag/probe/deadline.py); this only catches one that died or hung.
 GRACE_SECONDS = 5.0
 
-# The children's own steps (label, time.perf_counter()), sent back with their answers for
-# bench/check_vs_nvidia_smi.py's timeline of a cold check; the benchmark may add its own marks here (the collector's
-# parts). perf_counter is CLOCK_MONOTONIC on Linux: one clock for this process, the children and the benchmark.
+# The children's own steps (label, time.perf_counter(): CLOCK_MONOTONIC, one clock for every process), sent back with
+# their answers for bench/check_vs_nvidia_smi.py's timeline of a cold check (which may add the collector's parts).
 CHILD_MARKS: list = []
 
 
@@ -54,13 +53,13 @@ class ChildFailed(RuntimeError):
 
 def _vendor_part(root: str, timeout: "float | None", nvml: "object | None") -> tuple:
     """In the vendor child: ("vendor", its part of the collection (no side parts), NVML's early-start window); with
-    `nvml` (an NvmlChannel: an NVIDIA driver is loaded) the NVIDIA backend's calls are the NVML process's."""
+    `nvml` (an NvmlChannel) the NVIDIA backend's calls are the NVML process's."""
     prefetched = None
     if nvml is not None:
         from gpudiag.probe.nvml.prefetch import PrefetchedNvml
 
         prefetched = PrefetchedNvml(nvml.for_collector())
-    else:  # NVML is this process's (where there is an NVIDIA driver, only in bench/check_vs_nvidia_smi.py's A/B)
+    else:  # NVML is this process's (with a driver, only in bench/check_vs_nvidia_smi.py's A/B)
         from gpudiag.probe.nvml.early import start_nvml_init
 
         start_nvml_init()
@@ -76,6 +75,8 @@ def _vendor_part(root: str, timeout: "float | None", nvml: "object | None") -> t
         prefetched.wait_for_end(END_SECONDS)
         window, marks = prefetched.finished_with or ([], [])
         CHILD_MARKS.extend(marks)
+        if prefetched.made_here:
+            _mark(f"made NVML calls {prefetched.made_here} itself")
     return "vendor", part, window
 
 
@@ -83,10 +84,9 @@ END_SECONDS = 0.01  # for the NVML process's last message (its steps), which fol
 
 
 def _fork_nvml(channel) -> int:
-    """The NVML process (only where an NVIDIA driver is loaded, forked before the other children: it holds nothing of
-    theirs): NVML started on a thread at once (gpudiag/probe/nvml/early.py), then the NVIDIA backend's calls made for
-    the vendor child's collector and answered to it (gpudiag/probe/nvml/prefetch.py). It does nothing else, so that
-    its interpreter is NVML's alone. Ctrl-C ends it, as the other children."""
+    """The NVML process (where an NVIDIA driver is loaded; forked first, it holds nothing of the others'): NVML started
+    on a thread at once (gpudiag/probe/nvml/early.py), then the NVIDIA backend's calls made for the vendor child's
+    collector (gpudiag/probe/nvml/prefetch.py), nothing else: its interpreter is NVML's alone. Ctrl-C ends it."""
     pid = os.fork()
     if pid:
         return pid
@@ -95,6 +95,7 @@ def _fork_nvml(channel) -> int:
     _mark("forked", "nvml")
     code = 0
     try:
+        channel.begin_open()  # the vendor child imports less: asking first, it would make every call itself
         os.dup2(2, 1)  # what the library prints must not land in the report on stdout
         from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 

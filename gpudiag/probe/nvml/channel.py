@@ -18,6 +18,7 @@ import os
 import select
 import struct
 
+OPEN = 0  # the first call's number
 _STATE = struct.Struct("qB")  # calls begun by the NVML process; 1 once the collector made a call itself
 _LENGTH = struct.Struct("Q")  # the length of one answer (a pickle) on the pipe
 
@@ -66,6 +67,10 @@ class NvmlChannel:
                 return False
             _STATE.pack_into(self._state, 0, max(begun, call + 1), 0)
             return True
+
+    def begin_open(self) -> bool:
+        """The NVML process's first act, before its imports: the open is its own from now."""
+        return self.begin(OPEN)
 
     def send(self, data: bytes) -> None:
         """One answer, whole (the pipe may take it in pieces)."""

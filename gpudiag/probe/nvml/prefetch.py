@@ -32,9 +32,9 @@ from typing import Any, Callable, Optional
 from gpudiag.model import BackendInfo, DeviceSnapshot, PeerLink, Vendor
 from gpudiag.probe.deadline import CallTracker
 from gpudiag.probe.nvml.backend import NvmlBackend
-from gpudiag.probe.nvml.channel import NvmlChannel
+from gpudiag.probe.nvml.channel import OPEN, NvmlChannel
 
-OPEN = 0  # the calls' numbers: the open, then GPU i's probe (i + 1), then the peers (the GPU count + 1)
+# The calls' numbers: the open (OPEN, 0), then GPU i's probe (i + 1), then the peers (the GPU count + 1).
 # How long a call runs in the NVML process before its progress (the NVML call it is in, the identity read so far)
 # is sent to the collector, and how often a waiting collector copies it into its own tracker.
 MIRROR_SECONDS = 0.02
@@ -201,6 +201,7 @@ class PrefetchedNvml:
         self._channel = channel
         self._backend = NvmlBackend(link_errors=link_errors)  # for the calls the NVML process did not begin
         self._opened_here = False
+        self.made_here: list[int] = []  # the calls the NVML process had not begun when asked, made here
         self._count: Optional[int] = None
         self._lock = threading.Lock()
         self._answers: dict[int, _Pending] = {}
@@ -244,6 +245,7 @@ class PrefetchedNvml:
     def _call(self, call: int, tracker: CallTracker, own: Callable[[CallTracker], Any]) -> Any:
         if self._channel.take(call):
             return self._pending(call).result(tracker)
+        self.made_here.append(call)
         return own(tracker)
 
     def _own(self, tracker: CallTracker) -> NvmlBackend:
@@ -280,6 +282,7 @@ class PrefetchedNvml:
                 for device in devices:
                     device.errors.extend(added.get(device.index, []))
                 return peers
+        self.made_here.append(_gpu(self._count or 0))
         own = self._own(tracker)
         own.open_handles([d for d in devices if d.vendor == self.vendor and d.reachable], tracker)
         return own.probe_peers(devices, tracker)

@@ -98,6 +98,25 @@ def test_with_nvml_started_ahead_in_the_child_the_report_is_the_same(tmp_path, f
         _every_child_reaped([made.forked_nvml_pid, *made.forked_pids])
 
 
+def test_the_nvml_process_makes_every_call_though_the_collector_asks_before_it_has_imported(tmp_path, forks,
+                                                                                            monkeypatch):
+    """The vendor child imports less than the NVML process (no pynvml, no backend) and may ask for the open first:
+    the open is the NVML process's from its first instruction, so the collector waits for it, never opening NVML
+    itself (on the lab H100 it did, and made every call itself: tests/fixtures/h100/recorded/lab-2026-12-06e/)."""
+    monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
+    import gpudiag.probe.nvml.early as early
+
+    monkeypatch.setattr(early, "start_nvml_init", lambda: time.sleep(0.5))  # in the NVML process: slow imports
+    node = FakeNode.hgx_h200(2)
+    fake_root(tmp_path, node)
+    with installed(node):
+        code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json"])
+    assert code == 0 and json.loads(out)["status"] == "pass", err
+    (collection,) = forks
+    labels = [label for label, _ in collection.child_marks]
+    assert "nvml: answered" in labels and not [label for label in labels if "itself" in label], labels
+
+
 def test_a_gpu_hung_in_the_nvml_process_is_reported_and_the_process_ended_with_the_check(tmp_path, forks,
                                                                                         monkeypatch):
     monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
