@@ -1,13 +1,11 @@
-"""A direct check's collection, made by child processes forked before the checks, the report and the
+"""A direct check's collection, made by three child processes forked before the checks, the report and the
 expectations are imported (gpudiag/cli/check/direct.py): the probe runs on other CPUs while this process imports.
 
-- The vendor child opens the GPUs' libraries and probes the host, the GPUs, their peers and processes.
-- Where an NVIDIA driver is loaded, the NVML process, forked first, makes the NVIDIA backend's calls for the vendor
-  child's collector, which decides as always and bounds each call by its deadline (gpudiag/probe/nvml/prefetch.py);
-  NVML starts initialising on a thread of its own the moment it is forked (gpudiag/probe/nvml/early.py).
+- The vendor child opens the GPUs' libraries and probes the host, the GPUs, their peers and processes; NVML starts
+  initialising, and the GPUs' probes, on threads of their own the moment it is forked (gpudiag/probe/nvml/early.py,
+  gpudiag/probe/nvml/prefetch.py).
 - Two side children: one reads the kernel log (and earlier boots), the other every family's part.
-The vendor and side children each send their answer, pickled, to this process, which joins them into the snapshot
-one process would have made
+Each sends its answer, pickled, to this process, which joins them into the snapshot one process would have made
 (gpudiag/probe/split.py says how, and why apart: in one process the kernel log's parsing and the parts' imports held
 the GIL while NVML's answers waited for it). This process imports the probe package for the join only once it has
 imported the checks and the report and waits for the children anyway; the vendor child's interpreter does nothing
@@ -22,8 +20,8 @@ Only the node this process runs on (`--root /`) is collected so: with --root the
 driver to wait for. The collection is the one the checks would ask for: a check with neither --only nor --skip
 judges every optional probe part (tests/cli/check/test_forked_collection.py holds the two equal).
 
-Nothing but os, select, signal and time is imported here before the children are forked (and, where the NVML
-process is forked, gpudiag/probe/nvml/channel.py with os, mmap and struct): each import would delay them.
+Nothing but os, select, signal and time is imported here before the children are forked: each import would delay
+both of them.
 """
 
 from __future__ import annotations
@@ -39,8 +37,9 @@ from gpudiag import DEFAULT_DEADLINE_SECONDS
 # children bound their collections themselves (gpudiag/probe/deadline.py); this only catches one that died or hung.
 GRACE_SECONDS = 5.0
 
-# The children's own steps (label, time.perf_counter(): CLOCK_MONOTONIC, one clock for every process), sent back with
-# their answers for bench/check_vs_nvidia_smi.py's timeline of a cold check (which may add the collector's parts).
+# The children's own steps (label, time.perf_counter()), sent back with their answers for
+# bench/check_vs_nvidia_smi.py's timeline of a cold check; the benchmark may add its own marks here (the collector's
+# parts). perf_counter is CLOCK_MONOTONIC on Linux: one clock for this process, the children and the benchmark.
 CHILD_MARKS: list = []
 
 
@@ -51,67 +50,24 @@ class ChildFailed(RuntimeError):
 # -- in the children -----------------------------------------------------------------------------------------------
 
 
-def _vendor_part(root: str, timeout: "float | None", nvml: "object | None") -> tuple:
-    """In the vendor child: ("vendor", its part of the collection (no side parts), NVML's early-start window); with
-    `nvml` (an NvmlChannel) the NVIDIA backend's calls are the NVML process's."""
+def _vendor_part(root: str, timeout: "float | None") -> tuple:
+    """In the vendor child: ("vendor", its part of the collection (no side parts), NVML's early-start window)."""
+    from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
+
+    start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
     prefetched = None
-    if nvml is not None:
+    if _nvidia_driver_loaded():
         from gpudiag.probe.nvml.prefetch import PrefetchedNvml
 
-        prefetched = PrefetchedNvml(nvml.for_collector())
-    else:  # NVML is this process's (with a driver, only in bench/check_vs_nvidia_smi.py's A/B)
-        from gpudiag.probe.nvml.early import start_nvml_init
-
-        start_nvml_init()
+        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed beside the imports below
+        _mark("prefetch started")
     options, stdout_to_stderr = _options(root, timeout)
     options.nvml_backend = prefetched
     from gpudiag.probe.split import collect_vendor_part
 
     _mark("imported")
     with stdout_to_stderr():  # what a vendor library prints must not land in the report on stdout
-        part = collect_vendor_part(options)
-    window: list = []
-    if prefetched is not None:
-        prefetched.wait_for_end(END_SECONDS)
-        window, marks = prefetched.finished_with or ([], [])
-        CHILD_MARKS.extend(marks)
-        if prefetched.made_here:
-            _mark(f"made NVML calls {prefetched.made_here} itself")
-    return "vendor", part, window
-
-
-END_SECONDS = 0.01  # for the NVML process's last message (its steps), which follows its last answer at once
-
-
-def _fork_nvml(channel) -> int:
-    """The NVML process (where an NVIDIA driver is loaded; forked first, it holds nothing of the others'): NVML started
-    on a thread at once (gpudiag/probe/nvml/early.py), then the NVIDIA backend's calls made for the vendor child's
-    collector (gpudiag/probe/nvml/prefetch.py), nothing else: its interpreter is NVML's alone. Ctrl-C ends it."""
-    pid = os.fork()
-    if pid:
-        return pid
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    CHILD_MARKS[:] = []
-    _mark("forked", "nvml")
-    code = 0
-    try:
-        channel.begin_open()  # the vendor child imports less: asking first, it would make every call itself
-        os.dup2(2, 1)  # what the library prints must not land in the report on stdout
-        from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
-
-        start_nvml_init()
-        from gpudiag.cli.shared.node_collect import start_logging
-        from gpudiag.probe.nvml.prefetch import serve
-
-        start_logging(False)  # as the parent logs
-        _mark("imported", "nvml")
-        serve(channel.for_nvml_process(), finish=lambda: (list(WINDOW), _marked("answered", "nvml")))
-    except BaseException:  # noqa: BLE001 - the collector's calls fail as "ended without answering"
-        code = 1
-    channel.close()
-    os.close(1)
-    os.close(2)
-    os._exit(code)
+        return "vendor", collect_vendor_part(options), WINDOW
 
 
 def _nvidia_driver_loaded() -> bool:
@@ -147,13 +103,8 @@ def _options(root: str, timeout: "float | None"):
     return collect_options(Path(root), None, timeout), stdout_to_stderr
 
 
-def _mark(step: str, who: str = "child") -> None:
-    CHILD_MARKS.append((f"{who}: {step}", time.perf_counter()))
-
-
-def _marked(step: str, who: str) -> list:
-    _mark(step, who)
-    return CHILD_MARKS
+def _mark(step: str) -> None:
+    CHILD_MARKS.append((f"child: {step}", time.perf_counter()))
 
 
 def _answer(writing: int, work, args: tuple) -> None:
@@ -187,16 +138,13 @@ def _answer(writing: int, work, args: tuple) -> None:
     os._exit(code)
 
 
-def _fork(work, args: tuple, writing: int, pipes: list, nvml) -> int:
-    """A child running `work(*args)` that answers on `writing`; of `pipes`, every other end is closed there, and so
-    is the NVML process's channel (`nvml`, where there is one) but in the vendor child."""
+def _fork(work, args: tuple, writing: int, pipes: list) -> int:
+    """A child running `work(*args)` that answers on `writing`; of `pipes`, every other end is closed there."""
     pid = os.fork()
     if pid == 0:  # the child: never returns
         for fd in pipes:
             if fd != writing:
                 os.close(fd)
-        if nvml is not None and work is not _vendor_part:
-            nvml.close()
         _answer(writing, work, args)
     return pid
 
@@ -216,19 +164,6 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _end_on_a_thread(pid: int) -> None:
-    """A child ended (SIGKILL) unless it has exited, and reaped on a thread: it may take the driver a while."""
-    import threading
-
-    try:
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
-            return
-        os.kill(pid, signal.SIGKILL)
-    except (ChildProcessError, ProcessLookupError):
-        return
-    threading.Thread(target=_reap, args=(pid,), name="reap-nvml", daemon=True).start()
-
-
 class ForkedCollection:
     """The whole node's collection (level 1, every probe part) in forked children; `snapshot()` waits for their
     answers and returns the joined snapshot, or raises what the vendor child's collection raised (a usage problem, a
@@ -243,30 +178,19 @@ class ForkedCollection:
         self.answered_at: "float | None" = None  # time.perf_counter() once the vendor child's answer was read
         self.started = time.monotonic()
         self.pids: list = []
-        self.nvml_pid: "int | None" = None  # the NVML process, where an NVIDIA driver is loaded
         self._reading: dict = {}  # what a child collects -> the read end of its pipe, until closed
         pipes: list = []  # each child's (read end, write end), in CHILDREN's order
-        nvml = None
         try:
-            if _nvidia_driver_loaded():
-                from gpudiag.probe.nvml.channel import NvmlChannel
-
-                nvml = NvmlChannel()
-                self.nvml_pid = _fork_nvml(nvml)
             for _ in CHILDREN:
                 pipes.extend(os.pipe())
             for position, (collects, _, work) in enumerate(CHILDREN):
-                args = (root, timeout, nvml) if collects == VENDOR else (root, timeout, collects)
-                self.pids.append(_fork(work, args, pipes[2 * position + 1], pipes, nvml))
+                args = (root, timeout) if collects == VENDOR else (root, timeout, collects)
+                self.pids.append(_fork(work, args, pipes[2 * position + 1], pipes))
         except OSError:  # no pipe or process to be had (a limit): those forked are ended, nothing is left open
             for fd in pipes:
                 os.close(fd)
-            if nvml is not None:
-                nvml.close()
             self.close()
             raise
-        if nvml is not None:
-            nvml.close()  # the NVML process's and the vendor child's now
         for position, (collects, _, _) in enumerate(CHILDREN):
             os.close(pipes[2 * position + 1])
             self._reading[collects] = pipes[2 * position]
@@ -373,11 +297,7 @@ class ForkedCollection:
 
     def close(self) -> None:
         """Every child reaped (killed first where it still runs), the pipe closed. A vendor child that has answered
-        and is still exiting is reaped on a thread: its exit (NVML's device files closed) is not waited for, nor the
-        NVML process's, which is ended if it still runs (a call hung in the driver: nothing more is asked of it)."""
-        if self.nvml_pid is not None:
-            pid, self.nvml_pid = self.nvml_pid, None
-            _end_on_a_thread(pid)
+        and is still exiting is reaped on a thread: its exit (NVML's device files closed) is not waited for."""
         for position, pid in enumerate(self.pids):
             if pid is None:
                 continue

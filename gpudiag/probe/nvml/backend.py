@@ -132,20 +132,6 @@ class NvmlBackend:
         self._lost.discard(index)  # answered in full: a GPU recovered by a reset is no longer suspect
         return device
 
-    def open_handles(self, devices: list[DeviceSnapshot], tracker: CallTracker) -> None:
-        """A handle for each of these GPUs this backend has not probed (the NVML process did:
-        gpudiag/probe/nvml/prefetch.py), so that probe_peers pairs them; one that cannot be had is recorded on the
-        GPU and left out of the pairs, as a GPU this backend could not probe."""
-        for device in devices:
-            if device.index in self._handles:
-                continue
-            call = NvmlCall(self._nvml, tracker, device.errors)
-            handle, code, message = call.attempt("nvmlDeviceGetHandleByIndex", device.index)
-            if code is not None:
-                call.record("nvml.nvmlDeviceGetHandleByIndex", code, message)
-                continue
-            self._handles[device.index] = handle
-
     def probe_peers(self, devices: list[DeviceSnapshot], tracker: CallTracker) -> list[PeerLink]:
         """One PeerLink per pair of reachable NVIDIA devices; a failed pair call is recorded on the first GPU."""
         mine = [d for d in devices if d.vendor == self.vendor and d.reachable and d.index in self._handles]

@@ -9,11 +9,10 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def no_thread_left_behind():
-    """Each test's NVML answers end before the next test installs its fake library: the thread that reads them ends
-    once its NVML process has ended (tests/probe/nvml/test_prefetch.py ends each one it forks), so that no answer of
-    one test is read in the next."""
+    """Each test's prefetch threads end before the next test installs its fake library (a hung one is freed as the
+    test's `installed` ends): a thread still probing would call into the next test's fake and be counted there."""
     yield
     for thread in threading.enumerate():
-        if thread.name == "nvml-answers":
+        if thread.name == "nvml-prefetch":
             thread.join(5)
-            assert not thread.is_alive(), "an NVML process's answers outlived its test"
+            assert not thread.is_alive(), "a prefetch thread outlived its test"

@@ -164,16 +164,13 @@ def test_a_collector_that_asks_for_them_reports_the_mean_from_its_second_collect
 
 
 def test_a_prefetched_backend_is_not_used_where_the_options_ask_for_power_samples(tmp_path):
-    from gpudiag.probe.nvml.channel import NvmlChannel
     from gpudiag.probe.nvml.prefetch import PrefetchedNvml
     from gpudiag.probe.vendor_backends import nvidia_backends
 
     node = FakeNode.hgx_h200(1)
     sysfs_for(node, tmp_path)
-    channel = NvmlChannel()
     with installed(node):
-        started = PrefetchedNvml(channel.for_collector())  # no NVML process: none is asked anything here
-        channel.close()
+        started = PrefetchedNvml()
         (chosen,) = nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=started, power_samples=True))
         assert chosen is not started and chosen.power_samples
         assert nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=started))[0] is started
