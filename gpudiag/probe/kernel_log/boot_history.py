@@ -60,8 +60,14 @@ def read_boot_history(root: Path, state_dir: Optional[Path], current_boot: Optio
     history.boots = len({fault.boot for fault in history.faults})
     # A history the deadline cut short is read again at the next collection (probe/collector.py); any other is kept
     # for the boot. The checks say what it may have missed (checks/kernel_log/common.py Repeats).
-    history.cut_short = any("deadline" in problem for problem in history.problems)
+    history.cut_short = stopped_by_deadline(history.problems)
     return history
+
+
+def stopped_by_deadline(problems: list[str]) -> bool:
+    """Whether these problems of a read of earlier boots say the collection's deadline stopped it (as this module
+    words them): what was read may lack faults, so it is read again rather than kept."""
+    return any("deadline" in problem for problem in problems)
 
 
 def _add(history: BootHistory, boots: set[tuple], fault: BootFault) -> None:

@@ -13,7 +13,7 @@ from gpudiag.model.cper import CperLog
 from gpudiag.probe import deadline
 
 from gpudiag.probe.host import probe_host
-from gpudiag.probe.kernel_log.boot_history import read_boot_history
+from gpudiag.probe.kernel_log.boot_history import read_boot_history, stopped_by_deadline
 from gpudiag.probe.network.rdma import read_network
 from gpudiag.probe.pci import probe_pci_gpus
 from gpudiag.probe.root_facts.record import JournalPart, RootFacts
@@ -29,7 +29,7 @@ def gather(root: Path, until: float, previous: Optional[RootFacts] = None,
     facts = RootFacts(written_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                       boot_id=host.boot_id, bridges=network.bridges)
     if previous is not None and previous.boot_id == host.boot_id and previous.journal is not None \
-            and not any("deadline" in p for p in previous.journal.problems):
+            and not stopped_by_deadline(previous.journal.problems):
         facts.journal = previous.journal
     else:
         history = read_boot_history(root, None, host.boot_id, host.boot_time, until, journalctl)
