@@ -20,9 +20,7 @@ from typing import Any, Optional
 from gpudiag.model import DeviceSnapshot, DriverHealth, FabricInfo
 from gpudiag.probe.nvml.call import ABSENT, FUNCTION_NOT_FOUND, SUCCESS, NvmlCall, code_name
 
-RECOVERY_ACTION_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
-DRAM_FIELDS = {"NVML_FI_DEV_ECC_SBE_AGG_DEV": "corrected", "NVML_FI_DEV_ECC_DBE_AGG_DEV": "uncorrected"}
-HEALTH_FIELDS = (RECOVERY_ACTION_FIELD, *DRAM_FIELDS)  # joined to the device's one nvmlDeviceGetFieldValues batch
+from gpudiag.probe.nvml.field_ids import DRAM_FIELDS, RECOVERY_ACTION_FIELD  # noqa: F401 - HEALTH_FIELDS there
 
 # nvmlGpuRecoveryAction_t (nvml.h; NVIDIA "GPU Memory Error Management", Error Recovery and Response Flags).
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
