@@ -3,12 +3,13 @@
 Python's dataclass writes each method it adds as source text and compiles it when the class is defined
 (dataclasses._create_fn): __init__, __repr__, __eq__, and for a frozen class __hash__, __setattr__ and __delattr__.
 gpudiag defines about a hundred dataclasses, and a cold `gpudiag check` defines most of them: compiling their methods
-was 40 % of its imports (issue 36, item 9). Here only __init__ is still compiled, and only when the class is first
-instantiated (about a third of the classes a check defines never are); the others are shared functions
-over the class's fields that behave as the generated ones do: the same text, the same comparison (a tuple of the
-compared fields, only between instances of the very same class, NotImplemented otherwise), the same hash, a
-non-frozen class unhashable, and a frozen one refusing to set or delete an attribute (FrozenInstanceError) once
-__init__ has set its fields. A method the class defines itself is kept, as dataclass keeps it;
+was 40 % of its imports (issue 36, item 9), and compiling each __init__ at its first instance cost a cold check's
+vendor child 11 of them after its imports (issue 36, item 9, sixth session). Here the methods are shared functions
+over the class's fields that behave as the generated ones do: __init__ binds and sets the same fields (dataclass
+writes the class's own only for a call the shared one cannot bind, and raises its TypeError), the same text, the same
+comparison (a tuple of the compared fields, only between instances of the very same class, NotImplemented
+otherwise), the same hash, a non-frozen class unhashable, and a frozen one refusing to set or delete an attribute
+(FrozenInstanceError) once __init__ has set its fields. A method the class defines itself is kept, as dataclass keeps it;
 `__dataclass_params__` says what the class is (repr, eq, frozen). The other options (order, unsafe_hash, slots, an
 explicit repr= or eq=) go to dataclass unchanged, and so does a frozen class that defines __setattr__ or __delattr__
 itself or derives from a frozen dataclass.
@@ -54,23 +55,54 @@ def dataclass(cls: Any = None, /, **options: Any) -> Any:
 
 
 def _init_on_first_use(cls: type, options: dict) -> None:
-    """A stand-in __init__ that has dataclass write the class's own on the first instance and puts it in its place:
-    a class no check instantiates (the baseline's, the NICs' on a node without any, amdgpu's on an NVIDIA node)
-    never has its __init__ compiled. dataclass writes it for a bare subclass, whose fields are the class's own
-    (__dataclass_fields__), and the __init__ it writes refers to their defaults and to __post_init__, never to the
-    subclass."""
+    """An __init__ shared by the classes, over the class's fields, that sets what dataclass's written __init__ sets
+    (each field from its argument, its default or its default_factory, in field order; init=False fields that have a
+    default too) and calls __post_init__. Nothing is compiled for a call it can bind: a cold check's vendor child
+    compiled 11 of them in its GPU's probe, after its imports, on the check's longest chain (issue 36, item 9). A call
+    it cannot bind (too many arguments, an unknown or doubled keyword, a required argument missing) goes to the
+    standard __init__, which dataclass writes then and which raises its own TypeError; so does every call of a class
+    with an InitVar (an argument that is not a field), which this does not handle."""
+    fields = dataclasses.fields(cls)
+    initialised = [f for f in fields if f.init]
+    positional = tuple(f for f in initialised if not f.kw_only)
+    accepted = frozenset(f.name for f in initialised)
+    required = tuple(f.name for f in initialised
+                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    post_init = hasattr(cls, "__post_init__")
+    init_vars = any(f._field_type is dataclasses._FIELD_INITVAR for f in cls.__dataclass_fields__.values())
+    written: list = []
+
+    def standard(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not written:  # dataclass writes it for a bare subclass, whose fields are the class's own
+            params = cls.__dataclass_params__
+            frozen, params.frozen = params.frozen, options["frozen"]  # as when cls was made (a shared frozen class)
+            try:
+                bare = type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                                  "__doc__": cls.__doc__ or cls.__name__})
+                written.append(_standard(bare, **options).__dict__["__init__"])
+            finally:
+                params.frozen = frozen
+        written[0](self, *args, **kwargs)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        params = cls.__dataclass_params__
-        frozen, params.frozen = params.frozen, options["frozen"]  # as when cls was made (a shared frozen class)
-        try:
-            bare = type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
-            written = _standard(bare, **options).__dict__["__init__"]
-        finally:
-            params.frozen = frozen
-        if cls.__dict__.get("__init__") is __init__:
-            cls.__init__ = written  # type: ignore[misc]
-        written(self, *args, **kwargs)
+        if init_vars or len(args) > len(positional) or not accepted.issuperset(kwargs):
+            return standard(self, *args, **kwargs)
+        values = {f.name: value for f, value in zip(positional, args)}
+        if kwargs:
+            if not values.keys().isdisjoint(kwargs):
+                return standard(self, *args, **kwargs)
+            values.update(kwargs)
+        if not all(name in values for name in required):
+            return standard(self, *args, **kwargs)
+        for f in fields:
+            if f.name in values:
+                setattr(self, f.name, values[f.name])
+            elif f.default is not dataclasses.MISSING:
+                setattr(self, f.name, f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                setattr(self, f.name, f.default_factory())
+        if post_init:
+            self.__post_init__()
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     cls.__init__ = __init__  # type: ignore[misc]

@@ -138,22 +138,31 @@ def test_a_frozen_class_refuses_what_the_standard_one_refuses():
     assert SHARED[1].__setattr__.__code__.co_filename != "<string>"  # shared, not compiled for the class
 
 
-def test_init_is_the_standard_one_written_when_the_class_is_first_instantiated():
-    def calls(classes):
+def test_init_binds_as_the_standard_one_and_compiles_nothing_for_a_call_it_can_bind(monkeypatch):
+    from gpudiag.model import records
+
+    def bound(classes):
+        plain, frozen, child, own, holder = classes
+        made = [plain("a"), plain("a", 1, ["t"], None, 0.0), plain(name="n", ignored=2.0), child("c", extra=True),
+                frozen("k", items=(1,)), frozen("k", 2.0, note="n"), own(), holder(inner=1)]
+        assert made[0].tags is not plain("b").tags  # a default_factory called for each instance
+        return [repr(item) for item in made] + [made[4].derived, made[5].__hash__ is not None]
+
+    def refused(classes):
         plain, frozen, child, *_ = classes
         return [failure(lambda: plain()), failure(lambda: plain("a", 1, [], None, 0.0, "extra")),
-                failure(lambda: plain("a", nope=1)), failure(lambda: frozen()), failure(lambda: child(extra=True)),
-                repr(child("c", extra=True)), frozen("k", items=(1,)).derived]
+                failure(lambda: plain("a", nope=1)), failure(lambda: plain("a", name="b")), failure(lambda: frozen()),
+                failure(lambda: child(extra=True))]
 
-    @shared
-    class Unused:
-        name: str
-
-    assert Unused.__init__.__code__.co_filename != "<string>"  # not written yet: nothing made one
-    assert calls(SHARED) == calls(STANDARD)
-    plain = SHARED[0]
-    assert plain.__init__.__code__.co_filename == "<string>"  # written by dataclass at the first instance
-    assert plain.__init__.__qualname__ == STANDARD[0].__init__.__qualname__
+    compiled = []
+    real = records._standard
+    monkeypatch.setattr(records, "_standard", lambda cls, **options: compiled.append(cls) or real(cls, **options))
+    fresh = shapes(shared)  # classes nothing has instantiated yet
+    compiled.clear()
+    assert bound(fresh) == bound(STANDARD)
+    assert compiled == []  # no __init__ written for a call the shared one binds
+    assert refused(fresh) == refused(STANDARD)  # the standard __init__'s own TypeError, word for word
+    assert compiled and fresh[0].__init__.__qualname__ == STANDARD[0].__init__.__qualname__
 
 
 def test_a_frozen_class_must_set_every_field_in_init():
