@@ -261,14 +261,14 @@ def import_profile(python: list[str], check_args: list[str], env: dict, prelude:
 # The same check less one of its overlaps, for the A/Bs beside the breakdown's runs: the collection in a child
 # forked before the imports (gpudiag/cli/check/early_collect.py; without it, this process probes after importing,
 # with NVML's early start beside the imports), and NVML's early start (gpudiag/probe/nvml/early.py: nvmlInit and
-# each GPU opened beside the imports of the probe, in whichever process probes), and the vendor child's prefetch.
+# each GPU opened beside the imports of the probe, in whichever process probes), and the NVML-ahead process.
 WITHOUT = {
     "without the forked collection": "\nimport gpudiag.cli.check.direct as _direct\n"
                                      "_direct.forks_the_collection = lambda root: False\n",
     "without NVML's early start": "\nimport gpudiag.probe.nvml.early as _early\n"
                                   "_early.start_nvml_init = lambda: None\n",
-    # the vendor child's NVML backend on a thread ahead of its imports (gpudiag/probe/nvml/prefetch.py)
-    "without the prefetch": "\nimport gpudiag.cli.check.early_collect as _forked\n"
+    # NVML's reads made by a process of their own, forked first (gpudiag/probe/nvml/ahead.py)
+    "without NVML ahead": "\nimport gpudiag.cli.check.early_collect as _forked\n"
                             "_forked._nvidia_driver_loaded = lambda: False\n",
 }
 

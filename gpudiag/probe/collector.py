@@ -84,8 +84,8 @@ class CollectOptions:
     # What a probe part carries from one collection to the next of the Collector these options belong to (part name
     # -> the part's own object, e.g. the last NIC counters): a one-shot `gpudiag check` starts with none.
     part_state: dict = field(default_factory=dict, repr=False, compare=False)
-    # An NVIDIA backend already at work (gpudiag/probe/nvml/prefetch.py: a cold direct check's vendor child) to use
-    # instead of a new one, where it reads what these options ask (the NVLink error counters or not).
+    # An NVIDIA backend made ahead (a cold direct check's vendor child's, over gpudiag/probe/nvml/ahead_answers.py) to
+    # use instead of a new one, where it reads what these options ask (the NVLink error counters or not).
     nvml_backend: Optional[Backend] = field(default=None, repr=False, compare=False)
     power_samples: bool = False  # ask for PowerInfo.average_watts: a Collector that collects again (top, serve)
 

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 
 def nvidia_backends(options: CollectOptions) -> list[Backend]:
-    """NVML: the one the options were given already at work (gpudiag/probe/nvml/prefetch.py) where it reads what
+    """NVML: the one the options were given (a cold direct check's vendor child: over the NVML-ahead process's
+    answers, gpudiag/probe/nvml/ahead_answers.py) where it reads what
     they ask for (the NVLink error counters or not, the power samples or not), else a new one."""
     from gpudiag.probe.nvml.backend import NvmlBackend
 

@@ -50,24 +50,49 @@ class ChildFailed(RuntimeError):
 # -- in the children -----------------------------------------------------------------------------------------------
 
 
-def _vendor_part(root: str, timeout: "float | None") -> tuple:
-    """In the vendor child: ("vendor", its part of the collection (no side parts), NVML's early-start window)."""
+def _vendor_part(root: str, timeout: "float | None", ahead: "int | None" = None) -> tuple:
+    """In the vendor child: ("vendor", its part of the collection (no side parts), NVML's early-start window).
+    `ahead`: the read end of the NVML-ahead process's pipe, where there is one."""
     from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
     start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
-    prefetched = None
-    if _nvidia_driver_loaded():
-        from gpudiag.probe.nvml.prefetch import PrefetchedNvml
+    answers = None
+    if ahead is not None:
+        from gpudiag.probe.nvml.ahead_answers import AheadAnswers
 
-        prefetched = PrefetchedNvml()  # NVML opened and the GPUs probed beside the imports below
-        _mark("prefetch started")
+        answers = AheadAnswers(ahead)
+        _mark("ahead reader started")
     options, stdout_to_stderr = _options(root, timeout)
-    options.nvml_backend = prefetched
+    if answers is not None:
+        from gpudiag.probe.nvml.ahead_answers import AheadNvml
+        from gpudiag.probe.nvml.backend import NvmlBackend
+
+        options.nvml_backend = NvmlBackend(library=lambda nvml: AheadNvml(nvml, answers))
     from gpudiag.probe.split import collect_vendor_part
 
     _mark("imported")
     with stdout_to_stderr():  # what a vendor library prints must not land in the report on stdout
-        return "vendor", collect_vendor_part(options), WINDOW
+        part = collect_vendor_part(options)
+    if answers is not None:
+        CHILD_MARKS.extend(answers.marks)
+        _mark(f"{answers.made_here} NVML reads made here, {answers.taken} from the ahead process")
+    return "vendor", part, WINDOW
+
+
+def _ahead_part(writing: int) -> None:
+    """In the NVML-ahead process (gpudiag/probe/nvml/ahead.py): NVML's reads streamed to the vendor child. It writes
+    nothing else (its stdout and stderr are /dev/null: a check's output ends with the check) and never returns."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        from gpudiag.probe.nvml.ahead import read_ahead
+
+        read_ahead(writing, link_errors=True)  # as the forked collection asks: every probe part
+    except BaseException:  # noqa: BLE001 - the vendor child makes what is missing itself
+        pass
+    os._exit(0)
 
 
 def _nvidia_driver_loaded() -> bool:
@@ -138,14 +163,14 @@ def _answer(writing: int, work, args: tuple) -> None:
     os._exit(code)
 
 
-def _fork(work, args: tuple, writing: int, pipes: list) -> int:
-    """A child running `work(*args)` that answers on `writing`; of `pipes`, every other end is closed there."""
+def _fork(run, keep: tuple, pipes: list) -> int:
+    """A child that runs `run()` (which never returns); of `pipes`, every end but `keep` is closed there."""
     pid = os.fork()
-    if pid == 0:  # the child: never returns
+    if pid == 0:  # the child
         for fd in pipes:
-            if fd != writing:
+            if fd not in keep:
                 os.close(fd)
-        _answer(writing, work, args)
+        run()
     return pid
 
 
@@ -178,22 +203,33 @@ class ForkedCollection:
         self.answered_at: "float | None" = None  # time.perf_counter() once the vendor child's answer was read
         self.started = time.monotonic()
         self.pids: list = []
+        self.ahead_pid: "int | None" = None  # the NVML-ahead process, where NVIDIA's driver is loaded
         self._reading: dict = {}  # what a child collects -> the read end of its pipe, until closed
-        pipes: list = []  # each child's (read end, write end), in CHILDREN's order
+        ahead = os.pipe() if _nvidia_driver_loaded() else ()  # the ahead process's (read end, write end)
+        pipes: list = list(ahead)  # with each child's (read end, write end), in CHILDREN's order
         try:
             for _ in CHILDREN:
                 pipes.extend(os.pipe())
+            if ahead:  # first: the driver's reads are the longest chain
+                self.ahead_pid = _fork(lambda: _ahead_part(ahead[1]), (ahead[1],), pipes)
+            offset = len(ahead)
             for position, (collects, _, work) in enumerate(CHILDREN):
-                args = (root, timeout) if collects == VENDOR else (root, timeout, collects)
-                self.pids.append(_fork(work, args, pipes[2 * position + 1], pipes))
+                writing = pipes[offset + 2 * position + 1]
+                if collects == VENDOR:
+                    args, keep = (root, timeout, ahead[0] if ahead else None), (writing, *ahead[:1])
+                else:
+                    args, keep = (root, timeout, collects), (writing,)
+                self.pids.append(_fork(lambda w=writing, f=work, a=args: _answer(w, f, a), keep, pipes))
         except OSError:  # no pipe or process to be had (a limit): those forked are ended, nothing is left open
             for fd in pipes:
                 os.close(fd)
             self.close()
             raise
+        for fd in ahead:
+            os.close(fd)
         for position, (collects, _, _) in enumerate(CHILDREN):
-            os.close(pipes[2 * position + 1])
-            self._reading[collects] = pipes[2 * position]
+            os.close(pipes[offset + 2 * position + 1])
+            self._reading[collects] = pipes[offset + 2 * position]
 
     def snapshot(self):
         """The vendor child's part joined with the side children's, as one process collects it
@@ -314,6 +350,15 @@ class ForkedCollection:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+        if self.ahead_pid is not None:  # done or not, it is not waited for (a call may still be in the driver)
+            pid, self.ahead_pid = self.ahead_pid, None
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            import threading
+
+            threading.Thread(target=_reap, args=(pid,), name="reap-ahead", daemon=True).start()
         for fd in self._reading.values():
             os.close(fd)
         self._reading = {}

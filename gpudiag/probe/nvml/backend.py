@@ -7,7 +7,7 @@ pynvml is imported inside `open()`, not at module import: it costs ~15 ms and `g
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from gpudiag.model import BackendInfo, DeviceSnapshot, ErrorKind, PeerLink, ProbeError, Vendor
 from gpudiag.probe import deadline
@@ -49,8 +49,9 @@ class NvmlBackend:
     name = "nvml"
     vendor = Vendor.NVIDIA
 
-    def __init__(self, link_errors: bool = True, power_samples: bool = False) -> None:
-        self._link_errors = link_errors  # read the NVLink error counters (the bulk of the probe's time)
+    def __init__(self, link_errors: bool = True, power_samples: bool = False,
+                 library: Optional[Callable[[Any], Any]] = None) -> None:
+        self.link_errors = link_errors  # read the NVLink error counters (the bulk of the probe's time)
         # Ask for the mean power since the previous probe (power_samples.py): only where the collector probes again
         # and again (top, serve); a one-shot check makes no call for it.
         self.power_samples = power_samples
@@ -60,6 +61,9 @@ class NvmlBackend:
 
             self._samples = PowerSamples()
         self._nvml: Any = None  # the pynvml module, once imported
+        # What the backend calls instead of pynvml itself, made from it: the NVML-ahead process's answers in a cold
+        # check's vendor child (ahead_answers.AheadNvml).
+        self._library = library
         self._initialised = False
         self._count = 0
         self._handles: dict[int, Any] = {}  # device index → NVML handle, for probe_peers
@@ -75,9 +79,9 @@ class NvmlBackend:
             info.error = ProbeError("nvml.import", ErrorKind.NOT_FOUND,
                                     f"nvidia-ml-py (pynvml) is not installed: {exc}")
             return info
-        self._nvml = pynvml
+        self._nvml = pynvml if self._library is None else self._library(pynvml)
         errors: list[ProbeError] = []
-        call = NvmlCall(pynvml, tracker, errors)
+        call = NvmlCall(self._nvml, tracker, errors)
         try:
             _, code, message = call.attempt("nvmlInit")
             if code is not None:
@@ -121,7 +125,7 @@ class NvmlBackend:
                 device.reachable = False
                 return device
             self._handles[index] = handle
-            read_device(call, handle, device, self._link_errors, self._fields, self._samples)
+            read_device(call, handle, device, self.link_errors, self._fields, self._samples)
         except DeviceLost:
             self._lost.add(index)
             self._handles.pop(index, None)

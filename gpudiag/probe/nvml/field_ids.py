@@ -1,6 +1,6 @@
-"""The field IDs of a GPU's one nvmlDeviceGetFieldValues batch, by name: the tables fields.py reads the batch with
-and the NVML-ahead process (ahead.py) asks the same batch with. Nothing here imports the model or pynvml, so that
-the ahead process can ask the batch before either is imported.
+"""The field IDs of a GPU's one nvmlDeviceGetFieldValues batch, by name, and how an answered field's number is read:
+what fields.py reads the batch with and the NVML-ahead process (ahead.py) asks the same batch with. Nothing here
+imports the model or pynvml, so that the ahead process can ask the batch before either is imported.
 """
 
 from __future__ import annotations
@@ -103,3 +103,14 @@ def batch(nvml: object, names: tuple[str, ...]) -> tuple[tuple[str, ...], list[i
     which are left out unless their ID is fixed here."""
     names = tuple(name for name in names if name in _FIXED_IDS or hasattr(nvml, name))
     return names, [_FIXED_IDS.get(name) or getattr(nvml, name) for name in names]
+
+
+# nvmlValueType_t → the member of the nvmlValue_t union that holds the value (docs/vendor-api.md §9).
+_UNION_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def field_value(value: object) -> int | float | None:
+    """An answered field's number (a c_nvmlFieldValue_t whose nvmlReturn is SUCCESS); None for a value type this
+    does not know."""
+    member = _UNION_MEMBER.get(value.valueType)
+    return None if member is None else getattr(value.value, member)

@@ -20,10 +20,8 @@ from gpudiag.probe.nvml.field_ids import (  # noqa: F401 - DEVICE_FIELDS, device
     THROTTLE_TIME_FIELDS,
     batch,
     device_fields,
+    field_value,
 )
-
-# nvmlValueType_t → the member of the nvmlValue_t union that holds the value (docs/vendor-api.md §9).
-_UNION_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 Number = Union[int, float]
 
@@ -39,9 +37,9 @@ def read_fields(call: NvmlCall, handle: Any, names: tuple[str, ...] = DEVICE_FIE
     for name, value in zip(names, values):
         code = value.nvmlReturn
         if code == SUCCESS:
-            member = _UNION_MEMBER.get(value.valueType)
-            if member is not None:
-                found[name] = getattr(value.value, member)
+            number = field_value(value)
+            if number is not None:
+                found[name] = number
             continue
         call.raise_if_lost(f"nvmlDeviceGetFieldValues[{name}]", code)
         # A field ID newer than the driver comes back INVALID_ARGUMENT: as absent as NOT_SUPPORTED.

@@ -33,6 +33,7 @@ def forks(monkeypatch):
     def noted(*args):
         made.append(real(*args))
         made[-1].forked_pids = list(made[-1].pids)  # kept: close() forgets them once the children are reaped
+        made[-1].ahead_forked = made[-1].ahead_pid
         return made[-1]
 
     monkeypatch.setattr(direct, "forks_the_collection", lambda root: True)
@@ -76,9 +77,10 @@ def _every_child_reaped(pids: list, within: float = 5.0) -> None:
             time.sleep(0.01)
 
 
-def test_with_nvml_started_ahead_in_the_child_the_report_is_the_same(tmp_path, forks, monkeypatch):
-    """Where an NVIDIA driver is loaded the vendor child starts NVML and the GPUs' probes ahead of its imports
-    (gpudiag/probe/nvml/prefetch.py): still the full CLI's bytes and exit code."""
+def test_with_nvml_read_ahead_the_report_is_the_same(tmp_path, forks, monkeypatch):
+    """Where an NVIDIA driver is loaded a process forked first makes NVML's reads for the vendor child
+    (gpudiag/probe/nvml/ahead.py): still the full CLI's bytes and exit code, every read the ahead process makes
+    answered from it, and the ahead process reaped."""
     monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
     node = FakeNode.hgx_h200(2)
     node.gpus[0].remap_pending = True
@@ -88,9 +90,14 @@ def test_with_nvml_started_ahead_in_the_child_the_report_is_the_same(tmp_path, f
             lean, full = both(["check", "--root", str(tmp_path), "--direct", *extra])
             assert lean == full and lean[0] == 1, extra
     assert len(forks) == 2
-    for made in forks:  # the thread started before the collection's own imports were done
+    for made in forks:
         labels = [label for label, _ in made.child_marks]
-        assert labels.index("child: prefetch started") < labels.index("child: imported")
+        assert labels.index("child: ahead reader started") < labels.index("child: imported")
+        (reads,) = [label for label in labels if "NVML reads made here" in label]
+        made_here, taken = (int(word) for word in reads.split() if word.isdigit())
+        assert made_here == 0 and taken > 2 * 20, reads
+        assert made.ahead_pid is None
+    _every_child_reaped([made.ahead_forked for made in forks])
 
 
 @pytest.mark.parametrize("short_of", ["pipe", "process"])
@@ -119,6 +126,32 @@ def test_with_no_pipe_or_process_to_be_had_the_check_probes_here_and_leaves_noth
     assert set(os.listdir("/proc/self/fd")) <= before  # every pipe made for the children closed
     if short_of == "process":
         _every_child_reaped(made)
+
+
+def test_with_the_nvml_ahead_process_forked_and_no_second_child_to_be_had_nothing_is_left(tmp_path, forks,
+                                                                                           monkeypatch):
+    """The ahead process is forked first; a limit met at the next child ends it too and closes its pipe."""
+    monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
+    node = FakeNode.hgx_h200(1)
+    node.gpus[0].remap_pending = True
+    fake_root(tmp_path, node)
+    made = []
+    real_fork = os.fork
+
+    def limited():
+        if made:
+            raise OSError(11, "limit reached")
+        made.append(real_fork())
+        return made[-1]
+
+    monkeypatch.setattr(early_collect.os, "fork", limited)
+    before = set(os.listdir("/proc/self/fd"))
+    with installed(node):
+        code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json"])
+    assert code == 1 and json.loads(out)["status"] == "fail", err
+    assert forks == [] and len(made) == 1
+    assert set(os.listdir("/proc/self/fd")) <= before
+    _every_child_reaped(made)
 
 
 def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, forks, monkeypatch):

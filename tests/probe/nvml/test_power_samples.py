@@ -163,15 +163,14 @@ def test_a_collector_that_asks_for_them_reports_the_mean_from_its_second_collect
     assert lib.calls[SAMPLES] == 0 and [d.power.average_watts for d in checked.devices] == [None, None]
 
 
-def test_a_prefetched_backend_is_not_used_where_the_options_ask_for_power_samples(tmp_path):
-    from gpudiag.probe.nvml.prefetch import PrefetchedNvml
+def test_a_backend_given_is_not_used_where_the_options_ask_for_power_samples(tmp_path):
+    from gpudiag.probe.nvml.backend import NvmlBackend
     from gpudiag.probe.vendor_backends import nvidia_backends
 
     node = FakeNode.hgx_h200(1)
     sysfs_for(node, tmp_path)
     with installed(node):
-        started = PrefetchedNvml()
-        (chosen,) = nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=started, power_samples=True))
-        assert chosen is not started and chosen.power_samples
-        assert nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=started))[0] is started
-        started.close()
+        given = NvmlBackend()
+        (chosen,) = nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=given, power_samples=True))
+        assert chosen is not given and chosen.power_samples
+        assert nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=given))[0] is given

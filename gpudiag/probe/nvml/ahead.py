@@ -1,0 +1,231 @@
+"""NVML's reads of a cold check made ahead, by a process that imports nothing but pynvml (gpudiag/cli/check/
+early_collect.py forks it first): the driver's time, the longest chain of a cold check, starts before the model,
+the backend and the rest of the probe are imported anywhere.
+
+The reads are the NVIDIA backend's, in its order (backend.py, device.py and the modules it calls): for each GPU its
+identity, firmware, field batch, PCIe, sensors, memory, modes, NVLinks, NUMA node and processes, then every pair.
+Each is streamed to the vendor child as it is made, as a frame: ("begin", key) before the call, ("done", key,
+outcome) after it, ("gpu done", index) once a GPU's reads are made, ("pairs done",) at the end. A key is
+(function, the GPUs' indices, the other arguments); an outcome is ("value", what pynvml returned), ("error", the
+NVML return code) or ("mismatch",) (pynvml's NVMLLibraryMismatchError), or None for anything else (the vendor
+child then makes that call itself). The vendor child's backend makes every decision and asks every call in its
+own order, under its own deadline; it is given these answers instead of calling the driver again
+(ahead_answers.py). A read listed here that the backend does not make is made for nothing; one the backend makes
+that is not here (the calls that fill a struct passed by reference: SRAM ECC status, fabric info) it makes itself.
+tests/probe/nvml/test_ahead.py holds the two in step over the fake nodes.
+
+Nothing is written but reads: the process changes nothing on the node.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import struct
+from collections.abc import Callable, Iterator
+
+from gpudiag.probe.nvml.field_ids import batch, device_fields, field_value
+
+FRAME = struct.Struct("<I")  # each frame: its length, then its pickle
+
+# nvml.h return codes (as gpudiag/probe/nvml/call.py spells them; that module imports the model).
+_INVALID_ARGUMENT, _NOT_SUPPORTED, _FUNCTION_NOT_FOUND = 2, 3, 13
+_LOST = frozenset({15, 16})  # GPU_IS_LOST, RESET_REQUIRED: the backend reads no more of that GPU
+_NO_SUCH_LINK = frozenset({_NOT_SUPPORTED, _INVALID_ARGUMENT, _FUNCTION_NOT_FOUND})  # links.py
+
+# A GPU's reads up to its field batch (device.read_identity, read_firmware); a string argument is a pynvml constant.
+BEFORE_FIELDS = (
+    ("nvmlDeviceGetPciInfo",), ("nvmlDeviceGetUUID",), ("nvmlDeviceGetName",), ("nvmlDeviceGetSerial",),
+    ("nvmlDeviceGetArchitecture",), ("nvmlDeviceGetBoardPartNumber",), ("nvmlDeviceGetMinorNumber",),
+    ("nvmlDeviceGetVbiosVersion",), ("nvmlDeviceGetInforomVersion", "NVML_INFOROM_OEM"),
+    ("nvmlDeviceGetInforomVersion", "NVML_INFOROM_ECC"), ("nvmlDeviceGetInforomVersion", "NVML_INFOROM_POWER"),
+    ("nvmlDeviceGetInforomImageVersion",),
+)
+# After it: health.read_driver_health (its struct calls are the backend's own), device.read_pcie,
+# read_remap_histogram, sensors.read_temperatures and read_power.
+AFTER_FIELDS = (
+    ("nvmlDeviceGetUnrepairableMemoryFlag_v1",),
+    ("nvmlDeviceGetCurrPcieLinkGeneration",), ("nvmlDeviceGetCurrPcieLinkWidth",),
+    ("nvmlDeviceGetMaxPcieLinkGeneration",), ("nvmlDeviceGetMaxPcieLinkWidth",),
+    ("nvmlDeviceGetGpuMaxPcieLinkGeneration",), ("nvmlDeviceGetRowRemapperHistogram",),
+    ("nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU"),
+    ("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN"),
+    ("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN"),
+    ("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_GPU_MAX"),
+    ("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_MEM_MAX"),
+    ("nvmlDeviceGetPowerUsage",), ("nvmlDeviceGetEnforcedPowerLimit",), ("nvmlDeviceGetPowerManagementDefaultLimit",),
+    ("nvmlDeviceGetPowerManagementLimitConstraints",),
+)
+# sensors.read_clocks after the clock-event reasons, then read_utilization.
+CLOCKS = tuple((function, domain) for domain in ("NVML_CLOCK_GRAPHICS", "NVML_CLOCK_SM", "NVML_CLOCK_MEM")
+               for function in ("nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo")) + (
+    ("nvmlDeviceGetPerformanceState",), ("nvmlDeviceGetUtilizationRates",))
+# device.read_memory_usage after the memory info, and read_modes.
+MODES = (("nvmlDeviceGetBAR1MemoryInfo",), ("nvmlDeviceGetPersistenceMode",), ("nvmlDeviceGetComputeMode",),
+         ("nvmlDeviceGetMigMode",))
+# links.read_nvlinks: per link, its state, then (a link up) its far end, then its error counters.
+FAR_END = ("nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemoteDeviceType")
+LINK_COUNTERS = ("NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY", "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+                 "NVML_NVLINK_ERROR_DL_CRC_DATA")
+LINK_COUNT_FIELD = "NVML_FI_DEV_NVLINK_LINK_COUNT"
+# device.read_affinity, read_processes.
+LAST = (("nvmlDeviceGetNumaNodeId",), ("nvmlDeviceGetComputeRunningProcesses",),
+        ("nvmlDeviceGetGraphicsRunningProcesses",))
+P2P_CAPS = (0, 1, 2, 3)  # links.P2P_CAPS
+
+# A call's outcome as the script sees it: (value, NVML return code or None).
+Outcome = tuple
+
+
+def gpu_reads(nvml: object, field_names: tuple[str, ...], link_errors: bool) -> Iterator[tuple]:
+    """One GPU's reads in the backend's order, as (function, args) without the handle; sent each one's outcome."""
+
+    def constants(spec: tuple) -> tuple:
+        return tuple(getattr(nvml, arg) if isinstance(arg, str) else arg for arg in spec)
+
+    for function, *args in BEFORE_FIELDS:
+        yield function, constants(args)
+    names, ids = batch(nvml, field_names)
+    fields, _ = yield "nvmlDeviceGetFieldValues", (ids,)
+    for function, *args in AFTER_FIELDS:
+        if function.endswith("_v1") and not hasattr(nvml, function):
+            continue  # health.py asks it only of a pynvml that has it
+        yield function, constants(args)
+    _, code = yield "nvmlDeviceGetCurrentClocksEventReasons", ()
+    if code == _FUNCTION_NOT_FOUND:
+        yield "nvmlDeviceGetCurrentClocksThrottleReasons", ()
+    for function, *args in CLOCKS:
+        yield function, constants(args)
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    code = _FUNCTION_NOT_FOUND
+    if version:
+        _, code = yield "nvmlDeviceGetMemoryInfo", (version,)
+    if code is not None:
+        yield "nvmlDeviceGetMemoryInfo", ()
+    for function, *args in MODES:
+        yield function, constants(args)
+    yield from _link_reads(nvml, _link_count(names, fields), link_errors)
+    for function, *args in LAST:
+        yield function, constants(args)
+
+
+def _link_count(names: tuple[str, ...], fields: object) -> int | None:
+    """The field batch's NVLink count, as fields.read_fields reads it; None where it has none."""
+    if fields is None or LINK_COUNT_FIELD not in names:
+        return None
+    value = fields[names.index(LINK_COUNT_FIELD)]
+    number = field_value(value) if value.nvmlReturn == 0 else None
+    return None if number is None else int(number)
+
+
+def _link_reads(nvml: object, link_count: int | None, link_errors: bool) -> Iterator[tuple]:
+    limit = nvml.NVML_NVLINK_MAX_LINKS if link_count is None else min(link_count, nvml.NVML_NVLINK_MAX_LINKS)
+    for link in range(limit):
+        state, code = yield "nvmlDeviceGetNvLinkState", (link,)
+        if code in _NO_SUCH_LINK:
+            if link_count is None:
+                return
+            continue
+        if code is None and state == nvml.NVML_FEATURE_ENABLED:
+            for function in FAR_END:
+                yield function, (link,)
+        if link_errors:
+            for counter in LINK_COUNTERS:
+                yield "nvmlDeviceGetNvLinkErrorCounter", (link, getattr(nvml, counter))
+
+
+def pair_reads() -> Iterator[tuple]:
+    """One pair's reads (links.probe_pair), as (function, args) without the two handles."""
+    yield "nvmlDeviceGetTopologyCommonAncestor", ()
+    for cap in P2P_CAPS:
+        yield "nvmlDeviceGetP2PStatus", (cap,)
+
+
+def hashable(args: tuple) -> tuple:
+    """A call's arguments as part of its key (the field batch passes a list of IDs)."""
+    return tuple(tuple(arg) if isinstance(arg, list) else arg for arg in args)
+
+
+def read_ahead(writing: int, link_errors: bool = True) -> None:
+    """In the NVML-ahead process: make the reads and stream them to `writing` (see the module's text); returns when
+    every read is made, the library cannot be opened, or the reader has gone."""
+    from gpudiag.probe.nvml.early import start_nvml_init
+
+    start_nvml_init()  # the driver's initialisation beside pynvml's import
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+        field_names = device_fields(_text(nvml.nvmlSystemGetDriverVersion()))
+        count = nvml.nvmlDeviceGetCount()
+    except Exception:  # noqa: BLE001 - the vendor child's own open says what is wrong
+        return
+    send = _Sender(writing)
+    handles: dict[int, object] = {}
+    try:
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            except Exception:  # noqa: BLE001 - the backend's own call records it
+                handle = None
+            if handle is not None and _run(nvml, (handle,), (index,), gpu_reads(nvml, field_names, link_errors), send):
+                handles[index] = handle
+            send(("gpu done", index))
+        indices = sorted(handles)
+        for position, a in enumerate(indices):
+            for b in indices[position + 1:]:
+                _run(nvml, (handles[a], handles[b]), (a, b), pair_reads(), send)
+        send(("pairs done",))
+    except BrokenPipeError:
+        return  # the vendor child has what it needs, or has gone
+
+
+def _run(nvml: object, handles: tuple, indices: tuple, reads: Iterator[tuple], send: Callable) -> bool:
+    """Make `reads` with `handles` in front of each, streaming each; False where the GPU turned out lost."""
+    outcome: Outcome | None = None
+    while True:
+        try:
+            function, args = reads.send(outcome) if outcome is not None else next(reads)
+        except StopIteration:
+            return True
+        key = (function, indices, hashable(args))
+        send(("begin", key))
+        record, outcome = _call(nvml, function, handles + tuple(args))
+        send(("done", key, record))
+        if outcome[1] in _LOST:
+            return False
+
+
+def _call(nvml: object, function: str, args: tuple) -> tuple:
+    """(the outcome to send, (value, code) for the script)."""
+    try:
+        value = getattr(nvml, function)(*args)
+    except nvml.NVMLError as exc:
+        return ("error", exc.value), (None, exc.value)
+    except nvml.NVMLLibraryMismatchError:
+        return ("mismatch",), (None, _FUNCTION_NOT_FOUND)
+    except Exception:  # noqa: BLE001 - the backend makes this call itself and sees what it raises
+        return None, (None, -1)
+    sent = list(value) if isinstance(value, ctypes.Array) else value  # an array type of its own does not pickle
+    return ("value", sent), (value, None)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Sender:
+    """Frames written to the vendor child's pipe; a value that does not pickle goes as None (made there again)."""
+
+    def __init__(self, writing: int) -> None:
+        self.writing = writing
+
+    def __call__(self, frame: tuple) -> None:
+        try:
+            data = pickle.dumps(frame)
+        except Exception:  # noqa: BLE001 - e.g. a struct holding a pointer
+            data = pickle.dumps(frame[:2] + (None,))
+        data = FRAME.pack(len(data)) + data
+        while data:
+            data = data[os.write(self.writing, data):]
