@@ -9,10 +9,10 @@ over the class's fields that behave as the generated ones do: __init__ binds and
 writes the class's own only for a call the shared one cannot bind, and raises its TypeError), the same text, the same
 comparison (a tuple of the compared fields, only between instances of the very same class, NotImplemented
 otherwise), the same hash, a non-frozen class unhashable, and a frozen one refusing to set or delete an attribute
-(FrozenInstanceError) once __init__ has set its fields. A method the class defines itself is kept, as dataclass keeps it;
-`__dataclass_params__` says what the class is (repr, eq, frozen). The other options (order, unsafe_hash, slots, an
-explicit repr= or eq=) go to dataclass unchanged, and so does a frozen class that defines __setattr__ or __delattr__
-itself or derives from a frozen dataclass.
+(FrozenInstanceError) once __init__ has set its fields. A method the class defines itself is kept, as dataclass
+keeps it; `__dataclass_params__` says what the class is (repr, eq, frozen). The other options (order, unsafe_hash,
+slots, an explicit repr= or eq=) go to dataclass unchanged, and so does a frozen class that defines __setattr__ or
+__delattr__ itself or derives from a frozen dataclass.
 
 A frozen class here must set every field in __init__ (each is an __init__ argument or has a default): its shared
 __setattr__ lets __init__ set each field once and refuses everything after, so a field __init__ left unset could
