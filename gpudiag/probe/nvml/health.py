@@ -20,7 +20,7 @@ from typing import Any, Optional
 from gpudiag.model import DeviceSnapshot, DriverHealth, FabricInfo
 from gpudiag.probe.nvml.call import ABSENT, FUNCTION_NOT_FOUND, SUCCESS, NvmlCall, code_name
 
-from gpudiag.probe.nvml.field_ids import DRAM_FIELDS, RECOVERY_ACTION_FIELD  # noqa: F401 - HEALTH_FIELDS there
+from gpudiag.probe.nvml.field_ids import DRAM_FIELDS, RECOVERY_ACTION_FIELD
 
 # nvmlGpuRecoveryAction_t (nvml.h; NVIDIA "GPU Memory Error Management", Error Recovery and Response Flags).
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
