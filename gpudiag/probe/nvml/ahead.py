@@ -25,14 +25,11 @@ import pickle
 import struct
 from collections.abc import Callable, Iterator
 
+from gpudiag.probe.nvml.codes import FUNCTION_NOT_FOUND, LOST, NO_SUCH_LINK
 from gpudiag.probe.nvml.field_ids import batch, device_fields, field_value
 
 FRAME = struct.Struct("<I")  # each frame: its length, then its pickle
 
-# nvml.h return codes (as gpudiag/probe/nvml/call.py spells them; that module imports the model).
-_INVALID_ARGUMENT, _NOT_SUPPORTED, _FUNCTION_NOT_FOUND = 2, 3, 13
-_LOST = frozenset({15, 16})  # GPU_IS_LOST, RESET_REQUIRED: the backend reads no more of that GPU
-_NO_SUCH_LINK = frozenset({_NOT_SUPPORTED, _INVALID_ARGUMENT, _FUNCTION_NOT_FOUND})  # links.py
 
 # A GPU's reads up to its field batch (device.read_identity, read_firmware); a string argument is a pynvml constant.
 BEFORE_FIELDS = (
@@ -93,12 +90,12 @@ def gpu_reads(nvml: object, field_names: tuple[str, ...], link_errors: bool) -> 
             continue  # health.py asks it only of a pynvml that has it
         yield function, constants(args)
     _, code = yield "nvmlDeviceGetCurrentClocksEventReasons", ()
-    if code == _FUNCTION_NOT_FOUND:
+    if code == FUNCTION_NOT_FOUND:
         yield "nvmlDeviceGetCurrentClocksThrottleReasons", ()
     for function, *args in CLOCKS:
         yield function, constants(args)
     version = getattr(nvml, "nvmlMemory_v2", None)
-    code = _FUNCTION_NOT_FOUND
+    code = FUNCTION_NOT_FOUND
     if version:
         _, code = yield "nvmlDeviceGetMemoryInfo", (version,)
     if code is not None:
@@ -123,7 +120,7 @@ def _link_reads(nvml: object, link_count: int | None, link_errors: bool) -> Iter
     limit = nvml.NVML_NVLINK_MAX_LINKS if link_count is None else min(link_count, nvml.NVML_NVLINK_MAX_LINKS)
     for link in range(limit):
         state, code = yield "nvmlDeviceGetNvLinkState", (link,)
-        if code in _NO_SUCH_LINK:
+        if code in NO_SUCH_LINK:
             if link_count is None:
                 return
             continue
@@ -193,7 +190,7 @@ def _run(nvml: object, handles: tuple, indices: tuple, reads: Iterator[tuple], s
         send(("begin", key))
         record, outcome = _call(nvml, function, handles + tuple(args))
         send(("done", key, record))
-        if outcome[1] in _LOST:
+        if outcome[1] in LOST:  # the backend reads no more of a lost GPU
             return False
 
 
@@ -204,7 +201,7 @@ def _call(nvml: object, function: str, args: tuple) -> tuple:
     except nvml.NVMLError as exc:
         return ("error", exc.value), (None, exc.value)
     except nvml.NVMLLibraryMismatchError:
-        return ("mismatch",), (None, _FUNCTION_NOT_FOUND)
+        return ("mismatch",), (None, FUNCTION_NOT_FOUND)
     except Exception:  # noqa: BLE001 - the backend makes this call itself and sees what it raises
         return None, (None, -1)
     sent = list(value) if isinstance(value, ctypes.Array) else value  # an array type of its own does not pickle

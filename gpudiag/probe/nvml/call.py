@@ -15,33 +15,28 @@ from typing import TYPE_CHECKING, Any, Optional
 from gpudiag.model import DeviceSnapshot, ErrorKind, ProbeError
 from gpudiag.probe.base import DeviceLost
 from gpudiag.probe.deadline import CallTracker
+from gpudiag.probe.nvml.codes import (  # noqa: F401 - this module's names to its users
+    ABSENT,
+    DRIVER_NOT_LOADED,
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    INVALID_ARGUMENT,
+    LIBRARY_NOT_FOUND,
+    LIB_RM_VERSION_MISMATCH,
+    LOST,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    NO_PERMISSION,
+    PYTHON_ERROR,
+    RESET_REQUIRED,
+    SUCCESS,
+    TIMEOUT,
+    UNKNOWN,
+)
 
 if TYPE_CHECKING:
     from gpudiag.probe.nvml.constants import BoardConstants
 
-# NVML return codes (nvml.h `nvmlReturn_t`; the same numbers pynvml exposes as NVML_ERROR_*). Spelled out here so
-# that this module can be imported without importing pynvml.
-SUCCESS = 0
-INVALID_ARGUMENT = 2
-NOT_SUPPORTED = 3
-NO_PERMISSION = 4
-NOT_FOUND = 6
-DRIVER_NOT_LOADED = 9
-TIMEOUT = 10
-LIBRARY_NOT_FOUND = 12
-FUNCTION_NOT_FOUND = 13
-GPU_IS_LOST = 15
-RESET_REQUIRED = 16
-LIB_RM_VERSION_MISMATCH = 18
-UNKNOWN = 999
-# Not an NVML code: pynvml itself failed (e.g. a corrupt string it cannot decode).
-PYTHON_ERROR = -1
-
-# The device or the installed driver lacks the feature: the value is absent, nothing went wrong.
-ABSENT = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND})
-# The device can no longer be used. NVML_ERROR_RESET_REQUIRED ("GPU requires restart") is counted here: like a lost
-# GPU, nothing more can be read from it until it is reset (NVML API reference, nvmlReturn_t).
-LOST = frozenset({GPU_IS_LOST, RESET_REQUIRED})
 _LOST_MEANING = {
     GPU_IS_LOST: "the GPU is lost: it fell off the bus or stopped responding",
     RESET_REQUIRED: "the GPU needs a reset before it can be used again",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, GpuLink, PeerLink, normalize_pci_bus_id
-from gpudiag.probe.nvml.call import FUNCTION_NOT_FOUND, INVALID_ARGUMENT, NOT_SUPPORTED, NvmlCall
+from gpudiag.probe.nvml.call import NvmlCall
+from gpudiag.probe.nvml.codes import NO_SUCH_LINK
 
 # nvmlIntNvLinkDeviceType_t
 REMOTE_DEVICE_TYPES = {0x00: "gpu", 0x01: "npu", 0x02: "switch", 0xFF: "unknown"}
@@ -40,9 +41,6 @@ P2P_STATUSES = {
 # comma in pynvml.py, docs/vendor-api.md §4), which ctypes refuses to pass.
 P2P_CAPS = (("p2p_read", 0), ("p2p_write", 1), ("p2p_nvlink", 2), ("p2p_atomics", 3))
 
-# NVML's answers for a link index the device does not have. Which one a real driver gives is not documented
-# (docs/vendor-api.md §4, UNVERIFIED), so both end the walk.
-_NO_SUCH_LINK = frozenset({NOT_SUPPORTED, INVALID_ARGUMENT, FUNCTION_NOT_FOUND})
 
 
 # The far end of an NVLink that NVML cannot name: on the lab's HGX H200s every link ends at an NVSwitch that
@@ -69,7 +67,7 @@ def read_nvlinks(call: NvmlCall, handle: Any, link_count: Optional[int], error_c
     links: list[GpuLink] = []
     for index in range(limit):
         state, code, message = call.attempt("nvmlDeviceGetNvLinkState", handle, index)
-        if code in _NO_SUCH_LINK:
+        if code in NO_SUCH_LINK:
             if link_count is None:
                 break
             continue  # counted by the driver but not described: nothing to report for it
