@@ -58,19 +58,20 @@ def _vendor_part(root: str, timeout: "float | None", ahead: "int | None" = None)
     `ahead`: the read end of the NVML-ahead process's pipe, where there is one."""
     from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
-    start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
     answers = None
-    if ahead is not None:
+    if ahead is None:
+        start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
+    else:  # the ahead process opens NVML and reads it: this process imports neither pynvml nor opens the library
         from gpudiag.probe.nvml.ahead_answers import AheadAnswers
 
         answers = AheadAnswers(ahead)
         _mark("ahead reader started")
     options, stdout_to_stderr = _options(root, timeout)
     if answers is not None:
-        from gpudiag.probe.nvml.ahead_answers import AheadNvml
+        from gpudiag.probe.nvml.ahead_library import AheadNvml
         from gpudiag.probe.nvml.backend import NvmlBackend
 
-        options.nvml_backend = NvmlBackend(library=lambda nvml: AheadNvml(nvml, answers))
+        options.nvml_backend = NvmlBackend(library=lambda: AheadNvml(answers))
     from gpudiag.probe.split import collect_vendor_part
 
     _mark("imported")
@@ -78,7 +79,8 @@ def _vendor_part(root: str, timeout: "float | None", ahead: "int | None" = None)
         part = collect_vendor_part(options)
     if answers is not None:
         CHILD_MARKS.extend(answers.marks)
-        _mark(f"{answers.made_here} NVML reads made here, {answers.taken} from the ahead process")
+        _mark(f"{answers.made_here} NVML reads made here, {answers.taken} from the ahead process, pynvml "
+              f"{'imported' if answers.library_here else 'not imported'} here")
     return "vendor", part, WINDOW
 
 

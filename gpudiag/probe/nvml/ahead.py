@@ -2,16 +2,21 @@
 early_collect.py forks it first): the driver's time, the longest chain of a cold check, starts before the model,
 the backend and the rest of the probe are imported anywhere.
 
-The reads are the NVIDIA backend's, in its order (backend.py, device.py and the modules it calls): for each GPU its
-identity, firmware, field batch, PCIe, sensors, memory, modes, NVLinks, NUMA node and processes, then every pair.
-Each is streamed to the vendor child as it is made, as a frame: ("begin", key) before the call, ("done", key,
-outcome) after it, ("gpu done", index) once a GPU's reads are made, ("pairs done",) at the end. A key is
-(function, the GPUs' indices, the other arguments); an outcome is ("value", what pynvml returned), ("error", the
-NVML return code) or ("mismatch",) (pynvml's NVMLLibraryMismatchError), or None for anything else (the vendor
-child then makes that call itself). The vendor child's backend makes every decision and asks every call in its
-own order, under its own deadline; it is given these answers instead of calling the driver again
-(ahead_answers.py). A read listed here that the backend does not make is made for nothing; one the backend makes
-that is not here (the calls that fill a struct passed by reference: SRAM ECC status, fabric info) it makes itself.
+The reads are the NVIDIA backend's, in its order (backend.py, device.py and the modules it calls): the library's
+open (nvmlInit, the versions, the GPU count), then for each GPU its handle, identity, firmware, field batch, driver
+health (the SRAM ECC status and the fabric, structs passed by reference), PCIe, sensors, memory, modes, NVLinks, NUMA
+node and processes; then every pair. Each is streamed to the vendor child as it is made, as a frame: ("begin", key)
+before the call, ("done", key, outcome) after it, ("system done",) once the library is open, ("gpu done", index)
+once a GPU's reads are made, ("pairs done",) at the end; before all of them ("module", constants, names), what the
+backend reads off the pynvml module besides its calls (structs.module_image). A key is (function, the GPUs'
+indices, the other arguments, a struct passed by reference as structs.StructArg). An outcome is ("value", what pynvml
+returned), ("filled", what it returned, the struct it filled), ("handle",) (a GPU's handle was had), ("error", the
+NVML return code, pynvml's text for it) or ("mismatch",) (pynvml's NVMLLibraryMismatchError), every struct in it made
+plain (structs.py); or None for anything else (the vendor child then makes that call itself).
+
+The vendor child's backend makes every decision and asks every call in its own order, under its own deadline, of a
+stand-in for pynvml that answers from these frames (ahead_library.py): it imports pynvml only to make a read this
+process did not. A read listed here that the backend does not make is made for nothing.
 tests/probe/nvml/test_ahead.py holds the two in step over the fake nodes.
 
 Nothing is written but reads: the process changes nothing on the node.
@@ -25,8 +30,19 @@ import pickle
 import struct
 from collections.abc import Callable, Iterator
 
-from gpudiag.probe.nvml.codes import FUNCTION_NOT_FOUND, LOST, NO_SUCH_LINK
+from gpudiag.probe.nvml.codes import ARGUMENT_VERSION_MISMATCH, FUNCTION_NOT_FOUND, LOST, NO_SUCH_LINK
 from gpudiag.probe.nvml.field_ids import batch, device_fields, field_value
+from gpudiag.probe.nvml.structs import (
+    FABRIC_CALL,
+    FABRIC_VERSIONS,
+    SRAM_CALL,
+    SRAM_STRUCT,
+    UNVERSIONED_FABRIC,
+    StructArg,
+    Unsendable,
+    module_image,
+    plain,
+)
 
 FRAME = struct.Struct("<I")  # each frame: its length, then its pickle
 
@@ -39,10 +55,10 @@ BEFORE_FIELDS = (
     ("nvmlDeviceGetInforomVersion", "NVML_INFOROM_ECC"), ("nvmlDeviceGetInforomVersion", "NVML_INFOROM_POWER"),
     ("nvmlDeviceGetInforomImageVersion",),
 )
-# After it: health.read_driver_health (its struct calls are the backend's own), device.read_pcie,
-# read_remap_histogram, sensors.read_temperatures and read_power.
-AFTER_FIELDS = (
-    ("nvmlDeviceGetUnrepairableMemoryFlag_v1",),
+# After it: health.read_driver_health (the flag, asked only of a pynvml that has it; then its struct reads,
+# _health_struct_reads), device.read_pcie, read_remap_histogram, sensors.read_temperatures and read_power.
+HEALTH_FLAG = "nvmlDeviceGetUnrepairableMemoryFlag_v1"
+AFTER_HEALTH = (
     ("nvmlDeviceGetCurrPcieLinkGeneration",), ("nvmlDeviceGetCurrPcieLinkWidth",),
     ("nvmlDeviceGetMaxPcieLinkGeneration",), ("nvmlDeviceGetMaxPcieLinkWidth",),
     ("nvmlDeviceGetGpuMaxPcieLinkGeneration",), ("nvmlDeviceGetRowRemapperHistogram",),
@@ -70,6 +86,10 @@ LINK_COUNT_FIELD = "NVML_FI_DEV_NVLINK_LINK_COUNT"
 LAST = (("nvmlDeviceGetNumaNodeId",), ("nvmlDeviceGetComputeRunningProcesses",),
         ("nvmlDeviceGetGraphicsRunningProcesses",))
 P2P_CAPS = (0, 1, 2, 3)  # links.P2P_CAPS
+# backend.open after nvmlInit: the versions, then the count.
+SYSTEM = ("nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetNVMLVersion",
+          "nvmlDeviceGetCount")
+HANDLE = "nvmlDeviceGetHandleByIndex"
 
 # A call's outcome as the script sees it: (value, NVML return code or None).
 Outcome = tuple
@@ -85,9 +105,10 @@ def gpu_reads(nvml: object, field_names: tuple[str, ...], link_errors: bool) -> 
         yield function, constants(args)
     names, ids = batch(nvml, field_names)
     fields, _ = yield "nvmlDeviceGetFieldValues", (ids,)
-    for function, *args in AFTER_FIELDS:
-        if function.endswith("_v1") and not hasattr(nvml, function):
-            continue  # health.py asks it only of a pynvml that has it
+    if hasattr(nvml, HEALTH_FLAG):
+        yield HEALTH_FLAG, ()
+    yield from _health_struct_reads(nvml)
+    for function, *args in AFTER_HEALTH:
         yield function, constants(args)
     _, code = yield "nvmlDeviceGetCurrentClocksEventReasons", ()
     if code == FUNCTION_NOT_FOUND:
@@ -105,6 +126,27 @@ def gpu_reads(nvml: object, field_names: tuple[str, ...], link_errors: bool) -> 
     yield from _link_reads(nvml, _link_count(names, fields), link_errors)
     for function, *args in LAST:
         yield function, constants(args)
+
+
+def _health_struct_reads(nvml: object) -> Iterator[tuple]:
+    """health._read_sram and health.read_fabric's calls, each with the struct it passes by reference."""
+    struct_name, version = SRAM_STRUCT[0], getattr(nvml, SRAM_STRUCT[1], None)
+    if hasattr(nvml, struct_name) and version is not None and hasattr(nvml, SRAM_CALL):
+        yield SRAM_CALL, (StructArg(struct_name, version),)
+    if hasattr(nvml, FABRIC_CALL):
+        for struct_name, version_name in FABRIC_VERSIONS:
+            version = getattr(nvml, version_name, None)
+            if not hasattr(nvml, struct_name) or version is None:
+                continue
+            _, code = yield FABRIC_CALL, (StructArg(struct_name, version),)
+            if code == ARGUMENT_VERSION_MISMATCH:
+                continue
+            if code == FUNCTION_NOT_FOUND:
+                break
+            return
+    function, struct_name = UNVERSIONED_FABRIC
+    if hasattr(nvml, struct_name) and hasattr(nvml, function):
+        yield function, (StructArg(struct_name, None),)
 
 
 def _link_count(names: tuple[str, ...], fields: object) -> int | None:
@@ -146,27 +188,27 @@ def hashable(args: tuple) -> tuple:
 
 def read_ahead(writing: int, link_errors: bool = True) -> None:
     """In the NVML-ahead process: make the reads and stream them to `writing` (see the module's text); returns when
-    every read is made, the library cannot be opened, or the reader has gone."""
+    every read is made, the library cannot be imported or opened, or the reader has gone."""
     from gpudiag.probe.nvml.early import start_nvml_init
 
     start_nvml_init()  # the driver's initialisation beside pynvml's import
     try:
         import pynvml as nvml
-
-        nvml.nvmlInit()
-        field_names = device_fields(_text(nvml.nvmlSystemGetDriverVersion()))
-        count = nvml.nvmlDeviceGetCount()
-    except Exception:  # noqa: BLE001 - the vendor child's own open says what is wrong
+    except Exception:  # noqa: BLE001 - the vendor child's own import says what is wrong
         return
     send = _Sender(writing)
-    handles: dict[int, object] = {}
     try:
-        for index in range(count):
-            try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            except Exception:  # noqa: BLE001 - the backend's own call records it
-                handle = None
-            if handle is not None and _run(nvml, (handle,), (index,), gpu_reads(nvml, field_names, link_errors), send):
+        send(("module", *module_image(nvml)))
+        _, code = _make(nvml, send, ("nvmlInit", (), ()), ())
+        if code is not None:
+            return
+        answers = {function: _make(nvml, send, (function, (), ()), ())[0] for function in SYSTEM}
+        send(("system done",))
+        field_names = device_fields(_text(answers["nvmlSystemGetDriverVersion"]))
+        handles: dict[int, object] = {}
+        for index in range(answers["nvmlDeviceGetCount"] or 0):
+            handle, code = _make(nvml, send, (HANDLE, (index,), ()), (index,))
+            if code is None and _run(nvml, (handle,), (index,), gpu_reads(nvml, field_names, link_errors), send):
                 handles[index] = handle
             send(("gpu done", index))
         indices = sorted(handles)
@@ -186,26 +228,49 @@ def _run(nvml: object, handles: tuple, indices: tuple, reads: Iterator[tuple], s
             function, args = reads.send(outcome) if outcome is not None else next(reads)
         except StopIteration:
             return True
-        key = (function, indices, hashable(args))
-        send(("begin", key))
-        record, outcome = _call(nvml, function, handles + tuple(args))
-        send(("done", key, record))
+        outcome = _make(nvml, send, (function, indices, hashable(args)), handles + tuple(args))
         if outcome[1] in LOST:  # the backend reads no more of a lost GPU
             return False
 
 
+def _make(nvml: object, send: Callable, key: tuple, args: tuple) -> Outcome:
+    """One read streamed: its key begun, the call made with `args`, its outcome sent; (value, code) for the script."""
+    send(("begin", key))
+    record, outcome = _call(nvml, key[0], args)
+    send(("done", key, record))
+    return outcome
+
+
 def _call(nvml: object, function: str, args: tuple) -> tuple:
-    """(the outcome to send, (value, code) for the script)."""
+    """(the outcome to send, (value, code) for the script). A StructArg is passed as a new struct of its type, its
+    version set, by reference; the outcome carries it filled."""
+    filled = None
     try:
-        value = getattr(nvml, function)(*args)
+        passed = []
+        for arg in args:
+            if isinstance(arg, StructArg):
+                filled = getattr(nvml, arg.name)()
+                if arg.version is not None:
+                    filled.version = arg.version
+                arg = ctypes.byref(filled)
+            passed.append(arg)
+        value = getattr(nvml, function)(*passed)
     except nvml.NVMLError as exc:
-        return ("error", exc.value), (None, exc.value)
+        return ("error", exc.value, str(exc)), (None, exc.value)
     except nvml.NVMLLibraryMismatchError:
         return ("mismatch",), (None, FUNCTION_NOT_FOUND)
     except Exception:  # noqa: BLE001 - the backend makes this call itself and sees what it raises
         return None, (None, -1)
-    sent = list(value) if isinstance(value, ctypes.Array) else value  # an array type of its own does not pickle
-    return ("value", sent), (value, None)
+    try:
+        if function == HANDLE:
+            record = ("handle",)
+        elif filled is not None:
+            record = ("filled", plain(value), plain(filled))
+        else:
+            record = ("value", plain(value))
+    except Unsendable:
+        record = None  # the vendor child makes this one itself
+    return record, (value, None)
 
 
 def _text(value: object) -> str:
@@ -221,7 +286,9 @@ class _Sender:
     def __call__(self, frame: tuple) -> None:
         try:
             data = pickle.dumps(frame)
-        except Exception:  # noqa: BLE001 - e.g. a struct holding a pointer
+        except Exception:  # noqa: BLE001 - e.g. a value of a type pickle does not know
+            if frame[0] != "done":
+                raise
             data = pickle.dumps(frame[:2] + (None,))
         data = FRAME.pack(len(data)) + data
         while data:

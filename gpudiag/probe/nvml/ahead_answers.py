@@ -1,27 +1,26 @@
-"""The NVML-ahead process's answers (ahead.py) given to the vendor child's NVIDIA backend in place of its own calls to
-the driver: the backend runs as always (its order, its decisions, each GPU under its own deadline) over `AheadNvml`,
-a stand-in for the pynvml module that answers a GPU's read with what the ahead process's same call returned or
-raised, and passes everything else to pynvml (the library's open, the handles, the calls that fill a struct passed
-by reference).
+"""The NVML-ahead process's frames (ahead.py), read in the vendor child on a thread of their own, and handed out one
+read at a time to the stand-in for pynvml its NVIDIA backend calls (ahead_library.py).
 
-A read is made here after all, as without the ahead process, where the ahead process has no answer for it:
-- it ended (its reads made, its library not opened, killed) without making this one;
-- it is done with that GPU (or with the pairs) and did not make it (a read it does not list, ahead.py);
+`take(key)` gives the outcome of the ahead process's read with that key, or None where it has none, and the read
+is made in the vendor child after all, as without the ahead process:
+- the ahead process ended (its reads made, its library not opened, killed) without making this one;
+- it is past this read's part (the library's open, that GPU, the pairs) and did not make it (a read it does not
+  list, ahead.py);
 - it has been in another call for PATIENCE_SECONDS (that call hangs: this one is then the collector's own, named by
   its tracker and bounded by its deadline as always).
-While the ahead process is in this very call, the collector waits for it: the tracker names it, the deadline bounds it.
+While the ahead process is in this very call, the caller waits for it: the tracker names it, the deadline bounds it.
+`module()` gives its image of the pynvml module (structs.module_image), or None on the same terms.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from gpudiag.probe.nvml.ahead import FRAME, hashable
+from gpudiag.probe.nvml.ahead import FRAME
 
 # How long a read waits while the ahead process is stuck in another call before the read is made here: well past
 # the slowest call of a healthy probe (the field batch, 17-23 ms on the lab H100 and H200), well within a deadline.
@@ -35,12 +34,15 @@ class AheadAnswers:
         self._changed = threading.Condition()
         self._done: dict = {}  # key -> outcome (None: make it yourself), until taken
         self._current: Optional[tuple] = None  # the call the ahead process is in
+        self._module: Optional[tuple] = None  # (constants, names): structs.module_image of its pynvml
+        self._system_done = False
         self._gpus_done: set = set()
         self._pairs_done = False
         self._ended = False
         self._progress = time.monotonic()  # when the last frame came
         self.taken = 0  # reads answered from the ahead process
         self.made_here = 0  # reads made here after all
+        self.library_here = False  # whether pynvml was imported here after all (ahead_library.py)
         # When frames came (label, time.perf_counter()), for bench/check_vs_nvidia_smi.py's timeline.
         self.marks: list = []
         threading.Thread(target=self._read, args=(reading,), name="nvml-ahead-reader", daemon=True).start()
@@ -78,6 +80,10 @@ class AheadAnswers:
             self.marks.append(("ahead: first read begun", time.perf_counter()))
         if kind == "begin":
             self._current = frame[1]
+        elif kind == "module":
+            self._module = frame[1:]
+        elif kind == "system done":
+            self._system_done = True
         elif kind == "done":
             self._done[frame[1]] = frame[2]
             self._current = None
@@ -92,81 +98,37 @@ class AheadAnswers:
     def take(self, key: tuple) -> Optional[tuple]:
         """The ahead process's outcome for `key`, or None: the caller makes the call itself."""
         with self._changed:
-            while True:
-                if key in self._done:
-                    outcome = self._done.pop(key)
-                    break
-                if self._ended or self._past(key):
-                    outcome = None
-                    break
-                if self._current == key:
-                    self._changed.wait()  # it is making this call: the collector's deadline bounds the wait
-                    continue
-                stalled = time.monotonic() - self._progress
-                if stalled >= PATIENCE_SECONDS:
-                    outcome = None
-                    break
-                self._changed.wait(PATIENCE_SECONDS - stalled)
+            outcome = None
+            if self._wait(lambda: key in self._done, lambda: self._past(key), key):
+                outcome = self._done.pop(key)
             if outcome is None:
                 self.made_here += 1
             else:
                 self.taken += 1
             return outcome
 
+    def module(self) -> Optional[tuple]:
+        """(constants, names) of the ahead process's pynvml (its first frame), or None: the caller reads its own."""
+        with self._changed:
+            return self._module if self._wait(lambda: self._module is not None, lambda: False, None) else None
+
+    def _wait(self, ready: Callable[[], bool], past: Callable[[], bool], key: Optional[tuple]) -> bool:
+        """Whether `ready()` came true; False once the ahead process has ended, is `past()` it, or is stuck."""
+        while True:
+            if ready():
+                return True
+            if self._ended or past():
+                return False
+            if key is not None and self._current == key:
+                self._changed.wait()  # it is making this call: the collector's deadline bounds the wait
+                continue
+            stalled = time.monotonic() - self._progress
+            if stalled >= PATIENCE_SECONDS:
+                return False
+            self._changed.wait(PATIENCE_SECONDS - stalled)
+
     def _past(self, key: tuple) -> bool:
         indices = key[1]
+        if not indices:
+            return self._system_done
         return self._pairs_done if len(indices) > 1 else indices[0] in self._gpus_done
-
-
-class AheadNvml:
-    """The pynvml module as the backend calls it, with a GPU's reads answered from `answers` where they can be."""
-
-    def __init__(self, nvml: Any, answers: AheadAnswers) -> None:
-        self._nvml = nvml
-        self._answers = answers
-        self._indices: dict = {}  # a handle's address -> the GPU's index
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._nvml, name)
-        if name == "nvmlDeviceGetHandleByIndex":
-            return self._handle_by_index
-        if name.startswith("nvmlDevice") and callable(attribute):
-            return lambda *args: self._call(name, attribute, args)
-        return attribute
-
-    def __dir__(self) -> list:
-        return dir(self._nvml)  # call.code_name reads the NVML_ERROR_* names off the module
-
-    def _handle_by_index(self, index: int) -> Any:
-        handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
-        self._indices[_address(handle)] = index
-        return handle
-
-    def _call(self, name: str, function: Callable, args: tuple) -> Any:
-        key = self._key(name, args)
-        outcome = None if key is None else self._answers.take(key)
-        if outcome is None:
-            return function(*args)
-        if outcome[0] == "value":
-            return outcome[1]
-        if outcome[0] == "error":
-            raise self._nvml.NVMLError(outcome[1])
-        raise self._nvml.NVMLLibraryMismatchError(f"{name}: not in this driver (the NVML-ahead process's answer)")
-
-    def _key(self, name: str, args: tuple) -> Optional[tuple]:
-        """(function, the GPUs' indices, the other arguments), as ahead.py keys its reads; None for a call it does
-        not make (a struct passed by reference, a handle not taken here)."""
-        indices = []
-        rest = list(args)
-        while rest and isinstance(rest[0], ctypes._Pointer):
-            index = self._indices.get(_address(rest.pop(0)))
-            if index is None:
-                return None
-            indices.append(index)
-        if not indices or not all(isinstance(arg, (int, str, list)) for arg in rest):
-            return None
-        return name, tuple(indices), hashable(tuple(rest))
-
-
-def _address(handle: Any) -> Optional[int]:
-    return ctypes.cast(handle, ctypes.c_void_p).value

@@ -50,7 +50,7 @@ class NvmlBackend:
     vendor = Vendor.NVIDIA
 
     def __init__(self, link_errors: bool = True, power_samples: bool = False,
-                 library: Optional[Callable[[Any], Any]] = None) -> None:
+                 library: Optional[Callable[[], Any]] = None) -> None:
         self.link_errors = link_errors  # read the NVLink error counters (the bulk of the probe's time)
         # Ask for the mean power since the previous probe (power_samples.py): only where the collector probes again
         # and again (top, serve); a one-shot check makes no call for it.
@@ -61,8 +61,9 @@ class NvmlBackend:
 
             self._samples = PowerSamples()
         self._nvml: Any = None  # the pynvml module, once imported
-        # What the backend calls instead of pynvml itself, made from it: the NVML-ahead process's answers in a cold
-        # check's vendor child (ahead_answers.AheadNvml).
+        # What makes the library the backend calls instead of pynvml (raising ImportError as importing pynvml
+        # would): a stand-in answering from the NVML-ahead process's reads in a cold check's vendor child
+        # (ahead_library.AheadNvml).
         self._library = library
         self._initialised = False
         self._count = 0
@@ -74,12 +75,11 @@ class NvmlBackend:
     def open(self, tracker: CallTracker) -> BackendInfo:
         info = BackendInfo(name=self.name, vendor=self.vendor)
         try:
-            import pynvml
+            self._nvml = _import_pynvml() if self._library is None else self._library()
         except ImportError as exc:
             info.error = ProbeError("nvml.import", ErrorKind.NOT_FOUND,
                                     f"nvidia-ml-py (pynvml) is not installed: {exc}")
             return info
-        self._nvml = pynvml if self._library is None else self._library(pynvml)
         errors: list[ProbeError] = []
         call = NvmlCall(self._nvml, tracker, errors)
         try:
@@ -167,6 +167,12 @@ class NvmlBackend:
         self._constants.clear()
         if self._samples is not None:
             self._samples.clear()
+
+
+def _import_pynvml() -> Any:
+    import pynvml
+
+    return pynvml
 
 
 def _cuda_version(value: Optional[int]) -> Optional[str]:

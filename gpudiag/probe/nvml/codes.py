@@ -16,6 +16,7 @@ FUNCTION_NOT_FOUND = 13
 GPU_IS_LOST = 15
 RESET_REQUIRED = 16
 LIB_RM_VERSION_MISMATCH = 18
+ARGUMENT_VERSION_MISMATCH = 25  # the driver predates this struct version
 UNKNOWN = 999
 # Not an NVML code: pynvml itself failed (e.g. a corrupt string it cannot decode).
 PYTHON_ERROR = -1

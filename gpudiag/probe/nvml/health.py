@@ -14,13 +14,13 @@ Enum values are spelled out from nvml.h (the same numbers pynvml exposes) so tha
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Optional
 
 from gpudiag.model import DeviceSnapshot, DriverHealth, FabricInfo
 from gpudiag.probe.nvml.call import ABSENT, FUNCTION_NOT_FOUND, SUCCESS, NvmlCall, code_name
-
+from gpudiag.probe.nvml.codes import ARGUMENT_VERSION_MISMATCH
 from gpudiag.probe.nvml.field_ids import DRAM_FIELDS, RECOVERY_ACTION_FIELD
+from gpudiag.probe.nvml.structs import FABRIC_CALL, FABRIC_VERSIONS, SRAM_CALL, SRAM_STRUCT, UNVERSIONED_FABRIC
 
 # nvmlGpuRecoveryAction_t (nvml.h; NVIDIA "GPU Memory Error Management", Error Recovery and Response Flags).
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
@@ -41,10 +41,6 @@ HEALTH_MASK_FIELDS = (
     ("partition_assigned", 12, 0x3, _TRUE_FALSE),
     ("gfm_state", 14, 0x3, {1: "connected", 2: "disconnected"}),
 )
-ARGUMENT_VERSION_MISMATCH = 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH: the driver predates this struct version
-# Newest first: (pynvml struct, its version constant). v3 adds healthSummary (R550+), v2 the health mask.
-_FABRIC_VERSIONS = (("c_nvmlGpuFabricInfo_v3_t", "nvmlGpuFabricInfo_v3"),
-                    ("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2"))
 _SRAM_UNITS = {"l2": "aggregateUncBucketL2", "sm": "aggregateUncBucketSm", "pcie": "aggregateUncBucketPcie",
                "mcu": "aggregateUncBucketMcu", "other": "aggregateUncBucketOther"}
 
@@ -65,13 +61,13 @@ def read_driver_health(call: NvmlCall, handle: Any, device: DeviceSnapshot, fiel
 
 def _read_sram(call: NvmlCall, handle: Any, device: DeviceSnapshot, health: DriverHealth) -> None:
     nvml = call.nvml
-    struct = getattr(nvml, "c_nvmlEccSramErrorStatus_v1_t", None)
-    version = getattr(nvml, "nvmlEccSramErrorStatus_v1", None)
-    if struct is None or version is None or not hasattr(nvml, "nvmlDeviceGetSramEccErrorStatus"):
+    struct, version = getattr(nvml, SRAM_STRUCT[0], None), getattr(nvml, SRAM_STRUCT[1], None)
+    if struct is None or version is None or not hasattr(nvml, SRAM_CALL):
         return
     status = struct()
     status.version = version
-    if call("nvmlDeviceGetSramEccErrorStatus", handle, ctypes.byref(status)) is None:
+    # nvml.byref: pynvml's (ctypes.byref), or the NVML-ahead stand-in's, which has no ctypes struct to pass
+    if call(SRAM_CALL, handle, nvml.byref(status)) is None:
         return
     health.sram_volatile_uncorrected = int(status.volatileUncParity) + int(status.volatileUncSecDed)
     health.sram_aggregate_uncorrected = int(status.aggregateUncParity) + int(status.aggregateUncSecDed)
@@ -85,14 +81,14 @@ def _read_sram(call: NvmlCall, handle: Any, device: DeviceSnapshot, health: Driv
 def read_fabric(call: NvmlCall, handle: Any) -> Optional[FabricInfo]:
     """The GPU's fabric state, or None where the driver has no fabric call or the GPU does not support it."""
     nvml = call.nvml
-    if hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV"):
-        for struct_name, version_name in _FABRIC_VERSIONS:
+    if hasattr(nvml, FABRIC_CALL):
+        for struct_name, version_name in FABRIC_VERSIONS:
             struct, version = getattr(nvml, struct_name, None), getattr(nvml, version_name, None)
             if struct is None or version is None:
                 continue
             info = struct()
             info.version = version
-            _, code, message = call.attempt("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
+            _, code, message = call.attempt(FABRIC_CALL, handle, nvml.byref(info))
             if code is None:
                 return _fabric(nvml, info)
             if code == ARGUMENT_VERSION_MISMATCH:
@@ -100,13 +96,14 @@ def read_fabric(call: NvmlCall, handle: Any) -> Optional[FabricInfo]:
             if code == FUNCTION_NOT_FOUND:
                 break  # R525–R535 have only the unversioned call
             if code not in ABSENT:
-                call.record("nvml.nvmlDeviceGetGpuFabricInfoV", code, message)
+                call.record(f"nvml.{FABRIC_CALL}", code, message)
             return None
-    struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
-    if struct is None or not hasattr(nvml, "nvmlDeviceGetGpuFabricInfo"):
+    function, struct_name = UNVERSIONED_FABRIC
+    struct = getattr(nvml, struct_name, None)
+    if struct is None or not hasattr(nvml, function):
         return None
     info = struct()
-    if call("nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) is None:
+    if call(function, handle, nvml.byref(info)) is None:
         return None
     return _fabric(nvml, info)
 

@@ -80,7 +80,7 @@ def _every_child_reaped(pids: list, within: float = 5.0) -> None:
 def test_with_nvml_read_ahead_the_report_is_the_same(tmp_path, forks, monkeypatch):
     """Where an NVIDIA driver is loaded a process forked first makes NVML's reads for the vendor child
     (gpudiag/probe/nvml/ahead.py): still the full CLI's bytes and exit code, every read the ahead process makes
-    answered from it, and the ahead process reaped."""
+    answered from it (the vendor child imports no pynvml for them), and the ahead process reaped."""
     monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
     node = FakeNode.hgx_h200(2)
     node.gpus[0].remap_pending = True
@@ -96,6 +96,7 @@ def test_with_nvml_read_ahead_the_report_is_the_same(tmp_path, forks, monkeypatc
         (reads,) = [label for label in labels if "NVML reads made here" in label]
         made_here, taken = (int(word) for word in reads.split() if word.isdigit())
         assert made_here == 0 and taken > 2 * 20, reads
+        assert reads.endswith("pynvml not imported here"), reads
         assert made.ahead_pid is None
     _every_child_reaped([made.ahead_forked for made in forks])
 

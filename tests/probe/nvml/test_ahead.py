@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import threading
 
+import pynvml
 import pytest
 
 from gpudiag.model import ErrorKind
 from gpudiag.model.serialize import to_dict
 from gpudiag.probe.collector import CollectOptions, Collector
 from gpudiag.probe.nvml.ahead import read_ahead
-from gpudiag.probe.nvml.ahead_answers import AheadAnswers, AheadNvml
+from gpudiag.probe.nvml.ahead_answers import AheadAnswers
+from gpudiag.probe.nvml.ahead_library import AheadNvml
 from gpudiag.probe.nvml.backend import NvmlBackend
 from tests.probe.test_split import _steady
 from tests.support.fakes.fake_nvml import MiB, FakeGpu, FakeNode, installed
@@ -48,7 +50,7 @@ def _ahead() -> AheadAnswers:
 
 
 def _backend(answers: AheadAnswers) -> NvmlBackend:
-    return NvmlBackend(library=lambda nvml: AheadNvml(nvml, answers))
+    return NvmlBackend(library=lambda: AheadNvml(answers))
 
 
 NODES = {
@@ -79,9 +81,9 @@ def test_the_collector_gets_what_its_own_backend_reads_each_read_from_the_ahead_
     # the devices, not the host: the host is read anew each time (its load and memory move between the two)
     assert _steady(to_dict(ahead)["devices"]) == _steady(to_dict(alone)["devices"])
     assert answers.made_here == 0 and answers.taken > 20 * len(node.gpus)
-    # each read made once, and none the backend would not make; each side takes its own handles
-    handles = {key: 2 * count for key, count in calls_alone.items() if key[0].startswith("nvmlDeviceGetHandleBy")}
-    assert calls_ahead == {**calls_alone, **handles}
+    assert not answers.library_here  # the collector's side neither imported pynvml nor opened the library
+    # each read made once (the handles too), and none the backend would not make
+    assert calls_ahead == calls_alone
 
 
 def test_an_ahead_side_that_ends_without_a_read_leaves_every_read_to_the_collector(tmp_path):
@@ -139,3 +141,69 @@ def test_options_that_read_no_link_errors_get_a_backend_of_their_own(tmp_path):
     without = CollectOptions(root=tmp_path, parts=PROBE_PARTS - {"link_errors"}, nvml_backend=given)
     assert nvidia_backends(without)[0] is not given
     assert nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=given))[0] is given
+
+
+def _ended() -> AheadAnswers:
+    """An ahead side that ended before its first frame: every read is the collector's own."""
+    reading, writing = os.pipe()
+    os.close(writing)
+    return AheadAnswers(reading)
+
+
+def test_errors_come_with_pynvmls_code_and_text_whichever_side_made_the_read(tmp_path):
+    node = FakeNode.hgx_h200(1)
+    node.gpus[0].failures = {"nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_NO_PERMISSION,
+                             "nvmlDeviceGetSramEccErrorStatus": pynvml.NVML_ERROR_TIMEOUT}
+    with installed(node):
+        alone = _collect(tmp_path, node)
+        answered = _ahead()
+        ahead = _collect(tmp_path, node, backend=_backend(answered))
+        ended = _ended()
+        here = _collect(tmp_path, node, backend=_backend(ended))
+    assert answered.made_here == 0 and not answered.library_here
+    assert ended.taken == 0 and ended.library_here
+    errors = [(e.source, e.kind, e.message) for e in alone.devices[0].errors]
+    assert {source for source, *_ in errors} == {"nvml.nvmlDeviceGetPowerUsage", "nvml.nvmlDeviceGetSramEccErrorStatus"}
+    assert any("Insufficient Permissions" in message for *_, message in errors)  # pynvml's text for the code
+    for snapshot in (ahead, here):
+        assert [(e.source, e.kind, e.message) for e in snapshot.devices[0].errors] == errors
+
+
+def test_a_library_that_will_not_open_is_reported_as_the_backend_reports_it(tmp_path):
+    node = FakeNode.hgx_h200(1)
+    node.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    with installed(node):
+        alone = _collect(tmp_path, node)
+        answers = _ahead()
+        ahead = _collect(tmp_path, node, backend=_backend(answers))
+    (expected,) = [b.error for b in alone.backends if b.name == "nvml"]
+    (found,) = [b.error for b in ahead.backends if b.name == "nvml"]
+    assert expected is not None and "driver is not running" in expected.message
+    assert (found.source, found.kind, found.message) == (expected.source, expected.kind, expected.message)
+    assert answers.made_here == 0 and not answers.library_here
+
+
+def test_a_read_whose_answer_cannot_be_sent_is_made_by_the_collector(tmp_path, monkeypatch):
+    """The ahead side sends None for a value it cannot make plain (a pointer in it): the collector makes that read
+    itself, through pynvml, with the GPU's real handle; the rest still come from the ahead side."""
+    from gpudiag.probe.nvml import ahead as ahead_module
+    from gpudiag.probe.nvml.structs import Unsendable, plain
+
+    def no_pci_info(value):
+        if isinstance(value, pynvml.nvmlPciInfo_t):
+            raise Unsendable("as a struct with a pointer in it")
+        return plain(value)
+
+    monkeypatch.setattr(ahead_module, "plain", no_pci_info)
+    node = FakeNode.hgx_h200(2)
+    with installed(node) as lib:
+        alone = _collect(tmp_path, node)
+        calls_alone = dict(lib.device_calls)
+        lib.device_calls.clear()
+        answers = _ahead()
+        ahead = _collect(tmp_path, node, backend=_backend(answers))
+        calls_ahead = dict(lib.device_calls)
+    assert _steady(to_dict(ahead)["devices"]) == _steady(to_dict(alone)["devices"])
+    assert answers.library_here and answers.made_here >= 2 and answers.taken > 20 * len(node.gpus)
+    pci_reads = [key for key in calls_alone if key[0].startswith("nvmlDeviceGetPciInfo")]
+    assert pci_reads and all(calls_ahead[key] == 2 * calls_alone[key] for key in pci_reads)  # made on both sides
