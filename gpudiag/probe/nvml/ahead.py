@@ -7,7 +7,8 @@ open (nvmlInit, the versions, the GPU count), then for each GPU its handle, iden
 health (the SRAM ECC status and the fabric, structs passed by reference), PCIe, sensors, memory, modes, NVLinks, NUMA
 node and processes; then every pair. Each is streamed to the vendor child as it is made, as a frame: ("begin", key)
 before the call, ("done", key, outcome) after it, ("system done",) once the library is open, ("gpu done", index)
-once a GPU's reads are made, ("pairs done",) at the end; before all of them ("module", constants, names), what the
+once a GPU's reads are made, ("pairs done",) at the end, ("mark", step, time.perf_counter()) after some steps (for the
+benchmark's timeline); before all of them ("module", constants, names), what the
 backend reads off the pynvml module besides its calls (structs.module_image). A key is (function, the GPUs'
 indices, the other arguments, a struct passed by reference as structs.StructArg). An outcome is ("value", what pynvml
 returned), ("filled", what it returned, the struct it filled), ("handle",) (a GPU's handle was had), ("error", the
@@ -28,6 +29,7 @@ import ctypes
 import os
 import pickle
 import struct
+import time
 from collections.abc import Callable, Iterator
 
 from gpudiag.probe.nvml.codes import ARGUMENT_VERSION_MISMATCH, FUNCTION_NOT_FOUND, LOST, NO_SUCH_LINK
@@ -189,7 +191,7 @@ def hashable(args: tuple) -> tuple:
 def read_ahead(writing: int, link_errors: bool = True) -> None:
     """In the NVML-ahead process: make the reads and stream them to `writing` (see the module's text); returns when
     every read is made, the library cannot be imported or opened, or the reader has gone."""
-    from gpudiag.probe.nvml.early import start_nvml_init
+    from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
 
     start_nvml_init()  # the driver's initialisation beside pynvml's import
     try:
@@ -199,11 +201,13 @@ def read_ahead(writing: int, link_errors: bool = True) -> None:
     send = _Sender(writing)
     try:
         send(("module", *module_image(nvml)))
+        send(_mark("pynvml imported"))
         _, code = _make(nvml, send, ("nvmlInit", (), ()), ())
         if code is not None:
             return
         answers = {function: _make(nvml, send, (function, (), ()), ())[0] for function in SYSTEM}
         send(("system done",))
+        send(_mark("NVML opened"))
         field_names = device_fields(_text(answers["nvmlSystemGetDriverVersion"]))
         handles: dict[int, object] = {}
         for index in range(answers["nvmlDeviceGetCount"] or 0):
@@ -211,13 +215,22 @@ def read_ahead(writing: int, link_errors: bool = True) -> None:
             if code is None and _run(nvml, (handle,), (index,), gpu_reads(nvml, field_names, link_errors), send):
                 handles[index] = handle
             send(("gpu done", index))
+            send(_mark(f"GPU {index} read"))
         indices = sorted(handles)
         for position, a in enumerate(indices):
             for b in indices[position + 1:]:
                 _run(nvml, (handles[a], handles[b]), (a, b), pair_reads(), send)
         send(("pairs done",))
+        send(_mark("pairs read"))
+        for label, at in zip(("early start: library loaded", "NVML initialised", "GPUs opened"), WINDOW[1:]):
+            send(("mark", label, at))  # the early start's thread (early.py), once it has ended
     except BrokenPipeError:
         return  # the vendor child has what it needs, or has gone
+
+
+def _mark(label: str) -> tuple:
+    """A step of this process, for the vendor child's marks (bench/check_vs_nvidia_smi.py's timeline)."""
+    return "mark", label, time.perf_counter()
 
 
 def _run(nvml: object, handles: tuple, indices: tuple, reads: Iterator[tuple], send: Callable) -> bool:

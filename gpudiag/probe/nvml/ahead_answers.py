@@ -43,7 +43,7 @@ class AheadAnswers:
         self.taken = 0  # reads answered from the ahead process
         self.made_here = 0  # reads made here after all
         self.library_here = False  # whether pynvml was imported here after all (ahead_library.py)
-        # When frames came (label, time.perf_counter()), for bench/check_vs_nvidia_smi.py's timeline.
+        # The ahead process's steps (label, its time.perf_counter()), for bench/check_vs_nvidia_smi.py's timeline.
         self.marks: list = []
         threading.Thread(target=self._read, args=(reading,), name="nvml-ahead-reader", daemon=True).start()
 
@@ -76,9 +76,9 @@ class AheadAnswers:
 
     def _apply(self, frame: tuple) -> None:
         kind = frame[0]
-        if not self.marks:
-            self.marks.append(("ahead: first read begun", time.perf_counter()))
-        if kind == "begin":
+        if kind == "mark":
+            self.marks.append((f"ahead: {frame[1]}", frame[2]))
+        elif kind == "begin":
             self._current = frame[1]
         elif kind == "module":
             self._module = frame[1:]
@@ -89,10 +89,8 @@ class AheadAnswers:
             self._current = None
         elif kind == "gpu done":
             self._gpus_done.add(frame[1])
-            self.marks.append((f"ahead: GPU {frame[1]} read", time.perf_counter()))
         elif kind == "pairs done":
             self._pairs_done = True
-            self.marks.append(("ahead: pairs read", time.perf_counter()))
         self._progress = time.monotonic()
 
     def take(self, key: tuple) -> Optional[tuple]:
