@@ -326,7 +326,9 @@ def describe(found: dict) -> list[str]:
         f"{name} {value:.1f}" for name, value in found["probe_parts_median_ms"].items()))
     early = found["early_nvml_median_ms"]
     lines.append("  NVML's early start beside the imports: " + (", ".join(
-        f"{name} {value:.1f}" for name, value in early.items()) if early else "not started (no /dev/nvidiactl)"))
+        f"{name} {value:.1f}" for name, value in early.items()) if early else
+        "none in the probing process (no /dev/nvidiactl, or the NVML-ahead process opened NVML: its marks are in the "
+        "timeline)"))
     lines.append("  the same check less each overlap, interleaved (medians): " + "; ".join(
         f"{label}: total {v['total']:.1f}, imports {v['imports']:.1f}, then probe {v['probe']:.1f} (nvml part "
         f"{v['nvml part']:.1f})" for label, v in found["a_b_ms"].items()))

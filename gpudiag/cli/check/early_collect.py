@@ -61,7 +61,7 @@ def _vendor_part(root: str, timeout: "float | None", ahead: "int | None" = None)
     answers = None
     if ahead is None:
         start_nvml_init()  # beside the imports below (only where /dev/nvidiactl is)
-    else:  # the ahead process opens NVML and reads it: this process imports neither pynvml nor opens the library
+    else:  # the ahead process opens NVML and reads it: this process neither imports pynvml nor opens the library
         from gpudiag.probe.nvml.ahead_answers import AheadAnswers
 
         answers = AheadAnswers(ahead)
