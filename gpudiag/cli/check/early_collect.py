@@ -23,15 +23,15 @@ Only the node this process runs on (`--root /`) is collected so: with --root the
 driver to wait for. The collection is the one the checks would ask for: a check with neither --only nor --skip
 judges every optional probe part (tests/cli/check/test_forked_collection.py holds the two equal).
 
-Nothing but os, select, signal and time is imported here before the children are forked: each import would delay
-both of them.
+Nothing but os, time and _signal is imported here before the children are forked: each import would delay all of
+them. _signal is the C module under `signal`, whose own import builds its enums (2 ms, more than the rest of this
+module's imports together); `signal` and `select` are imported where they are used, after the forks.
 """
 
 from __future__ import annotations
 
+import _signal
 import os
-import select
-import signal
 import time
 
 from gpudiag import DEFAULT_DEADLINE_SECONDS
@@ -87,7 +87,7 @@ def _vendor_part(root: str, timeout: "float | None", ahead: "int | None" = None)
 def _ahead_part(writing: int) -> None:
     """In the NVML-ahead process (gpudiag/probe/nvml/ahead.py): NVML's reads streamed to the vendor child. It writes
     nothing else (its stdout and stderr are /dev/null: a check's output ends with the check) and never returns."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
     try:
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)
@@ -140,7 +140,7 @@ def _mark(step: str) -> None:
 def _answer(writing: int, work, args: tuple) -> None:
     """In a child: run `work(*args)`, pickle (its answer, or what it raised, and the child's marks), write, and leave
     without the interpreter's teardown. Ctrl-C ends the parent's wait; the child just stops."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
     CHILD_MARKS[:] = []  # the parent's, if any, are not this child's
     _mark("forked")
     code = 0
@@ -286,6 +286,7 @@ class ForkedCollection:
         has answered and the side children have too or their time is up; a child missing from it gave none in time.
         The children bound their collections by the deadline themselves: this only catches one that died or hung."""
         import pickle
+        import select
 
         chunks = {fd: [] for fd in self._reading.values()}
         collects = {fd: name for name, fd in self._reading.items()}
@@ -333,6 +334,8 @@ class ForkedCollection:
         _, status = os.waitpid(vendor, 0)
         self.pids[0] = None
         if os.WIFSIGNALED(status):
+            import signal
+
             return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
         return f"exit {os.waitstatus_to_exitcode(status)}"
 
@@ -351,14 +354,14 @@ class ForkedCollection:
 
                     threading.Thread(target=_reap, args=(pid,), name="reap-probe", daemon=True).start()
                     continue
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
         if self.ahead_pid is not None:  # done or not, it is not waited for (a call may still be in the driver)
             pid, self.ahead_pid = self.ahead_pid, None
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
             except ProcessLookupError:
                 pass
             import threading
