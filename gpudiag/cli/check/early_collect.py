@@ -92,6 +92,9 @@ def _ahead_part(writing: int) -> None:
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)
+        from gpudiag.probe.nvml.early import start_nvml_init
+
+        start_nvml_init()  # first: the driver's initialisation beside every import of this process
         from gpudiag.probe.nvml.ahead import read_ahead
 
         read_ahead(writing, link_errors=True)  # as the forked collection asks: every probe part

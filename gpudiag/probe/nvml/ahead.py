@@ -9,11 +9,11 @@ node and processes; then every pair. Each is streamed to the vendor child as it 
 before the call, ("done", key, outcome) after it, ("system done",) once the library is open, ("gpu done", index)
 once a GPU's reads are made, ("pairs done",) at the end, ("mark", step, time.perf_counter()) after some steps (for the
 benchmark's timeline); before all of them ("module", constants, names), what the
-backend reads off the pynvml module besides its calls (structs.module_image). A key is (function, the GPUs'
-indices, the other arguments, a struct passed by reference as structs.StructArg). An outcome is ("value", what pynvml
+backend reads off the pynvml module besides its calls (frames.module_image). A key is (function, the GPUs'
+indices, the other arguments, a struct passed by reference as frames.StructArg). An outcome is ("value", what pynvml
 returned), ("filled", what it returned, the struct it filled), ("handle",) (a GPU's handle was had), ("error", the
 NVML return code, pynvml's text for it) or ("mismatch",) (pynvml's NVMLLibraryMismatchError), every struct in it made
-plain (structs.py); or None for anything else (the vendor child then makes that call itself).
+plain (frames.py); or None for anything else (the vendor child then makes that call itself).
 
 The vendor child's backend makes every decision and asks every call in its own order, under its own deadline, of a
 stand-in for pynvml that answers from these frames (ahead_library.py): it imports pynvml only to make a read this
@@ -28,25 +28,25 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
-import struct
 import time
 from collections.abc import Callable, Iterator
 
 from gpudiag.probe.nvml.codes import ARGUMENT_VERSION_MISMATCH, FUNCTION_NOT_FOUND, LOST, NO_SUCH_LINK
 from gpudiag.probe.nvml.field_ids import batch, device_fields, field_value
-from gpudiag.probe.nvml.structs import (
+from gpudiag.probe.nvml.frames import (
     FABRIC_CALL,
     FABRIC_VERSIONS,
+    FRAME,
+    HANDLE,
     SRAM_CALL,
     SRAM_STRUCT,
     UNVERSIONED_FABRIC,
     StructArg,
     Unsendable,
+    hashable,
     module_image,
     plain,
 )
-
-FRAME = struct.Struct("<I")  # each frame: its length, then its pickle
 
 
 # A GPU's reads up to its field batch (device.read_identity, read_firmware); a string argument is a pynvml constant.
@@ -91,7 +91,6 @@ P2P_CAPS = (0, 1, 2, 3)  # links.P2P_CAPS
 # backend.open after nvmlInit: the versions, then the count.
 SYSTEM = ("nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetNVMLVersion",
           "nvmlDeviceGetCount")
-HANDLE = "nvmlDeviceGetHandleByIndex"
 
 # A call's outcome as the script sees it: (value, NVML return code or None).
 Outcome = tuple
@@ -183,19 +182,15 @@ def pair_reads() -> Iterator[tuple]:
         yield "nvmlDeviceGetP2PStatus", (cap,)
 
 
-def hashable(args: tuple) -> tuple:
-    """A call's arguments as part of its key (the field batch passes a list of IDs)."""
-    return tuple(tuple(arg) if isinstance(arg, list) else arg for arg in args)
-
-
 def read_ahead(writing: int, link_errors: bool = True) -> None:
     """In the NVML-ahead process: make the reads and stream them to `writing` (see the module's text); returns when
-    every read is made, the library cannot be imported or opened, or the reader has gone."""
-    from gpudiag.probe.nvml.early import WINDOW, start_nvml_init
+    every read is made, the library cannot be imported or opened, or the reader has gone. NVML's early start
+    (early.py) is the caller's to begin, before it imports this module: the driver's initialisation then runs beside
+    these imports and pynvml's."""
+    from gpudiag.probe.nvml.early import WINDOW
 
-    start_nvml_init()  # the driver's initialisation beside pynvml's import
     try:
-        import pynvml as nvml
+        nvml = import_pynvml()
     except Exception:  # noqa: BLE001 - the vendor child's own import says what is wrong
         return
     send = _Sender(writing)
@@ -222,10 +217,41 @@ def read_ahead(writing: int, link_errors: bool = True) -> None:
                 _run(nvml, (handles[a], handles[b]), (a, b), pair_reads(), send)
         send(("pairs done",))
         send(_mark("pairs read"))
-        for label, at in zip(("early start: library loaded", "NVML initialised", "GPUs opened"), WINDOW[1:]):
+        for label, at in zip(("early start begun", "library loaded", "NVML initialised", "GPUs opened"), WINDOW):
             send(("mark", label, at))  # the early start's thread (early.py), once it has ended
     except BrokenPipeError:
         return  # the vendor child has what it needs, or has gone
+
+
+def import_pynvml() -> object:
+    """pynvml, imported without ctypes.util, which it imports and never calls (nvidia-ml-py 12 and 13: `from
+    ctypes.util import find_library`; the library is loaded by its name, libnvidia-ml.so.1). ctypes.util's own imports
+    (shutil, subprocess, tempfile and theirs) were half of pynvml's import here: 17.8 ms against 8.1 (medians of 11)
+    on the development machine, on this process's way to its first read. A stand-in stays in sys.modules only while
+    pynvml is imported: anything imported later gets the real ctypes.util, and so does a call of the stand-in's
+    find_library."""
+    import sys
+    import types
+
+    if "ctypes.util" in sys.modules:
+        import pynvml
+
+        return pynvml
+
+    def find_library(name: str) -> object:
+        import ctypes.util
+
+        return ctypes.util.find_library(name)
+
+    stand_in = types.ModuleType("ctypes.util", "a stand-in while pynvml is imported (gpudiag/probe/nvml/ahead.py)")
+    stand_in.find_library = find_library
+    sys.modules["ctypes.util"] = stand_in
+    try:
+        import pynvml
+    finally:
+        if sys.modules.get("ctypes.util") is stand_in:
+            del sys.modules["ctypes.util"]
+    return pynvml
 
 
 def _mark(label: str) -> tuple:

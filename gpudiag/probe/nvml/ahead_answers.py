@@ -9,7 +9,7 @@ is made in the vendor child after all, as without the ahead process:
 - it has been in another call for PATIENCE_SECONDS (that call hangs: this one is then the collector's own, named by
   its tracker and bounded by its deadline as always).
 While the ahead process is in this very call, the caller waits for it: the tracker names it, the deadline bounds it.
-`module()` gives its image of the pynvml module (structs.module_image), or None on the same terms.
+`module()` gives its image of the pynvml module (frames.module_image), or None on the same terms.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from gpudiag.probe.nvml.ahead import FRAME
+from gpudiag.probe.nvml.frames import FRAME
 
 # How long a read waits while the ahead process is stuck in another call before the read is made here: well past
 # the slowest call of a healthy probe (the field batch, 17-23 ms on the lab H100 and H200), well within a deadline.
@@ -34,7 +34,7 @@ class AheadAnswers:
         self._changed = threading.Condition()
         self._done: dict = {}  # key -> outcome (None: make it yourself), until taken
         self._current: Optional[tuple] = None  # the call the ahead process is in
-        self._module: Optional[tuple] = None  # (constants, names): structs.module_image of its pynvml
+        self._module: Optional[tuple] = None  # (constants, names): frames.module_image of its pynvml
         self._system_done = False
         self._gpus_done: set = set()
         self._pairs_done = False

@@ -5,11 +5,11 @@ read the ahead process did not.
 Why a stand-in, not pynvml wrapped: importing pynvml took 8-30 ms of the vendor child's Python, beside its imports
 of the model and the probe, and NVML's own open (nvmlInit 12 ms, a GPU's first handle 11 ms on the lab H100) ran in
 the vendor child too, though the ahead process had already made every read (tests/fixtures/h100/recorded/
-lab-2026-12-07/README.md). With the answers made plain (structs.py), the vendor child needs neither.
+lab-2026-12-07/README.md). With the answers made plain (frames.py), the vendor child needs neither.
 
 What the backend gets, as from pynvml:
 - its constants, and whether it has a function or a struct type: the ahead process's image of its pynvml
-  (structs.module_image);
+  (frames.module_image);
 - each call: the outcome of the ahead process's read with the same key: its value; its error, raised as this
   module's NVMLError with pynvml's code and text; a struct passed by reference, filled;
 - a GPU's handle: a token for its index (Handle), which the keys name the GPU by;
@@ -26,9 +26,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-from gpudiag.probe.nvml.ahead import HANDLE, hashable
 from gpudiag.probe.nvml.ahead_answers import AheadAnswers
-from gpudiag.probe.nvml.structs import StructArg, module_image, plain
+from gpudiag.probe.nvml.frames import HANDLE, StructArg, hashable, module_image, plain
 
 
 class NVMLError(Exception):

@@ -20,7 +20,7 @@ from gpudiag.model import DeviceSnapshot, DriverHealth, FabricInfo
 from gpudiag.probe.nvml.call import ABSENT, FUNCTION_NOT_FOUND, SUCCESS, NvmlCall, code_name
 from gpudiag.probe.nvml.codes import ARGUMENT_VERSION_MISMATCH
 from gpudiag.probe.nvml.field_ids import DRAM_FIELDS, RECOVERY_ACTION_FIELD
-from gpudiag.probe.nvml.structs import FABRIC_CALL, FABRIC_VERSIONS, SRAM_CALL, SRAM_STRUCT, UNVERSIONED_FABRIC
+from gpudiag.probe.nvml.frames import FABRIC_CALL, FABRIC_VERSIONS, SRAM_CALL, SRAM_STRUCT, UNVERSIONED_FABRIC
 
 # nvmlGpuRecoveryAction_t (nvml.h; NVIDIA "GPU Memory Error Management", Error Recovery and Response Flags).
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",

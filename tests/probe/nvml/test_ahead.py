@@ -187,7 +187,7 @@ def test_a_read_whose_answer_cannot_be_sent_is_made_by_the_collector(tmp_path, m
     """The ahead side sends None for a value it cannot make plain (a pointer in it): the collector makes that read
     itself, through pynvml, with the GPU's real handle; the rest still come from the ahead side."""
     from gpudiag.probe.nvml import ahead as ahead_module
-    from gpudiag.probe.nvml.structs import Unsendable, plain
+    from gpudiag.probe.nvml.frames import Unsendable, plain
 
     def no_pci_info(value):
         if isinstance(value, pynvml.nvmlPciInfo_t):

@@ -1,4 +1,4 @@
-"""pynvml's answers made plain for the NVML-ahead process's frames (gpudiag/probe/nvml/structs.py): every field as
+"""pynvml's answers made plain for the NVML-ahead process's frames (gpudiag/probe/nvml/frames.py): every field as
 reading it off the real struct gives it, through pickle, with no pynvml class left in them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pickle
 import pynvml
 import pytest
 
-from gpudiag.probe.nvml.structs import Plain, Unsendable, module_image, plain
+from gpudiag.probe.nvml.frames import Plain, Unsendable, module_image, plain
 
 
 def _no_pynvml_class(data: bytes) -> bool:
@@ -61,3 +61,23 @@ def test_the_module_image_has_what_the_backend_reads_off_pynvml():
     assert {"nvmlInit", "nvmlDeviceGetFieldValues", "c_nvmlEccSramErrorStatus_v1_t"} <= names
     assert "NVMLError" not in names and "byref" not in names
     assert _no_pynvml_class(pickle.dumps((constants, names)))
+
+
+def test_the_ahead_process_imports_a_whole_pynvml_without_ctypes_util():
+    """gpudiag/probe/nvml/ahead.py import_pynvml, in a fresh interpreter: pynvml works, ctypes.util and its imports
+    are not loaded, and pynvml's find_library still finds through the real ctypes.util."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from gpudiag.probe.nvml.ahead import import_pynvml\n"
+        "nvml = import_pynvml()\n"
+        "print(nvml.NVML_ERROR_NOT_SUPPORTED, callable(nvml.nvmlInit), 'ctypes.util' in sys.modules,"
+        " 'subprocess' in sys.modules)\n"
+        "nvml.find_library('c')\n"
+        "print(sys.modules['ctypes.util'].__file__.endswith('util.py'))\n"  # the real one, loaded by the call
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "True", "False", "False", "True"]

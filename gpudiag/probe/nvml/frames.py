@@ -1,17 +1,24 @@
-"""What pynvml hands back, in a form that crosses from the NVML-ahead process (ahead.py) to the vendor child's
-stand-in library (ahead_library.py) without pynvml on the receiving side; and the structs the NVIDIA backend passes
-by reference (health.py), named here for both. Nothing here imports pynvml or the model.
+"""What the NVML-ahead process (ahead.py) sends the vendor child (ahead_answers.py, ahead_library.py): its frames'
+format, the reads' keys, and pynvml's answers made plain; and the structs the NVIDIA backend passes by reference
+(health.py), named once for the backend and the keys.
+
+Nothing here imports pynvml, the model or ctypes (each costs the vendor child's Python time on a cold check's longest
+chain; ctypes only where an answer is made plain, which the vendor child does only for a read it makes itself).
 
 A pynvml struct pickles as a reference to its class in pynvml: unpickling one imports pynvml, 8-30 ms of a cold
-check's vendor child on the lab H100 (tests/fixtures/h100/recorded/lab-2026-12-06c/README.md), on its longest chain.
-So the ahead process sends a struct as `Plain`: each of its fields as reading it off the struct gave it (pynvml's
-own conversions done: a char array read as text), nested structs, unions and arrays alike.
+check's vendor child on the lab H100 (tests/fixtures/h100/recorded/lab-2026-12-06c/README.md). So the ahead process
+sends a struct as `Plain`: each of its fields as reading it off the struct gave it (pynvml's own conversions done: a
+char array read as text), nested structs, unions and arrays alike.
 """
 
 from __future__ import annotations
 
-import ctypes
-from typing import Any, NamedTuple
+import struct
+from collections import namedtuple
+
+FRAME = struct.Struct("<I")  # each frame: its length, then its pickle
+
+HANDLE = "nvmlDeviceGetHandleByIndex"  # keyed by the GPU's index, as (HANDLE, (index,), ())
 
 # health._read_sram: the SRAM ECC status struct and its version constant.
 SRAM_CALL = "nvmlDeviceGetSramEccErrorStatus"
@@ -23,13 +30,14 @@ FABRIC_VERSIONS = (("c_nvmlGpuFabricInfo_v3_t", "nvmlGpuFabricInfo_v3"),
                    ("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2"))
 UNVERSIONED_FABRIC = ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t")
 
+# A struct passed by reference, as part of a read's key: pynvml's name for its type and the version set in it (None:
+# the struct has none). (collections.namedtuple, not typing.NamedTuple: typing is not imported by then.)
+StructArg = namedtuple("StructArg", ("name", "version"))
 
-class StructArg(NamedTuple):
-    """A struct passed by reference, as part of a read's key: pynvml's name for its type and the version set in it
-    (None: the struct has none)."""
 
-    name: str
-    version: Any
+def hashable(args: tuple) -> tuple:
+    """A call's arguments as part of its key (the field batch passes a list of IDs)."""
+    return tuple(tuple(arg) if isinstance(arg, list) else arg for arg in args)
 
 
 class Plain:
@@ -49,9 +57,11 @@ class Unsendable(ValueError):
 _SCALARS = (type(None), bool, int, float, str, bytes)
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> object:
     """`value` with every pynvml struct, union, array and friendly object in it made plain; Unsendable for a pointer
     or anything else not known here."""
+    import ctypes
+
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, (list, tuple)):
@@ -69,7 +79,7 @@ def plain(value: Any) -> Any:
     raise Unsendable(f"{type(value).__name__} cannot be sent")
 
 
-def module_image(nvml: Any) -> tuple[dict, frozenset]:
+def module_image(nvml: object) -> tuple[dict, frozenset]:
     """What the backend reads off the pynvml module besides its calls: its constants (NVML_*, the struct versions,
     the field IDs), and the names of its functions and struct types (which it asks whether this pynvml has)."""
     constants, names = {}, set()
