@@ -36,6 +36,7 @@ DeviceReader = Callable[[DeviceSnapshot], DeviceSnapshot]
 
 @dataclass
 class ActiveOptions:
+    """What a load test runs and how: its tests, deadline, progress, and how it reads GPUs and kernel log."""
     tests: tuple[str, ...] = ALL_TESTS
     deadline_seconds: Optional[float] = None  # the whole run; the tests stop cleanly when it passes
     progress: Optional[TextIO] = field(default_factory=lambda: sys.stderr)  # one line per step; None: silent

@@ -62,6 +62,7 @@ class Control:
 
 @dataclass
 class Session:
+    """One load test's runtime, options, stop control and progress lines."""
     runtime: GpuRuntime
     options: ActiveOptions
     control: Control

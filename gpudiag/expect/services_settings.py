@@ -17,6 +17,7 @@ CHOICES = ("auto", "yes", "no")
 
 @dataclass(frozen=True)
 class ServicesSettings:
+    """The services family's profile keys (see the module's text)."""
     fabricmanager_expected: str = "auto"  # nvidia-fabricmanager active: auto = where the GPUs are in a fabric
     persistenced_expected: str = "auto"  # nvidia-persistenced active: auto = on NVIDIA nodes
     imex_expected: bool = False  # nvidia-imex active (multi-node NVLink domains)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MetricSpec:
+    """One exported metric: its name, kind, help and labels."""
     name: str  # the sample name as exposed (counters include `_total`)
     kind: str  # "gauge" | "counter"
     help: str

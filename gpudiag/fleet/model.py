@@ -186,6 +186,7 @@ def cut(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 
 @dataclass
 class NodeVerdict:
+    """One node's status in the fleet view, with its findings."""
     node: str
     status: str  # NODE_STATUSES
     findings: list[dict]
@@ -193,6 +194,7 @@ class NodeVerdict:
 
 @dataclass
 class FleetVerdict:
+    """The fleet view: its status, each node's, drift and outliers across nodes, and its source."""
     status: str  # "pass" | "warn" | "fail" | "unknown" (incomplete, nothing unsound found)
     nodes: list[NodeVerdict]
     drift: list[dict]

@@ -70,6 +70,7 @@ class Answer:
 
 @dataclass
 class Connection:
+    """How to reach a Prometheus server: its URL and credentials."""
     url: str
     username: Optional[str] = None
     password_file: Optional[str] = None

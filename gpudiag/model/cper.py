@@ -10,6 +10,7 @@ from gpudiag.model.records import dataclass
 
 @dataclass(frozen=True)
 class CperSection:
+    """One section of a CPER record: its kind and its own severity."""
     kind: str  # "crashdump", "nonstandard", "boot", "processor" or "unknown"
     severity: str  # the section's own severity, as the record header's
 

@@ -26,6 +26,7 @@ from gpudiag.model.records import dataclass
 
 @dataclass
 class Captured:
+    """What a vendor library wrote to stdout while captured."""
     text: str = ""
 
 

@@ -47,6 +47,7 @@ def verdict_text(row: dict) -> str:
 
 @dataclass(frozen=True)
 class Column:
+    """One column of the live view: its name, unit, how its cell is read, its width and alignment."""
     name: str
     unit: str
     get: Callable[[dict], Optional[str]]

@@ -52,6 +52,7 @@ TRACEBACK_EVERY_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Peer:
+    """Who is on the other end of a socket connection (SO_PEERCRED)."""
     pid: int
     uid: int
     gid: int

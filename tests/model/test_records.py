@@ -183,3 +183,21 @@ def test_the_model_round_trips_and_compares_as_before():
     assert event == dataclasses.replace(event) and event != dataclasses.replace(event, kind="sxid")
     with pytest.raises(TypeError):
         hash(node)  # a mutable dataclass is unhashable, as before
+
+
+def test_every_dataclass_has_a_docstring_of_its_own():
+    """dataclass writes a docstring for a class without one from inspect.signature(cls), at import: CperSection's
+    cost its module 2.7 ms of a cold check's imports (0.4 ms with one), in each process that imports the model."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "gpudiag"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            names = {ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list}
+            if names & {"dataclass", "dataclasses.dataclass"} and ast.get_docstring(node) is None:
+                missing.append(f"{path.relative_to(package.parent)}: {node.name}")
+    assert not missing, missing

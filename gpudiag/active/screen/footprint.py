@@ -27,6 +27,7 @@ MIN_TEST_BYTES = 64 * MIB  # below this a test's buffers are too small to say an
 
 @dataclass(frozen=True)
 class Footprint:
+    """How much of a GPU's memory a screen may hold, its runtime's context included."""
     total_bytes: int  # the GPU's memory as the runtime reports it
     limit_bytes: int  # what the screen may hold at any moment, context included
     context_bytes: int  # the runtime's context, measured (or CONTEXT_ALLOWANCE_BYTES)

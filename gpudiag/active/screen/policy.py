@@ -32,6 +32,7 @@ HELD_MEMORY_BYTES = 1024**3
 
 @dataclass(frozen=True)
 class ScreenPolicy:
+    """How often each GPU is screened, after how long idle, and how many at once."""
     every_seconds: float = 7 * 86400.0
     idle_after_seconds: float = 600.0
     max_gpus: int = 1
@@ -49,6 +50,7 @@ class Observation:
 
 @dataclass
 class Decision:
+    """Whether one GPU is screened now, and why (not)."""
     pci_bus_id: str
     index: Optional[int]
     screen: bool
@@ -57,6 +59,7 @@ class Decision:
 
 @dataclass
 class Plan:
+    """One decision per GPU."""
     decisions: list[Decision] = field(default_factory=list)
 
     @property

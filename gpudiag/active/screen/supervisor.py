@@ -48,12 +48,14 @@ ADOPT_SECONDS = 30.0  # a worker's context exists within this of its start (the 
 
 @dataclass
 class Target:
+    """A GPU to screen, as the probe read it when the screen was planned."""
     device: DeviceSnapshot  # as the probe read it when the screen was planned
     free_before_bytes: Optional[int] = None  # free memory then (vendor library), to measure the worker's context
 
 
 @dataclass
 class Settings:
+    """How a screen runs: its load, its share of memory, and how it is watched and stopped."""
     stress_seconds: float = 30.0
     memory_fraction: float = 0.05
     tests: tuple[str, ...] = WANTED
@@ -71,6 +73,7 @@ class Settings:
 
 @dataclass
 class _Screen:
+    """One screen's worker process and the files it is given and answers in."""
     target: Target
     proc: subprocess.Popen
     request: Path

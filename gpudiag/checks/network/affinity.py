@@ -45,6 +45,7 @@ _REDIRECT_BITS = ("ReqRedir", "CmpltRedir", "EgressCtrl")
 
 @dataclass
 class Relation:
+    """Where a NIC sits from a GPU: the nvidia-smi topo word for it and the first bridge both paths share."""
     nic: RdmaDevice
     word: Optional[str]  # RELATIONS, or None when the NUMA nodes are unknown and no bridge is shared
     shared: Optional[str]  # the first bridge both paths pass through

@@ -90,6 +90,7 @@ def _value(port: RdmaPort, key: str) -> Optional[int]:
 
 @dataclass
 class Finding:
+    """What a port's counters say: a status, its text, and the known cause on the wire (None: none known)."""
     status: Status
     text: str
     cause: Optional[str]  # a key of _ADVICE; None: nothing wrong on the wire is known (an unknown)

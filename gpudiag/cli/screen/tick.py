@@ -41,6 +41,7 @@ MAX_REASON_CHARS = 500  # of a journal entry's message (an entry is at most 4,09
 
 @dataclass(frozen=True)
 class ScreenPaths:
+    """Where the screens keep their state, under the state directory."""
     directory: Path  # <state dir>/screen
 
     @classmethod
@@ -62,6 +63,7 @@ class ScreenPaths:
 
 @dataclass
 class TickReport:
+    """What one tick of the screen timer planned and ran, or why it did nothing."""
     plan: Plan = field(default_factory=Plan)
     runs: list[ScreenRun] = field(default_factory=list)
     busy: Optional[str] = None  # another screen holds the lock
@@ -246,6 +248,7 @@ def _stop_reason(paths: ScreenPaths, bus_id: str, clock: Callable[[], float]) ->
 
 @dataclass
 class StopReport:
+    """What `gpudiag screen stop` found and did."""
     was_running: bool
     stopped: bool
     seconds: float

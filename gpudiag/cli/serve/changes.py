@@ -43,6 +43,7 @@ GONE = "gone"  # no longer listed by the vendor library that listed it
 
 @dataclass(frozen=True)
 class Change:
+    """One line for serve's log: what changed (its key), its level, its text and fields."""
     key: Hashable  # what changed: the rate bound counts per key
     level: int
     message: str

@@ -27,6 +27,7 @@ MAX_KEYS = 10_000  # keys are GPUs, checks × GPUs and a few files: bounded by t
 
 @dataclass
 class _Window:
+    """One key's rate window: when it began, lines told and held back, the latest held."""
     started: float
     told: int = 1
     held: int = 0

@@ -53,6 +53,7 @@ HEADERS = {
 
 @dataclass
 class WebConfig:
+    """The exporter's web settings: TLS, basic auth, headers, rate limit, HTTP/2."""
     tls: Optional[TLSServer] = None
     auth: Optional["BasicAuth"] = None
     headers: dict[str, str] = field(default_factory=dict)

@@ -36,6 +36,7 @@ STALL_SECONDS = 0.1  # an answer whose write has not moved for this long may giv
 
 @dataclass
 class Connection:
+    """One client connection and the phase it is in."""
     sock: socket.socket
     since: float = field(default_factory=time.monotonic)  # when it entered its current phase
     serving: bool = False

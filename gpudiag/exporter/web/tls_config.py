@@ -75,6 +75,7 @@ PEM_MAX_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class TLSSettings:
+    """The TLS files of a web config, with what each held when read."""
     cert_file: Optional[Path]
     cert: str
     key_file: Optional[Path]

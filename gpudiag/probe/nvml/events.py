@@ -35,6 +35,7 @@ OnXid = Callable[[Optional[str], int], None]  # (normalised PCI bus ID or None, 
 
 @dataclass(frozen=True)
 class WatcherStatus:
+    """Whether the Xid watcher is counting, and for which GPUs."""
     healthy: bool  # a session is open and its last wait returned recently
     covered_bus_ids: frozenset[str]  # GPUs whose Xids this watcher counts
     enumerated_bus_ids: frozenset[str]  # every GPU NVML listed when the session opened
@@ -43,6 +44,7 @@ class WatcherStatus:
 
 @dataclass
 class _Session:
+    """One open NVML event session and the GPUs it covers."""
     nvml: Any
     event_set: Any
     bus_by_handle: dict[int, str] = field(default_factory=dict)

@@ -56,6 +56,7 @@ class JournalPart:
 
 @dataclass
 class RootFacts:
+    """What root's timer recorded for the service: PCIe bridges, earlier boots' faults, AMD CPER records."""
     schema_version: int = SCHEMA_VERSION
     written_at: str = ""  # ISO 8601 UTC
     boot_id: Optional[str] = None  # /proc/sys/kernel/random/boot_id as journald writes it (32 hex digits)
