@@ -14,8 +14,6 @@ from typing import Optional
 
 from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError
 from gpudiag.model.network import NetworkInfo
-from gpudiag.probe.network.history import CounterHistory
-from gpudiag.probe.network.rdma import read_network
 
 
 class _Carried:
@@ -23,17 +21,21 @@ class _Carried:
     the next one starts: the lock keeps the two from interleaving their updates."""
 
     def __init__(self) -> None:
+        from gpudiag.probe.network.history import CounterHistory
+
         self.lock = threading.Lock()
         self.skip: set[str] = set()
         self.history = CounterHistory()
 
 
 def collect(snapshot: NodeSnapshot, options, until: float) -> NetworkInfo:
+    from gpudiag.probe.network import rdma  # here: a process that only stores the part does not read NICs
+
     carried = options.part_state.setdefault("network", _Carried())
     if not carried.lock.acquire(timeout=max(0.0, until - time.monotonic())):
         raise TimeoutError("an earlier reading of the RDMA NICs is still running")
     try:
-        return carried.history.carry(read_network(options.root, until, snapshot.pci_gpus, carried.skip,
+        return carried.history.carry(rdma.read_network(options.root, until, snapshot.pci_gpus, carried.skip,
                                                  options.state_dir))
     finally:
         carried.lock.release()

@@ -16,8 +16,6 @@ from typing import Optional
 
 from gpudiag.model import NodeSnapshot, ProbeError, Vendor
 from gpudiag.model.cper import CperLog
-from gpudiag.probe.amdsmi.cper_entries import NOT_SUPPORTED, SOURCE
-from gpudiag.probe.root_facts import record
 
 Recorded = tuple[dict[str, CperLog], str]
 
@@ -25,6 +23,8 @@ Recorded = tuple[dict[str, CperLog], str]
 def collect(snapshot: NodeSnapshot, options, until: float) -> Recorded:
     if os.geteuid() == 0:
         return {}, "root reads the records itself"
+    from gpudiag.probe.root_facts import record
+
     facts, why = record.load(options.state_dir, snapshot.host.boot_id)
     return record.cper_of(facts, why)
 
@@ -32,10 +32,15 @@ def collect(snapshot: NodeSnapshot, options, until: float) -> Recorded:
 def store(snapshot: NodeSnapshot, value: Optional[Recorded], error: Optional[ProbeError]) -> None:
     if os.geteuid() == 0:
         return  # root's own read stands, NOT_SUPPORTED included: the ring is not there
+    amd = [device for device in snapshot.devices if device.vendor == Vendor.AMD]
+    if not amd:
+        return
+    from gpudiag.probe.amdsmi.cper_entries import NOT_SUPPORTED, SOURCE  # here: the amdsmi probe's, for AMD GPUs
+
     unread = f"root's record was not read ({error.message if error else 'no reason given'})"
     recorded, why = value if value is not None else ({}, unread)
-    for device in snapshot.devices:
-        if device.vendor != Vendor.AMD or device.cper is not None or device.unsupported.get(SOURCE) != NOT_SUPPORTED:
+    for device in amd:
+        if device.cper is not None or device.unsupported.get(SOURCE) != NOT_SUPPORTED:
             continue
         log = recorded.get(device.physical_pci_bus_id or device.pci_bus_id or "")
         if log is None:

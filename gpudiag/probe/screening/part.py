@@ -13,12 +13,13 @@ from typing import Optional
 
 from gpudiag.model import ErrorKind, NodeSnapshot, ProbeError
 from gpudiag.model.screen import SCREEN_DIR, STATE_NAME, ScreeningInfo
-from gpudiag.model.screen_file import ScreenStateError, load_state
 
 
 def collect(snapshot: NodeSnapshot, options, until: float) -> Optional[ScreeningInfo]:
     if options.state_dir is None:
         return None  # nowhere to look: not read (a test's CollectOptions, a bare Collector)
+    from gpudiag.model.screen_file import ScreenStateError, load_state  # here: a process that only stores the part
+
     path = options.state_dir / SCREEN_DIR / STATE_NAME
     info = ScreeningInfo(path=str(path), read_at=time.time())
     try:

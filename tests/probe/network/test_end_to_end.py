@@ -17,6 +17,7 @@ from gpudiag.expect import DEFAULT_EXPECTATIONS
 from gpudiag.model import NodeSnapshot, Status
 from gpudiag.probe.collector import CollectOptions, Collector
 from gpudiag.probe.network import part as network_part
+from gpudiag.probe.network import rdma
 from tests.support import rdma_tree
 from tests.support.network_nodes import clear_counters
 from tests.support.paths import REPO
@@ -76,7 +77,7 @@ def test_a_part_that_fails_leaves_the_checks_unknown_never_no_nics(tmp_path, mon
     def broken(*args, **kwargs):
         raise OSError("sysfs went away")
 
-    monkeypatch.setattr(network_part, "read_network", broken)
+    monkeypatch.setattr(rdma, "read_network", broken)
     with collector(tmp_path) as c:
         snap = c.collect()
     assert not snap.network.readable and "sysfs went away" in snap.network.errors[0].message
