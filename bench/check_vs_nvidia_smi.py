@@ -39,6 +39,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# Where the breakdown's, the timeline's and the import profile's `python -c` runs start: `python -c` puts its working
+# directory first on sys.path, so from the tree they would import this tree's gpudiag, not --gpudiag's installed one.
+# main() points it elsewhere for --gpudiag (the interleaved timing runs the console script itself).
+CHILD_CWD = REPO
 
 
 def timed(cmd: list[str], env: dict) -> tuple[float, int]:
@@ -138,7 +142,7 @@ def one_breakdown(python: list[str], check_args: list[str], env: dict, prelude: 
     with tempfile.NamedTemporaryFile(suffix=".json") as notes:
         spawned = time.perf_counter()
         done = subprocess.run([*python, "-c", CHILD.format(prelude=prelude), notes.name, *check_args],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO, text=True)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=CHILD_CWD, text=True)
         exited = time.perf_counter()
         try:
             got = json.loads(Path(notes.name).read_text())
@@ -223,7 +227,7 @@ def timeline(python: list[str], check_args: list[str], env: dict, prelude: str, 
         with tempfile.NamedTemporaryFile(suffix=".json") as notes:
             spawned = time.perf_counter()
             subprocess.run([*python, "-c", CHILD.format(prelude=prelude + TIMELINE), notes.name, *check_args],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=CHILD_CWD)
             exited = time.perf_counter()
             got = json.loads(Path(notes.name).read_text())
         marks: dict[str, float] = {"first line": got["first_line"], "gpudiag starts": got["started"]}
@@ -245,7 +249,7 @@ def import_profile(python: list[str], check_args: list[str], env: dict, prelude:
     dataclasses among them, is not counted)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as notes:
         subprocess.run([*python, "-c", CHILD.format(prelude=prelude + MODULE_TIMER), notes.name, *check_args],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=CHILD_CWD)
         modules = {name: seconds * 1e3 for name, seconds in json.loads(Path(notes.name).read_text())["modules"].items()}
     by_package: dict[str, float] = {}
     for name, ms in modules.items():
@@ -369,6 +373,9 @@ def main() -> int:
         script = Path(args.gpudiag).resolve()
         python = [str(script.parent / "python")]  # the console script's own interpreter (a venv's bin/)
         gpudiag = [str(script)]
+        if args.fake is None:  # (the fake node's prelude imports the tests' support from the tree)
+            global CHILD_CWD
+            CHILD_CWD = Path(tempfile.mkdtemp(prefix="gpudiag-bench-"))
     else:
         python = [sys.executable]
         gpudiag = [sys.executable, "-m", "gpudiag"]
@@ -432,6 +439,8 @@ def main() -> int:
         (args.out / "check_vs_nvidia_smi.txt").write_text("\n".join(printed) + "\n")
     if scratch is not None:
         scratch.cleanup()
+    if CHILD_CWD != REPO:
+        shutil.rmtree(CHILD_CWD, ignore_errors=True)
     return 0
 
 
