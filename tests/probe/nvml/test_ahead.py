@@ -53,6 +53,25 @@ def _backend(answers: AheadAnswers) -> NvmlBackend:
     return NvmlBackend(library=lambda: AheadNvml(answers))
 
 
+def _ended() -> AheadAnswers:
+    """An ahead side that ended before its first frame: every read is the collector's own."""
+    reading, writing = os.pipe()
+    os.close(writing)
+    return AheadAnswers(reading)
+
+
+def _both_ways(tmp_path, node, answers_of=_ahead) -> tuple:
+    """The node collected by the backend alone, then over `answers_of()`: (the first snapshot, the device calls it
+    made, the second snapshot, the device calls it made, the answers)."""
+    with installed(node) as lib:
+        alone = _collect(tmp_path, node)
+        calls_alone = dict(lib.device_calls)
+        lib.device_calls.clear()
+        answers = answers_of()
+        ahead = _collect(tmp_path, node, backend=_backend(answers))
+        return alone, calls_alone, ahead, dict(lib.device_calls), answers
+
+
 NODES = {
     "HGX H200, a row remap pending": lambda: FakeNode.hgx_h200(2),
     "one GPU without NVLink": lambda: FakeNode(gpus=[FakeGpu()]),
@@ -71,13 +90,7 @@ def test_the_collector_gets_what_its_own_backend_reads_each_read_from_the_ahead_
         node.gpus[1].remap_pending = True
     if name == "NVLinks down":
         node.gpus[0].nvlink_down(0, 3)
-    with installed(node) as lib:
-        alone = _collect(tmp_path, node)
-        calls_alone = dict(lib.device_calls)
-        lib.device_calls.clear()
-        answers = _ahead()
-        ahead = _collect(tmp_path, node, backend=_backend(answers))
-        calls_ahead = dict(lib.device_calls)
+    alone, calls_alone, ahead, calls_ahead, answers = _both_ways(tmp_path, node)
     # the devices, not the host: the host is read anew each time (its load and memory move between the two)
     assert _steady(to_dict(ahead)["devices"]) == _steady(to_dict(alone)["devices"])
     assert answers.made_here == 0 and answers.taken > 20 * len(node.gpus)
@@ -88,18 +101,10 @@ def test_the_collector_gets_what_its_own_backend_reads_each_read_from_the_ahead_
 
 def test_an_ahead_side_that_ends_without_a_read_leaves_every_read_to_the_collector(tmp_path):
     """As where the ahead process could not import pynvml, open the library, or was killed: its pipe ends."""
-    node = FakeNode.hgx_h200(1)
-    with installed(node) as lib:
-        alone = _collect(tmp_path, node)
-        calls_alone = dict(lib.device_calls)
-        lib.device_calls.clear()
-        reading, writing = os.pipe()
-        os.close(writing)
-        answers = AheadAnswers(reading)
-        ahead = _collect(tmp_path, node, backend=_backend(answers))
-        calls_ahead = dict(lib.device_calls)
+    alone, calls_alone, ahead, calls_ahead, answers = _both_ways(tmp_path, FakeNode.hgx_h200(1), _ended)
     assert _steady(to_dict(ahead)["devices"]) == _steady(to_dict(alone)["devices"])
     assert answers.taken == 0 and answers.made_here > 20 and calls_ahead == calls_alone
+    assert answers.library_here  # the collector's side imported pynvml and opened the library itself
 
 
 def test_a_gpu_hung_in_the_ahead_side_is_named_and_the_next_one_is_read_by_the_collector(tmp_path):
@@ -141,13 +146,6 @@ def test_options_that_read_no_link_errors_get_a_backend_of_their_own(tmp_path):
     without = CollectOptions(root=tmp_path, parts=PROBE_PARTS - {"link_errors"}, nvml_backend=given)
     assert nvidia_backends(without)[0] is not given
     assert nvidia_backends(CollectOptions(root=tmp_path, nvml_backend=given))[0] is given
-
-
-def _ended() -> AheadAnswers:
-    """An ahead side that ended before its first frame: every read is the collector's own."""
-    reading, writing = os.pipe()
-    os.close(writing)
-    return AheadAnswers(reading)
 
 
 def test_errors_come_with_pynvmls_code_and_text_whichever_side_made_the_read(tmp_path):
@@ -195,15 +193,8 @@ def test_a_read_whose_answer_cannot_be_sent_is_made_by_the_collector(tmp_path, m
         return plain(value)
 
     monkeypatch.setattr(ahead_module, "plain", no_pci_info)
-    node = FakeNode.hgx_h200(2)
-    with installed(node) as lib:
-        alone = _collect(tmp_path, node)
-        calls_alone = dict(lib.device_calls)
-        lib.device_calls.clear()
-        answers = _ahead()
-        ahead = _collect(tmp_path, node, backend=_backend(answers))
-        calls_ahead = dict(lib.device_calls)
+    alone, calls_alone, ahead, calls_ahead, answers = _both_ways(tmp_path, FakeNode.hgx_h200(2))
     assert _steady(to_dict(ahead)["devices"]) == _steady(to_dict(alone)["devices"])
-    assert answers.library_here and answers.made_here >= 2 and answers.taken > 20 * len(node.gpus)
+    assert answers.library_here and answers.made_here >= 2 and answers.taken > 20 * 2
     pci_reads = [key for key in calls_alone if key[0].startswith("nvmlDeviceGetPciInfo")]
     assert pci_reads and all(calls_ahead[key] == 2 * calls_alone[key] for key in pci_reads)  # made on both sides
