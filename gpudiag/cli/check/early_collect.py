@@ -1,13 +1,15 @@
 """A direct check's collection, made by three child processes forked before the checks, the report and the
 expectations are imported (gpudiag/cli/check/direct.py): the probe runs on other CPUs while this process imports.
 
-- The vendor child opens the GPUs' libraries and probes the host, the GPUs, their peers and processes; NVML starts
-  initialising on a thread of its own the moment it is forked (gpudiag/probe/nvml/early.py).
+- The vendor child opens the GPUs' libraries and probes the host, the GPUs, their peers and processes.
 - Two side children: one reads the kernel log (and earlier boots), the other every family's part.
-- Where NVIDIA's driver is loaded, the NVML-ahead process, forked before them: it imports only pynvml and makes the
-  NVIDIA backend's reads, streaming them to the vendor child, whose backend is given them instead of calling the
-  driver again (gpudiag/probe/nvml/ahead.py, ahead_answers.py). It answers nothing to this process, which kills it
-  once the vendor child has answered and never waits for it.
+- Where NVIDIA's driver is loaded, the NVML-ahead process, forked before them: NVML starts initialising on a thread
+  of its own (gpudiag/probe/nvml/early.py) before the process imports anything but pynvml, and it makes the NVIDIA
+  backend's reads, streaming them to the vendor child, whose backend is given them through a stand-in for pynvml
+  instead of calling the driver (gpudiag/probe/nvml/ahead.py, ahead_answers.py, ahead_library.py): the vendor child
+  neither imports pynvml nor opens NVML unless a read is missing. The ahead process answers nothing to this process,
+  which kills it once the vendor child has answered and never waits for it. Without it, NVML starts initialising in
+  the vendor child the moment it is forked.
 Each sends its answer, pickled, to this process, which joins them into the snapshot one process would have made
 (gpudiag/probe/split.py says how, and why apart: in one process the kernel log's parsing and the parts' imports held
 the GIL while NVML's answers waited for it). This process imports the probe package for the join only once it has

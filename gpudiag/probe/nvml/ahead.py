@@ -5,15 +5,17 @@ the backend and the rest of the probe are imported anywhere.
 The reads are the NVIDIA backend's, in its order (backend.py, device.py and the modules it calls): the library's
 open (nvmlInit, the versions, the GPU count), then for each GPU its handle, identity, firmware, field batch, driver
 health (the SRAM ECC status and the fabric, structs passed by reference), PCIe, sensors, memory, modes, NVLinks, NUMA
-node and processes; then every pair. Each is streamed to the vendor child as it is made, as a frame: ("begin", key)
-before the call, ("done", key, outcome) after it, ("system done",) once the library is open, ("gpu done", index)
-once a GPU's reads are made, ("pairs done",) at the end, ("mark", step, time.perf_counter()) after some steps (for the
-benchmark's timeline); before all of them ("module", constants, names), what the
-backend reads off the pynvml module besides its calls (frames.module_image). A key is (function, the GPUs'
-indices, the other arguments, a struct passed by reference as frames.StructArg). An outcome is ("value", what pynvml
-returned), ("filled", what it returned, the struct it filled), ("handle",) (a GPU's handle was had), ("error", the
-NVML return code, pynvml's text for it) or ("mismatch",) (pynvml's NVMLLibraryMismatchError), every struct in it made
-plain (frames.py); or None for anything else (the vendor child then makes that call itself).
+node and processes; then every pair. Each is streamed to the vendor child as it is made, as a frame of its own:
+- ("module", constants, names) first: what the backend reads off the pynvml module besides its calls
+  (frames.module_image);
+- ("begin", key) before a call and ("done", key, outcome) after it;
+- ("system done",) once the library is open, ("gpu done", index) once a GPU's reads are made, ("pairs done",) at
+  the end; ("mark", step, time.perf_counter()) after some steps, for the benchmark's timeline.
+A key is (function, the GPUs' indices, the other arguments), a struct passed by reference among them as a
+frames.StructArg. An outcome is ("value", what pynvml returned), ("filled", what it returned, the struct it filled),
+("handle",) (a GPU's handle was had), ("error", the NVML return code, pynvml's text for it) or ("mismatch",)
+(pynvml's NVMLLibraryMismatchError), every struct in it made plain (frames.py); or None for anything else (the
+vendor child then makes that call itself).
 
 The vendor child's backend makes every decision and asks every call in its own order, under its own deadline, of a
 stand-in for pynvml that answers from these frames (ahead_library.py): it imports pynvml only to make a read this

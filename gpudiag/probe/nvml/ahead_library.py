@@ -2,10 +2,12 @@
 NVML-ahead process's reads (ahead.py, handed out by ahead_answers.AheadAnswers) and imports pynvml only to make a
 read the ahead process did not.
 
-Why a stand-in, not pynvml wrapped: importing pynvml took 8-30 ms of the vendor child's Python, beside its imports
-of the model and the probe, and NVML's own open (nvmlInit 12 ms, a GPU's first handle 11 ms on the lab H100) ran in
-the vendor child too, though the ahead process had already made every read (tests/fixtures/h100/recorded/
-lab-2026-12-07/README.md). With the answers made plain (frames.py), the vendor child needs neither.
+Why a stand-in, not pynvml wrapped: pynvml's module body alone took 8.3-10.4 ms of Python on the lab H100
+(tests/fixtures/h100/recorded/lab-2026-12-06/check_vs_nvidia_smi.txt, lab-2026-12-06b/thread_overlap/), its imports
+more, which the vendor child spent beside its imports of the model and the probe; and it opened NVML itself too
+(nvmlInit 12 ms, the GPU's first handle 11 ms there, lab-2026-12-07/ahead_ab/ahead1.txt), though the ahead process
+made every read. With the answers made plain (frames.py), the vendor child needs neither: on the lab it imported no
+pynvml and made no NVML call (lab-2026-12-07b/README.md).
 
 What the backend gets, as from pynvml:
 - its constants, and whether it has a function or a struct type: the ahead process's image of its pynvml

@@ -5,10 +5,10 @@ format, the reads' keys, and pynvml's answers made plain; and the structs the NV
 Nothing here imports pynvml, the model or ctypes (each costs the vendor child's Python time on a cold check's longest
 chain; ctypes only where an answer is made plain, which the vendor child does only for a read it makes itself).
 
-A pynvml struct pickles as a reference to its class in pynvml: unpickling one imports pynvml, 8-30 ms of a cold
-check's vendor child on the lab H100 (tests/fixtures/h100/recorded/lab-2026-12-06c/README.md). So the ahead process
-sends a struct as `Plain`: each of its fields as reading it off the struct gave it (pynvml's own conversions done: a
-char array read as text), nested structs, unions and arrays alike.
+A pynvml struct pickles as a reference to its class in pynvml: unpickling one imports pynvml, whose module body alone
+took 8.3-10.4 ms on the lab H100 (ahead_library.py says where). So the ahead process sends a struct as `Plain`: each
+of its fields as reading it off the struct gave it (pynvml's own conversions done: a char array read as text), nested
+structs, unions and arrays alike.
 """
 
 from __future__ import annotations
