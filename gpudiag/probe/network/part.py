@@ -36,7 +36,7 @@ def collect(snapshot: NodeSnapshot, options, until: float) -> NetworkInfo:
         raise TimeoutError("an earlier reading of the RDMA NICs is still running")
     try:
         return carried.history.carry(rdma.read_network(options.root, until, snapshot.pci_gpus, carried.skip,
-                                                 options.state_dir))
+                                                      options.state_dir))
     finally:
         carried.lock.release()
 
