@@ -9,6 +9,9 @@ command for the lab GPU (issue 36, item 9: the first answer no slower than `nvid
    imports; any program it started, timed again on its own), as many less each overlap of the probe with the
    imports (the A/Bs: bench WITHOUT), and one more run with each module body timed (CPU by package, the top
    modules). With the early collection the "probe" step is what is left of it once the imports are done.
+3. With `--compare PATH` (another installed console script: the code before a change), that check runs in the same
+   interleaved rounds, so that a change is judged against the code before on the same machine state rather than in
+   runs that take turns: its median, its ratio to `nvidia-smi -q`, and this check's to it.
 
 gpudiag runs as a user runs it: `python3 -m gpudiag check --direct` (gpudiag/__main__.py calls
 gpudiag.cli.check.fastpath:run, the console script's own entry point) from this tree under this interpreter, or
@@ -19,6 +22,7 @@ measures that case.
 
     PYTHONPATH=. python3 bench/check_vs_nvidia_smi.py            # on a GPU node: figures on stdout and under $OUT
     python3 bench/check_vs_nvidia_smi.py --gpudiag /opt/gpudiag/bin/gpudiag
+    python3 bench/check_vs_nvidia_smi.py --gpudiag /tmp/new/bin/gpudiag --compare /tmp/old/bin/gpudiag
     python3 bench/check_vs_nvidia_smi.py --fake 1                # over the tests' fake NVIDIA node (no nvidia-smi)
 
 With $OUT set (or --out DIR), it writes check_vs_nvidia_smi.json (every sample, the summary, the breakdown) and
@@ -43,6 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 # directory first on sys.path, so from the tree they would import this tree's gpudiag, not --gpudiag's installed one.
 # main() points it elsewhere for --gpudiag (the interleaved timing runs the console script itself).
 CHILD_CWD = REPO
+COMPARED = "--compare's check"  # --compare's command, in the interleaved rounds and the figures
 
 
 def timed(cmd: list[str], env: dict) -> tuple[float, int]:
@@ -365,6 +370,8 @@ def main() -> int:
     parser.add_argument("--budget-seconds", type=float, default=150.0,
                         help="stop adding interleaved rounds after this long (the whole run stays under 3 minutes)")
     parser.add_argument("--fake", type=int, metavar="GPUS", help="over the tests' fake NVIDIA node (no ratio)")
+    parser.add_argument("--compare", metavar="PATH",
+                        help="another installed console script (the code before a change) timed in the same rounds")
     args = parser.parse_args()
     if args.fake is None and shutil.which("nvidia-smi") is None:
         print("nvidia-smi not found: this benchmark runs on an NVIDIA node (or use --fake)", file=sys.stderr)
@@ -395,6 +402,8 @@ def main() -> int:
     prelude, scratch = "", None
     commands = {"gpudiag check --direct": [*gpudiag, *check_args], "nvidia-smi -q": ["nvidia-smi", "-q"],
                 "python -c pass": [*python, "-c", "pass"]}
+    if args.compare and args.fake is None:
+        commands[COMPARED] = [str(Path(args.compare).resolve()), *check_args]
     if args.fake is not None:
         sys.path.insert(0, str(REPO))
         from tests.support.exporter_node import fake_node, fake_root
@@ -412,7 +421,8 @@ def main() -> int:
     samples, codes = interleaved(commands, args.runs, env, args.budget_seconds)
     summary = {name: figures(values, codes[name]) for name, values in samples.items()}
     say(f"timing {' '.join(gpudiag if args.fake is None else ['(fake node)'])} {' '.join(check_args)} "
-        f"({python[0]}), interleaved with nvidia-smi -q and python -c pass")
+        f"({python[0]}), interleaved with nvidia-smi -q and python -c pass"
+        + (f" and {' '.join(commands[COMPARED])}" if COMPARED in commands else ""))
     for name, fig in summary.items():
         say(f"{name:24s} median {fig['median_ms']:7.1f} ms  p90 {fig['p90_ms']:7.1f}  (min {fig['min_ms']:.1f}, "
             f"max {fig['max_ms']:.1f}; exit codes {fig['exit_codes']}; {fig['runs']} runs)")
@@ -423,6 +433,11 @@ def main() -> int:
         what = f"--only {args.only}" if args.only else "full checklist"
         say(f"ratio gpudiag check --direct / nvidia-smi -q = {ratio:.2f} (medians; p90s {p90_ratio:.2f}; {what}; "
             f"{'meets' if ratio <= 1.0 else 'MISSES'} the target: no slower than nvidia-smi -q)")
+    if COMPARED in summary:
+        compared = summary[COMPARED]["median_ms"]
+        say(f"compared in the same rounds: {COMPARED} / nvidia-smi -q = "
+            f"{compared / summary['nvidia-smi -q']['median_ms']:.2f}; gpudiag check --direct / it = "
+            f"{summary['gpudiag check --direct']['median_ms'] / compared:.3f} (medians)")
     found = breakdown(python, check_args, env, prelude, args.breakdown_runs)
     found["programs"] = time_programs(found["spawned"], env)
     for line in describe(found):

@@ -61,3 +61,28 @@ def test_on_a_node_it_times_the_users_command_beside_nvidia_smi_and_prints_the_r
     assert found["breakdown"]["early_nvml_median_ms"] == {} and "none in the probing process" in done.stdout
     # every program the check started (journalctl, where this machine has it) is timed again on its own
     assert set(found["breakdown"]["programs"]) == {" ".join(s["argv"]) for s in found["breakdown"]["spawned"]}
+
+
+def test_a_compared_check_runs_in_the_same_rounds_and_its_ratios_are_printed(tmp_path):
+    """--compare: the code before a change, timed in the same interleaved rounds as the check."""
+    stand_in = tmp_path / "bin" / "nvidia-smi"
+    stand_in.parent.mkdir()
+    stand_in.write_text("#!/bin/sh\necho '==============NVSMI LOG=============='\n")
+    stand_in.chmod(0o755)
+    before = tmp_path / "before" / "gpudiag"
+    before.parent.mkdir()
+    before.write_text(f"#!/bin/sh\nexec {sys.executable} -m gpudiag \"$@\"\n")
+    before.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
+           "PYTHONPATH": str(REPO)}
+    done = run_bench(["--compare", str(before)], env)
+    assert done.returncode == 0, done.stderr
+    found = json.loads((out / "check_vs_nvidia_smi.json").read_text())
+    compared = found["figures"]["--compare's check"]
+    # the same check as the tree's (on this machine without GPUs both exit alike: nothing probed)
+    assert compared["runs"] == 2 and compared["exit_codes"] == found["figures"]["gpudiag check --direct"]["exit_codes"]
+    assert len(found["samples_ms"]["--compare's check"]) == 2
+    line = next(line for line in done.stdout.splitlines() if line.startswith("compared in the same rounds"))
+    ratio = found["figures"]["gpudiag check --direct"]["median_ms"] / compared["median_ms"]
+    assert f"gpudiag check --direct / it = {ratio:.3f}" in line
