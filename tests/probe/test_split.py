@@ -4,14 +4,16 @@ that failed, hung or could not be sent is recorded as the collector records such
 
 from __future__ import annotations
 
+import json
 import pickle
 import threading
 
 from gpudiag.model.serialize import to_dict
 from gpudiag.probe.collector import Collector, CollectOptions, PROBE_PARTS
 from gpudiag.probe.deadline import Outcome
+from gpudiag.probe import host
 from gpudiag.probe.split import (SIDE_PARTS, SideParts, _portable, collect_side_parts, collect_vendor_part,
-                                 expected_side_parts, join)
+                                 expected_side_parts, join, side_parts_of)
 from tests.support.exporter_node import fake_root
 from tests.support.fakes.fake_nvml import FakeNode, installed
 
@@ -49,6 +51,40 @@ def test_the_two_parts_joined_are_the_one_process_collection(tmp_path):
     assert [run.name for run in joined.collectors] == [run.name for run in whole.collectors]
     assert _steady(to_dict(joined)) == _steady(to_dict(whole))
     assert any(e.kind == "xid" and e.code == 79 for e in joined.kernel_log.events)  # read, not two empty readings
+
+
+def test_the_kernel_log_s_process_reads_only_the_boot_of_the_host_and_the_join_is_the_same(tmp_path, monkeypatch):
+    """As the check collects (gpudiag/cli/check/early_collect.py): the kernel log in one process, the families' parts
+    in another. The kernel log's reads this boot's ID and start, not the whole host; its earlier boots are read as one
+    process reads them: the service's journal holds an Xid 79 of an earlier boot, one of this boot (no repeat), and
+    one without a boot ID written before this boot began (told by the boot time)."""
+    node = FakeNode.hgx_h200(2)
+    fake_root(tmp_path, node, kmsg=(XID_79,))
+    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "proc/sys/kernel/random/boot_id").write_text("0f9a3c2e-4b1d-4e6f-8a7b-9c0d1e2f3a4b\n")
+    state = tmp_path / "var/lib/gpudiag"
+    state.mkdir(parents=True)
+    entry = {"code": 79, "event": "event", "gpu": 1, "kind": "xid", "log_timestamp": 9.0,
+             "message": "NVRM: Xid (PCI:0000:19:00): 79, x", "pci_bus_id": node.gpus[0].bus_id}
+    earlier = [{**entry, "boot_id": boot, "time": when} for boot, when in (
+        ("b" * 32, "2026-11-25T10:00:00+00:00"), ("0f9a3c2e4b1d4e6f8a7b9c0d1e2f3a4b", "2026-12-01T10:00:00+00:00"),
+        ("", "2020-01-01T10:00:00+00:00"))]  # no boot ID: earlier than this boot's start (its boot time) or not
+    (state / "journal.jsonl").write_text("\n".join(json.dumps(e, separators=(",", ":")) for e in earlier) + "\n")
+    with installed(node):
+        with Collector(_options(tmp_path)) as collector:
+            whole = collector.collect()
+        families = collect_side_parts(_options(tmp_path), side_parts_of("families"))
+        probed = []
+        real = host.probe_host
+        monkeypatch.setattr(host, "probe_host", lambda *args: probed.append(args) or real(*args))
+        kernel_log = collect_side_parts(_options(tmp_path), side_parts_of("kernel_log"))
+        side = pickle.loads(pickle.dumps(SideParts.merged([kernel_log, families])))
+        monkeypatch.undo()
+        options = _options(tmp_path)
+        joined = join(collect_vendor_part(options), side, options)
+    assert probed == []
+    assert whole.boot_history.current_boot == "0f9a3c2e4b1d4e6f8a7b9c0d1e2f3a4b" and whole.boot_history.boots == 2
+    assert _steady(to_dict(joined)) == _steady(to_dict(whole))
 
 
 def test_a_failed_side_collection_fails_each_of_its_parts(tmp_path):

@@ -75,7 +75,8 @@ def _collect_early(request: dict, root: str, timeout: "float | None"):
 
     try:
         return ForkedCollection(root, timeout)
-    except OSError:  # no process or pipe to be had (a limit on processes): probed here, as without the fork
+    except Exception:  # noqa: BLE001 - no process or pipe to be had (a limit on processes), or the probe's modules
+        # would not import: probed here, as without the fork (where what failed is reported as any failure is)
         return None
 
 

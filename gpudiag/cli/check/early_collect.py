@@ -25,9 +25,12 @@ Only the node this process runs on (`--root /`) is collected so: with --root the
 driver to wait for. The collection is the one the checks would ask for: a check with neither --only nor --skip
 judges every optional probe part (tests/cli/check/test_forked_collection.py holds the two equal).
 
-Nothing but os, time and _signal is imported here before the children are forked: each import would delay all of
-them. _signal is the C module under `signal`, whose own import builds its enums (2 ms, more than the rest of this
-module's imports together); `signal` and `select` are imported where they are used, after the forks.
+Nothing but os, time and _signal is imported here before the NVML-ahead process is forked: each import would delay
+NVML's start. _signal is the C module under `signal`, whose own import builds its enums (2 ms, more than the rest of
+this module's imports together); `signal` and `select` are imported where they are used, after the forks. The other
+three children are forked once this process has imported what all three import (`_import_what_the_children_share`):
+each of them otherwise imported it for itself, about 55 ms on the lab H100, before its own work began, while this
+process imported the same modules for the join.
 """
 
 from __future__ import annotations
@@ -187,6 +190,16 @@ def _fork(run, keep: tuple, pipes: list) -> int:
 # -- in this process -----------------------------------------------------------------------------------------------
 
 
+def _import_what_the_children_share() -> None:
+    """Imported once, here, before the children are forked, which inherit them: the options, the model, the collector
+    and the join, which this process needs for the join anyway, and the host's reader, which each child reads some of
+    the host with. Each child would import them again before its own work
+    (tests/cli/check/test_forked_collection.py holds them to it)."""
+    import gpudiag.cli.shared.node_collect  # noqa: F401
+    import gpudiag.probe.host  # noqa: F401
+    import gpudiag.probe.split  # noqa: F401
+
+
 def _answered(answer) -> bool:
     """Whether a child's answer is one (not None: it ended without one; not "raised": its collection failed)."""
     return answer is not None and answer[0] != "raised"
@@ -222,6 +235,7 @@ class ForkedCollection:
                 pipes.extend(os.pipe())
             if ahead:  # first: the driver's reads are the longest chain
                 self.ahead_pid = _fork(lambda: _ahead_part(ahead[1]), (ahead[1],), pipes)
+            _import_what_the_children_share()
             offset = len(ahead)
             for position, (collects, _, work) in enumerate(CHILDREN):
                 writing = pipes[offset + 2 * position + 1]
@@ -230,7 +244,8 @@ class ForkedCollection:
                 else:
                     args, keep = (root, timeout, collects), (writing,)
                 self.pids.append(_fork(lambda w=writing, f=work, a=args: _answer(w, f, a), keep, pipes))
-        except OSError:  # no pipe or process to be had (a limit): those forked are ended, nothing is left open
+        except Exception:  # no pipe or process to be had (a limit), a module that would not import: those forked are
+            # ended, nothing is left open
             for fd in pipes:
                 os.close(fd)
             self.close()

@@ -270,3 +270,40 @@ def test_the_console_script_with_the_child_writes_one_whole_report(tmp_path):
     failed = [r for r in report["results"] if r["status"] == "fail"]
     assert [r["check"] for r in failed] == ["memory.row_remap_pending"]
     assert node.gpus[3].bus_id.lower()[-7:] in json.dumps(failed[0]["device"]).lower()
+
+
+# The children, each noting the modules it imported itself (those its parent had not imported before the fork).
+# Nothing of the tests is imported first: the interpreter holds only what the check imported.
+NOTING_IMPORTS = (
+    "import json, os, sys\nfrom gpudiag.cli.check import direct, early_collect\n"
+    "direct.forks_the_collection = lambda root: True\n"
+    "def noting(collects, work):\n"
+    "    def run(*args):\n"
+    "        before = set(sys.modules)\n"
+    "        try:\n            return work(*args)\n"
+    "        finally:\n"
+    "            with open(os.path.join(os.environ['NOTED'], collects + '.json'), 'w') as out:\n"
+    "                json.dump(sorted(set(sys.modules) - before), out)\n"
+    "    return run\n"
+    "early_collect.CHILDREN = tuple((c, n, noting(c, w)) for c, n, w in early_collect.CHILDREN)\n"
+    "from gpudiag.cli.check.fastpath import run\nrun()\n")
+# What every child imports: the parent imports it once, before it forks them (early_collect.py).
+SHARED = ("gpudiag.model", "gpudiag.model.node", "gpudiag.probe.collector", "gpudiag.probe.split",
+          "gpudiag.cli.shared.node_collect", "gpudiag.probe.host", "dataclasses", "logging", "pathlib", "typing")
+
+
+def test_the_children_inherit_what_they_all_import_and_import_only_their_own_work(tmp_path):
+    root, noted = tmp_path / "root", tmp_path / "noted"
+    noted.mkdir()
+    fake_root(root, FakeNode.hgx_h200(2))
+    done = subprocess.run([sys.executable, "-c", NOTING_IMPORTS, "check", "--root", str(root), "--direct", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "NOTED": str(noted)})
+    assert json.loads(done.stdout)["collected_by"] == "direct", done.stderr
+    imported = {path.stem: set(json.loads(path.read_text())) for path in noted.glob("*.json")}
+    assert set(imported) == {"vendor", "kernel_log", "families"}
+    for collects, modules in imported.items():
+        assert not modules & set(SHARED), (collects, sorted(modules & set(SHARED)))
+    assert "gpudiag.probe.kernel_log.reader" in imported["kernel_log"]  # each did its own work, and noted it
+    assert "gpudiag.probe.network.rdma" in imported["families"]
+    assert "gpudiag.probe.nvml.backend" in imported["vendor"]
