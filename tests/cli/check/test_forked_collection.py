@@ -155,6 +155,32 @@ def test_with_the_nvml_ahead_process_forked_and_no_second_child_to_be_had_nothin
     _every_child_reaped(made)
 
 
+def test_with_the_children_s_modules_failing_to_import_the_check_probes_here_and_leaves_nothing(tmp_path, forks,
+                                                                                                monkeypatch):
+    """The modules the children share are imported after the ahead process is forked: one that raises (a broken
+    install) ends that process and closes every pipe, and the check probes in its own process, which reports what
+    fails there as it would without the fork."""
+    monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
+    node = FakeNode.hgx_h200(1)
+    node.gpus[0].remap_pending = True
+    fake_root(tmp_path, node)
+    made = []
+    real_fork = os.fork
+    monkeypatch.setattr(early_collect.os, "fork", lambda: made.append(real_fork()) or made[-1])
+
+    def broken():
+        raise ImportError("cannot import name 'Collector' (a broken install)")
+
+    monkeypatch.setattr(early_collect, "_import_what_the_children_share", broken)
+    before = set(os.listdir("/proc/self/fd"))
+    with installed(node):
+        code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json"])
+    assert code == 1 and json.loads(out)["status"] == "fail", err
+    assert forks == [] and len(made) == 1  # the ahead process only
+    assert set(os.listdir("/proc/self/fd")) <= before
+    _every_child_reaped(made)
+
+
 def test_usage_problems_and_crashes_in_the_child_end_as_they_do_here(tmp_path, forks, monkeypatch):
     lean, full = both(["check", "--root", str(tmp_path / "nowhere"), "--direct"])
     assert forks and lean == full and lean[0] == 2 and "no sys/ directory" in lean[2]
