@@ -129,9 +129,12 @@ def test_with_no_pipe_or_process_to_be_had_the_check_probes_here_and_leaves_noth
         _every_child_reaped(made)
 
 
+@pytest.mark.parametrize("failing", ["the next fork", "the shared imports"])
 def test_with_the_nvml_ahead_process_forked_and_no_second_child_to_be_had_nothing_is_left(tmp_path, forks,
-                                                                                           monkeypatch):
-    """The ahead process is forked first; a limit met at the next child ends it too and closes its pipe."""
+                                                                                           monkeypatch, failing):
+    """The ahead process is forked first. A limit met at the next child, or a module of those the other children
+    share that fails to import after it (a broken install), ends it too and closes its pipe; the check probes in its
+    own process, which reports what fails there as it would without the fork."""
     monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
     node = FakeNode.hgx_h200(1)
     node.gpus[0].remap_pending = True
@@ -140,38 +143,17 @@ def test_with_the_nvml_ahead_process_forked_and_no_second_child_to_be_had_nothin
     real_fork = os.fork
 
     def limited():
-        if made:
+        if made and failing == "the next fork":
             raise OSError(11, "limit reached")
         made.append(real_fork())
         return made[-1]
 
-    monkeypatch.setattr(early_collect.os, "fork", limited)
-    before = set(os.listdir("/proc/self/fd"))
-    with installed(node):
-        code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json"])
-    assert code == 1 and json.loads(out)["status"] == "fail", err
-    assert forks == [] and len(made) == 1
-    assert set(os.listdir("/proc/self/fd")) <= before
-    _every_child_reaped(made)
-
-
-def test_with_the_children_s_modules_failing_to_import_the_check_probes_here_and_leaves_nothing(tmp_path, forks,
-                                                                                                monkeypatch):
-    """The modules the children share are imported after the ahead process is forked: one that raises (a broken
-    install) ends that process and closes every pipe, and the check probes in its own process, which reports what
-    fails there as it would without the fork."""
-    monkeypatch.setattr(early_collect, "_nvidia_driver_loaded", lambda: True)
-    node = FakeNode.hgx_h200(1)
-    node.gpus[0].remap_pending = True
-    fake_root(tmp_path, node)
-    made = []
-    real_fork = os.fork
-    monkeypatch.setattr(early_collect.os, "fork", lambda: made.append(real_fork()) or made[-1])
-
     def broken():
         raise ImportError("cannot import name 'Collector' (a broken install)")
 
-    monkeypatch.setattr(early_collect, "_import_what_the_children_share", broken)
+    monkeypatch.setattr(early_collect.os, "fork", limited)
+    if failing == "the shared imports":
+        monkeypatch.setattr(early_collect, "_import_what_the_children_share", broken)
     before = set(os.listdir("/proc/self/fd"))
     with installed(node):
         code, out, err = captured(fastpath.main, ["check", "--root", str(tmp_path), "--direct", "--json"])
